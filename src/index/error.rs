@@ -1,0 +1,60 @@
+//! Typed errors of the index layer.
+
+use thiserror::Error;
+
+/// A key the index cannot store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum KeyError {
+    /// The nil UUID marks empty slots, so it cannot be a key.
+    #[error("the nil UUID (all zeros) is reserved and cannot be used as a key")]
+    Nil,
+    /// The max UUID is reserved as a marker, so it cannot be a key.
+    #[error("the max UUID (all ones) is reserved and cannot be used as a key")]
+    Max,
+}
+
+/// A request to build an index that cannot be honoured.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BuildError {
+    /// The capacity hint is larger than the index supports.
+    #[error("capacity {requested} is larger than the supported maximum of {max} entries")]
+    CapacityTooLarge { requested: usize, max: usize },
+    /// The segment count is not a power of two within the supported range.
+    #[error("segment count {requested} must be a power of two between 1 and {max}")]
+    BadSegmentCount { requested: usize, max: usize },
+    /// The allocator refused the memory for the presized tables.
+    #[error("could not allocate {bytes} bytes for the index tables")]
+    OutOfMemory { bytes: usize },
+}
+
+/// A scan cursor that does not fit the index or the request.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ScanError {
+    /// `split` must be smaller than `splits`, and `splits` at least 1.
+    #[error("split {split} of {splits} is not valid: need 0 <= split < splits and splits >= 1")]
+    BadSplit { split: u32, splits: u32 },
+    /// The cursor was made for an index with a different shape or hash.
+    #[error(
+        "the scan cursor belongs to a different index layout (it was made for {cursor_segments} segments and hash {cursor_tag:#x}; this index has {index_segments} segments and hash {index_tag:#x}); restart the scan"
+    )]
+    ForeignCursor {
+        cursor_segments: u32,
+        cursor_tag: u64,
+        index_segments: u32,
+        index_tag: u64,
+    },
+    /// The cursor's bytes are not a cursor.
+    #[error("the scan cursor is malformed: {0}")]
+    Malformed(&'static str),
+}
+
+/// Why a compare-and-set did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum CasError {
+    /// The key's value was not the expected one; nothing changed.
+    #[error("compare-and-set failed: the current value is {}", match .current { Some(v) => v.to_string(), None => "absent".to_string() })]
+    Mismatch { current: Option<uuid::Uuid> },
+    /// The key is reserved.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}

@@ -1,0 +1,36 @@
+//! The in-memory index: a fixed power-of-two number of segments, each an
+//! open-addressing table of 32-byte slots behind its own seqlock, with one
+//! writer and any number of lock-free readers.
+//!
+//! This layer is a pure data structure: no I/O, no async, no logging.
+//!
+//! - [`slot`]: the 32-byte slot and the reserved keys.
+//! - [`hasher`]: seeded ahash, fingerprint, segment/slot split.
+//! - `seqlock`: the version protocol readers validate against.
+//! - `slot_array`: slot memory, accessed only through atomics.
+//! - `table`: Robin Hood probing, insertion, backward-shift deletion.
+//! - `growth`: staggered table sizes.
+//! - `segment`: the table pointer, growth by swap, epoch retirement.
+//! - `map`: the read handle [`Index`] and [`IndexBuilder`].
+//! - `writer`: the single [`IndexWriter`].
+//! - [`scan`]: cursors, filters and consistent segment copies.
+
+mod atomic;
+mod error;
+mod growth;
+pub mod hasher;
+mod map;
+pub mod scan;
+mod segment;
+mod seqlock;
+pub mod slot;
+mod slot_array;
+mod table;
+mod writer;
+
+pub use error::{BuildError, CasError, KeyError, ScanError};
+pub use hasher::{HashSeeds, hash_fingerprint};
+pub use map::{Index, IndexBuilder, MAX_CAPACITY, MAX_SEGMENTS};
+pub use scan::{ScanCursor, Scanner, ValueFilter};
+pub use slot::Slot;
+pub use writer::IndexWriter;

@@ -1,0 +1,105 @@
+//! A segment: the pointer to its current table, swapped when it grows.
+//!
+//! # Growth and reclamation
+//!
+//! The writer grows a segment by building a larger copy of its table (readers
+//! keep using the old one, which does not change meanwhile), publishing the copy
+//! with one `Release` pointer swap, *retiring* the old table (its seqlock stays
+//! odd, so a reader still holding it retries and reloads the pointer), and
+//! handing the old table to crossbeam-epoch, which frees it once no reader that
+//! could have loaded the old pointer is still pinned.
+//!
+//! **Architecture Invariant:** a reader dereferences a table only while pinned,
+//! and trusts nothing it read from it until the table's seqlock validates.
+//! **Architecture Invariant:** only the writer swaps or frees tables.
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+
+use super::atomic::{Ordering, spin_pause};
+use super::table::Table;
+
+/// One segment of the index.
+pub(crate) struct Segment {
+    /// The current table. Swapped by the writer on growth; never null.
+    table: Atomic<Table>,
+}
+
+impl Segment {
+    pub(crate) fn new(table: Table) -> Self {
+        Segment {
+            table: Atomic::new(table),
+        }
+    }
+
+    /// The current table, for a pinned reader.
+    #[inline(always)]
+    pub(crate) fn load<'g>(&self, guard: &'g Guard) -> &'g Table {
+        let p = self.table.load(Ordering::Acquire, guard);
+        // SAFETY: the pointer is never null (set at construction, only ever
+        // swapped for another valid table), and a table is destroyed only
+        // through `defer_destroy` after being unlinked, which waits for every
+        // guard pinned before the unlink, such as `guard`.
+        unsafe { p.deref() }
+    }
+
+    /// Runs `read` against a consistent state of the current table: retries
+    /// until a seqlock read validates, reloading the table each time (the
+    /// writer may have replaced it).
+    #[inline(always)]
+    pub(crate) fn read<R>(&self, guard: &Guard, read: impl Fn(&Table) -> R) -> R {
+        loop {
+            let table = self.load(guard);
+            if let Some(version) = table.seqlock().read_begin() {
+                let r = read(table);
+                if table.seqlock().read_validate(version) {
+                    return r;
+                }
+            }
+            spin_pause();
+        }
+    }
+
+    /// The current table, for the writer.
+    #[inline(always)]
+    pub(crate) fn writer_table(&self) -> &Table {
+        // SAFETY: only the writer replaces or frees tables, and callers hold
+        // the writer (`&self`/`&mut self` of the one `IndexWriter`, or the
+        // index's exclusive drop), so the table outlives this borrow; no guard
+        // is needed for memory the caller itself controls.
+        unsafe {
+            self.table
+                .load(Ordering::Relaxed, epoch::unprotected())
+                .deref()
+        }
+    }
+
+    /// Writer only: publishes `larger` in place of the current table, retires
+    /// the old one and schedules it to be freed.
+    pub(crate) fn replace(&self, larger: Table) {
+        let guard = epoch::pin();
+        let old = self
+            .table
+            .swap(Owned::new(larger), Ordering::AcqRel, &guard);
+        // SAFETY: `old` was the current table until the swap; only the writer
+        // frees tables, so it is still alive here.
+        unsafe { old.deref() }.retire();
+        // SAFETY: `old` is unlinked (no new reader can load it), and it is
+        // destroyed only after every guard that might have loaded it is gone.
+        unsafe { guard.defer_destroy(old) };
+        guard.flush();
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: dropping the segment means the index is being dropped, so no
+        // reader or writer handle exists and nobody else can see the table.
+        unsafe {
+            drop(
+                self.table
+                    .load(Ordering::Relaxed, epoch::unprotected())
+                    .into_owned(),
+            );
+        }
+    }
+}

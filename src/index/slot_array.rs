@@ -1,0 +1,151 @@
+//! The memory of one table: `capacity` slots of four `u64` words, accessed only
+//! through atomics.
+//!
+//! The bytes are exactly a `[Slot]` array (see [`super::slot`]), so a snapshot
+//! can write them as they are. Readers load words with `Relaxed` atomic loads
+//! under the table's seqlock; the writer stores them with `Relaxed` atomic
+//! stores inside a write section. There are no plain reads of shared words.
+//!
+//! Large arrays are aligned to 2 MiB and advised as transparent huge pages
+//! (when enabled): a lookup touches one random slot, and with 4 KiB pages
+//! almost every lookup in a large index also misses the TLB.
+
+use super::atomic::{AtomicU64, Ordering};
+use super::slot::{KeyWords, SLOT_WORDS};
+
+/// Arrays at least this large are aligned for, and advised as, huge pages.
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
+
+/// Owned, zero-initialised slot memory.
+pub(crate) struct SlotArray {
+    /// The words: `capacity * SLOT_WORDS` atomics, owned by this array.
+    #[cfg(not(uuidmap_loom))]
+    words: std::ptr::NonNull<AtomicU64>,
+    /// Under loom, atomics are model objects and live in a boxed slice.
+    #[cfg(uuidmap_loom)]
+    words: Box<[AtomicU64]>,
+    /// Number of slots.
+    capacity: usize,
+}
+
+// SAFETY: the array owns its memory exclusively and all access to the words is
+// through atomics, so sharing references across threads is sound.
+#[cfg(not(uuidmap_loom))]
+unsafe impl Send for SlotArray {}
+// SAFETY: as above; `&SlotArray` only hands out `&AtomicU64`.
+#[cfg(not(uuidmap_loom))]
+unsafe impl Sync for SlotArray {}
+
+impl SlotArray {
+    /// Allocates `capacity` empty slots, or `None` if the allocator refuses.
+    #[cfg(not(uuidmap_loom))]
+    pub(crate) fn zeroed(capacity: usize, huge_pages: bool) -> Option<Self> {
+        let layout = Self::layout(capacity)?;
+        // SAFETY: the layout has a non-zero size (capacity >= 1 is enforced by
+        // `layout`) and a valid power-of-two alignment.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let words = std::ptr::NonNull::new(ptr.cast::<AtomicU64>())?;
+        if huge_pages && layout.size() >= HUGE_PAGE {
+            // SAFETY: the range is exactly the allocation we own; madvise only
+            // changes how the kernel backs it, never its contents. Failure (THP
+            // disabled) is harmless and ignored.
+            unsafe {
+                libc::madvise(ptr.cast(), layout.size(), libc::MADV_HUGEPAGE);
+            }
+        }
+        Some(SlotArray { words, capacity })
+    }
+
+    #[cfg(uuidmap_loom)]
+    pub(crate) fn zeroed(capacity: usize, _huge_pages: bool) -> Option<Self> {
+        let words = (0..capacity * SLOT_WORDS)
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        Some(SlotArray { words, capacity })
+    }
+
+    #[cfg(not(uuidmap_loom))]
+    fn layout(capacity: usize) -> Option<std::alloc::Layout> {
+        let bytes = capacity.max(1).checked_mul(SLOT_WORDS * 8)?;
+        let align = if bytes >= HUGE_PAGE { HUGE_PAGE } else { 64 };
+        std::alloc::Layout::from_size_align(bytes, align).ok()
+    }
+
+    /// Bytes of memory this array occupies.
+    pub(crate) fn bytes(&self) -> usize {
+        self.capacity * SLOT_WORDS * 8
+    }
+
+    /// All words, as atomics.
+    #[inline(always)]
+    fn words(&self) -> &[AtomicU64] {
+        #[cfg(not(uuidmap_loom))]
+        // SAFETY: `words` points to `capacity * SLOT_WORDS` initialised (zeroed)
+        // `AtomicU64`s that live as long as `self`; zero is a valid `AtomicU64`.
+        unsafe {
+            std::slice::from_raw_parts(self.words.as_ptr(), self.capacity * SLOT_WORDS)
+        }
+        #[cfg(uuidmap_loom)]
+        &self.words
+    }
+
+    /// The address of slot `i`, for software prefetch.
+    #[inline(always)]
+    pub(crate) fn slot_ptr(&self, i: usize) -> *const u8 {
+        self.words()[i * SLOT_WORDS..].as_ptr().cast()
+    }
+
+    /// Loads the key words of slot `i` (relaxed; validate before trusting).
+    #[inline(always)]
+    pub(crate) fn key(&self, i: usize) -> KeyWords {
+        let w = &self.words()[i * SLOT_WORDS..i * SLOT_WORDS + 2];
+        [w[0].load(Ordering::Relaxed), w[1].load(Ordering::Relaxed)]
+    }
+
+    /// Loads the value words of slot `i` (relaxed; validate before trusting).
+    #[inline(always)]
+    pub(crate) fn value(&self, i: usize) -> [u64; 2] {
+        let w = &self.words()[i * SLOT_WORDS + 2..i * SLOT_WORDS + 4];
+        [w[0].load(Ordering::Relaxed), w[1].load(Ordering::Relaxed)]
+    }
+
+    /// Loads all four words of slot `i` (relaxed; validate before trusting).
+    #[inline(always)]
+    pub(crate) fn load(&self, i: usize) -> [u64; SLOT_WORDS] {
+        let w = &self.words()[i * SLOT_WORDS..(i + 1) * SLOT_WORDS];
+        [
+            w[0].load(Ordering::Relaxed),
+            w[1].load(Ordering::Relaxed),
+            w[2].load(Ordering::Relaxed),
+            w[3].load(Ordering::Relaxed),
+        ]
+    }
+
+    /// Stores all four words of slot `i`. Writer only, inside a write section
+    /// (or before the table is published).
+    #[inline(always)]
+    pub(crate) fn store(&self, i: usize, slot: [u64; SLOT_WORDS]) {
+        let w = &self.words()[i * SLOT_WORDS..(i + 1) * SLOT_WORDS];
+        for (word, v) in w.iter().zip(slot) {
+            word.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Stores the value words of slot `i`. Writer only, inside a write section.
+    #[inline(always)]
+    pub(crate) fn store_value(&self, i: usize, value: [u64; 2]) {
+        let w = &self.words()[i * SLOT_WORDS + 2..i * SLOT_WORDS + 4];
+        w[0].store(value[0], Ordering::Relaxed);
+        w[1].store(value[1], Ordering::Relaxed);
+    }
+}
+
+#[cfg(not(uuidmap_loom))]
+impl Drop for SlotArray {
+    fn drop(&mut self) {
+        let layout = Self::layout(self.capacity).expect("layout was valid at allocation");
+        // SAFETY: `words` was allocated by `alloc_zeroed` with this same layout
+        // (same capacity), and nothing can reference it once `self` is dropped.
+        unsafe { std::alloc::dealloc(self.words.as_ptr().cast(), layout) }
+    }
+}

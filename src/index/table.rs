@@ -1,0 +1,312 @@
+//! One open-addressing table: a slot array, its seqlock, and the Robin Hood
+//! linear-probing algorithm over it.
+//!
+//! # Layout and probing
+//!
+//! A key's *home* is `home_slot(rest, capacity)`. Entries sit at or after their
+//! home (wrapping at the end), and the *Robin Hood* invariant keeps every run
+//! of occupied slots ordered by home: walking forward, an entry's displacement
+//! (distance from its home) grows by at most one per slot. So a lookup stops at
+//! the first empty slot *or* at the first resident that is closer to its home
+//! than the probe is to the key's home — a miss costs about as much as a hit,
+//! even at 90 % load. Deletion shifts the rest of the run back by one slot
+//! (no tombstones), so the table never degrades under churn.
+//!
+//! The capacity is any number of slots (not a power of two) so that segments
+//! can grow by 1.25× and sit at staggered sizes; see [`super::growth`].
+//!
+//! # Who touches what
+//!
+//! **Architecture Invariant:** only the index writer calls the `&self` methods
+//! documented "writer only"; the `IndexWriter` type guarantees it. Readers only
+//! call `find`/`try_copy_entries` inside a seqlock read and discard the result
+//! unless it validates.
+
+use super::atomic::{AtomicU32, AtomicUsize, Ordering, yield_thread};
+use super::hasher::{KeyHasher, home_slot};
+use super::seqlock::{SeqLock, WriteSection};
+use super::slot::{EMPTY_KEY, KeyWords, SLOT_WORDS};
+use super::slot_array::SlotArray;
+
+/// How long the writer defers to a scanner that asked for a hand-off (a
+/// scanner whose copy was spoiled by writes several times in a row).
+#[cfg(not(uuidmap_loom))]
+const MAX_HANDOFF: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// One table of a segment.
+#[repr(align(64))]
+pub(crate) struct Table {
+    /// Seqlock over `slots` and `len`; odd while the writer changes them, odd
+    /// forever once this table has been replaced by a larger one.
+    seqlock: SeqLock,
+    /// Scanners currently asking the writer to hold off (see
+    /// [`Table::request_handoff`]). Scanners increment and decrement it.
+    scan_handoff: AtomicU32,
+    /// Number of slots. Fixed for the table's life.
+    capacity: usize,
+    /// Most entries this table takes before the writer replaces it with a
+    /// larger one. Fixed.
+    max_len: usize,
+    /// Growth step of this table (see `growth`). Fixed.
+    generation: u32,
+    /// Entries stored. Written by the writer only.
+    len: AtomicUsize,
+    /// The slots.
+    slots: SlotArray,
+}
+
+/// A scanner's request for the writer to hold off; withdrawn on drop.
+pub(crate) struct HandoffRequest<'a>(&'a Table);
+
+impl Drop for HandoffRequest<'_> {
+    fn drop(&mut self) {
+        self.0.scan_handoff.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Table {
+    /// An empty table, or `None` if the memory cannot be had.
+    pub(crate) fn new(
+        capacity: usize,
+        max_len: usize,
+        generation: u32,
+        huge_pages: bool,
+    ) -> Option<Table> {
+        debug_assert!(max_len < capacity, "a table must keep a free slot");
+        Some(Table {
+            seqlock: SeqLock::new(),
+            scan_handoff: AtomicU32::new(0),
+            capacity,
+            max_len,
+            generation,
+            len: AtomicUsize::new(0),
+            slots: SlotArray::zeroed(capacity, huge_pages)?,
+        })
+    }
+
+    pub(crate) fn seqlock(&self) -> &SeqLock {
+        &self.seqlock
+    }
+
+    pub(crate) fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// Entries stored (exact for the writer; a recent value for readers).
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of slot memory.
+    pub(crate) fn bytes(&self) -> usize {
+        self.slots.bytes()
+    }
+
+    /// Address of a key's home slot, for software prefetch.
+    #[inline(always)]
+    pub(crate) fn home_ptr(&self, rest: u64) -> *const u8 {
+        self.slots.slot_ptr(home_slot(rest, self.capacity))
+    }
+
+    #[inline(always)]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.capacity { 0 } else { i + 1 }
+    }
+
+    /// Distance from `home` forward to slot `i`.
+    #[inline(always)]
+    fn displacement(&self, i: usize, home: usize) -> usize {
+        if i >= home {
+            i - home
+        } else {
+            i + self.capacity - home
+        }
+    }
+
+    #[inline(always)]
+    fn home_of(&self, key: KeyWords, hasher: &KeyHasher) -> usize {
+        home_slot(hasher.rest(hasher.hash(key)), self.capacity)
+    }
+
+    /// The slot holding `key`, if any. Readers must validate the result under
+    /// the seqlock; torn slots can only make it wrong, never loop or fault.
+    #[inline(always)]
+    pub(crate) fn find_slot(&self, key: KeyWords, rest: u64, hasher: &KeyHasher) -> Option<usize> {
+        let mut i = home_slot(rest, self.capacity);
+        let mut probe = 0;
+        loop {
+            let k = self.slots.key(i);
+            if k == key {
+                return Some(i);
+            }
+            if k == EMPTY_KEY {
+                return None;
+            }
+            // A resident nearer its home than we are to ours means the key
+            // would have been placed before it: it is absent. At distance 0
+            // nothing can be nearer, so the first step needs no hash.
+            if probe > 0 && self.displacement(i, self.home_of(k, hasher)) < probe {
+                return None;
+            }
+            probe += 1;
+            if probe >= self.capacity {
+                return None;
+            }
+            i = self.next(i);
+        }
+    }
+
+    /// The value stored for `key` (reader: validate before trusting).
+    #[inline(always)]
+    pub(crate) fn find(&self, key: KeyWords, rest: u64, hasher: &KeyHasher) -> Option<[u64; 2]> {
+        self.find_slot(key, rest, hasher)
+            .map(|i| self.slots.value(i))
+    }
+
+    /// Value words of slot `i`.
+    #[inline(always)]
+    pub(crate) fn value_at(&self, i: usize) -> [u64; 2] {
+        self.slots.value(i)
+    }
+
+    /// Writer only: overwrite the value in slot `i`.
+    pub(crate) fn set_value(&self, i: usize, value: [u64; 2]) {
+        let _w = self.write_section();
+        self.slots.store_value(i, value);
+    }
+
+    /// Writer only: add a key known to be absent. The caller ensures
+    /// `len() < max_len()`.
+    pub(crate) fn insert_new(&self, key: KeyWords, value: [u64; 2], rest: u64, hasher: &KeyHasher) {
+        let _w = self.write_section();
+        self.place(key, value, rest, hasher);
+    }
+
+    /// Robin Hood placement of an absent key (no write section: callers open
+    /// one, or the table is not yet published).
+    fn place(&self, key: KeyWords, value: [u64; 2], rest: u64, hasher: &KeyHasher) {
+        debug_assert!(self.len() < self.max_len);
+        let mut carried = [key[0], key[1], value[0], value[1]];
+        let mut i = home_slot(rest, self.capacity);
+        let mut probe = 0;
+        loop {
+            let resident = self.slots.load(i);
+            let resident_key = [resident[0], resident[1]];
+            if resident_key == EMPTY_KEY {
+                self.slots.store(i, carried);
+                break;
+            }
+            let resident_probe = self.displacement(i, self.home_of(resident_key, hasher));
+            if resident_probe < probe {
+                // Take from the rich: the carried entry settles here and the
+                // resident, nearer its home, moves on.
+                self.slots.store(i, carried);
+                carried = resident;
+                probe = resident_probe;
+            }
+            probe += 1;
+            i = self.next(i);
+        }
+        self.len.store(self.len() + 1, Ordering::Relaxed);
+    }
+
+    /// Writer only: remove the entry in slot `i`, shifting the rest of its run
+    /// back so that no tombstone is needed.
+    pub(crate) fn remove_at(&self, i: usize, hasher: &KeyHasher) {
+        let _w = self.write_section();
+        let mut hole = i;
+        loop {
+            let n = self.next(hole);
+            let s = self.slots.load(n);
+            let k = [s[0], s[1]];
+            if k == EMPTY_KEY || self.displacement(n, self.home_of(k, hasher)) == 0 {
+                self.slots.store(hole, [0; SLOT_WORDS]);
+                break;
+            }
+            self.slots.store(hole, s);
+            hole = n;
+        }
+        self.len.store(self.len() - 1, Ordering::Relaxed);
+    }
+
+    /// Writer only: a new, unpublished table of `capacity` slots holding every
+    /// entry of this one, or `None` if the memory cannot be had.
+    pub(crate) fn grown(
+        &self,
+        capacity: usize,
+        max_len: usize,
+        generation: u32,
+        hasher: &KeyHasher,
+        huge_pages: bool,
+    ) -> Option<Table> {
+        let t = Table::new(capacity, max_len, generation, huge_pages)?;
+        for i in 0..self.capacity {
+            let s = self.slots.load(i);
+            let k = [s[0], s[1]];
+            if k != EMPTY_KEY {
+                t.place(k, [s[2], s[3]], hasher.rest(hasher.hash(k)), hasher);
+            }
+        }
+        Some(t)
+    }
+
+    /// Reader: copies every entry into `out` (cleared first) as of one
+    /// version. Returns false if a write overlapped (the copy is then garbage
+    /// and the caller retries, reloading the segment's table).
+    pub(crate) fn try_copy_entries(&self, out: &mut Vec<[u64; SLOT_WORDS]>) -> bool {
+        out.clear();
+        let Some(version) = self.seqlock.read_begin() else {
+            return false;
+        };
+        for i in 0..self.capacity {
+            let s = self.slots.load(i);
+            if [s[0], s[1]] != EMPTY_KEY {
+                out.push(s);
+            }
+        }
+        self.seqlock.read_validate(version)
+    }
+
+    /// Reader: asks the writer to hold off writes to this table for a short,
+    /// bounded time so that a scanner spoiled by writes can finish its copy.
+    pub(crate) fn request_handoff(&self) -> HandoffRequest<'_> {
+        self.scan_handoff.fetch_add(1, Ordering::SeqCst);
+        HandoffRequest(self)
+    }
+
+    /// Writer only: marks this table as replaced (see [`SeqLock::retire`]).
+    pub(crate) fn retire(&self) {
+        self.seqlock.retire();
+    }
+
+    /// Opens a write section, first deferring (boundedly) to a scanner that
+    /// asked for a hand-off.
+    fn write_section(&self) -> WriteSection<'_> {
+        if self.scan_handoff.load(Ordering::SeqCst) != 0 {
+            self.wait_for_handoff();
+        }
+        self.seqlock.write()
+    }
+
+    #[cold]
+    fn wait_for_handoff(&self) {
+        #[cfg(not(uuidmap_loom))]
+        {
+            let start = std::time::Instant::now();
+            while self.scan_handoff.load(Ordering::SeqCst) != 0 && start.elapsed() < MAX_HANDOFF {
+                yield_thread();
+            }
+        }
+        #[cfg(uuidmap_loom)]
+        for _ in 0..2 {
+            if self.scan_handoff.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            yield_thread();
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! [`IndexWriter`]: the only handle that changes the index.
+//!
+//! There is exactly one per index and it is not `Clone`; every mutating method
+//! takes `&mut self`. So "one writer" is a property of the types, and the
+//! tables need no writer-side synchronisation beyond the seqlock that tells
+//! readers when to retry.
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::atomic::Ordering;
+use super::error::{CasError, KeyError};
+use super::growth;
+use super::map::{Index, Shared};
+use super::slot::{check_key, from_words, to_words};
+
+/// The index's single writer.
+pub struct IndexWriter {
+    /// The state shared with the readers.
+    shared: Arc<Shared>,
+}
+
+impl IndexWriter {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        IndexWriter { shared }
+    }
+
+    /// A read handle on the same index.
+    pub fn reader(&self) -> Index {
+        Index {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Sets `key` to `value`, returning the previous value.
+    pub fn insert(&mut self, key: Uuid, value: Uuid) -> Result<Option<Uuid>, KeyError> {
+        check_key(&key)?;
+        let key = to_words(&key);
+        let value = to_words(&value);
+        let hasher = &self.shared.hasher;
+        let hash = hasher.hash(key);
+        let rest = hasher.rest(hash);
+        let segment = hasher.segment(hash);
+        let table = self.shared.segments[segment].writer_table();
+        if let Some(i) = table.find_slot(key, rest, hasher) {
+            let old = table.value_at(i);
+            if old != value {
+                table.set_value(i, value);
+            }
+            return Ok(Some(from_words(old)));
+        }
+        if table.len() >= table.max_len() {
+            grow(&self.shared, segment);
+        }
+        self.shared.segments[segment]
+            .writer_table()
+            .insert_new(key, value, rest, hasher);
+        self.shared.len.fetch_add(1, Ordering::Relaxed);
+        Ok(None)
+    }
+
+    /// Removes `key`, returning its value if it was present.
+    pub fn remove(&mut self, key: &Uuid) -> Option<Uuid> {
+        check_key(key).ok()?;
+        let key = to_words(key);
+        let hasher = &self.shared.hasher;
+        let hash = hasher.hash(key);
+        let table = self.shared.segments[hasher.segment(hash)].writer_table();
+        let i = table.find_slot(key, hasher.rest(hash), hasher)?;
+        let old = table.value_at(i);
+        table.remove_at(i, hasher);
+        self.shared.len.fetch_sub(1, Ordering::Relaxed);
+        Some(from_words(old))
+    }
+
+    /// Sets `key` to `new` only if its current value is `expected`. `None`
+    /// means absent on both sides: `expected = None` inserts only if absent,
+    /// `new = None` removes. On a mismatch nothing changes and the error
+    /// carries the current value.
+    pub fn compare_and_set(
+        &mut self,
+        key: Uuid,
+        expected: Option<Uuid>,
+        new: Option<Uuid>,
+    ) -> Result<(), CasError> {
+        check_key(&key)?;
+        let current = self.get(&key);
+        if current != expected {
+            return Err(CasError::Mismatch { current });
+        }
+        match new {
+            Some(v) => {
+                self.insert(key, v)?;
+            }
+            None => {
+                self.remove(&key);
+            }
+        }
+        Ok(())
+    }
+
+    /// The writer's own view of `key` (no retries: nothing else writes).
+    pub fn get(&self, key: &Uuid) -> Option<Uuid> {
+        check_key(key).ok()?;
+        let key = to_words(key);
+        let hasher = &self.shared.hasher;
+        let hash = hasher.hash(key);
+        let table = self.shared.segments[hasher.segment(hash)].writer_table();
+        table.find(key, hasher.rest(hash), hasher).map(from_words)
+    }
+
+    /// Entries in the index.
+    pub fn len(&self) -> usize {
+        self.shared.len.load(Ordering::Relaxed)
+    }
+
+    /// Whether the index holds no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Replaces `segment`'s table with the next larger one (writer only).
+fn grow(shared: &Shared, segment: usize) {
+    let segments = shared.segments.len();
+    let seg = &shared.segments[segment];
+    let old = seg.writer_table();
+    let generation = (old.generation() + 1).min(growth::MAX_GENERATION);
+    let capacity = growth::capacity(segment, segments, generation);
+    let larger = old
+        .grown(
+            capacity,
+            growth::max_len(capacity),
+            generation,
+            &shared.hasher,
+            shared.huge_pages,
+        )
+        .unwrap_or_else(|| {
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::array::<[u8; 32]>(capacity)
+                    .unwrap_or(std::alloc::Layout::new::<u8>()),
+            )
+        });
+    let (old_bytes, new_bytes) = (old.bytes(), larger.bytes());
+    seg.replace(larger);
+    shared.table_bytes.fetch_add(new_bytes, Ordering::Relaxed);
+    shared.table_bytes.fetch_sub(old_bytes, Ordering::Relaxed);
+}

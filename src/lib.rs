@@ -1,0 +1,19 @@
+//! uuidmap: a lock-free in-memory index from 16-byte UUIDs to 16-byte UUIDs.
+//!
+//! One writer, many readers that never lock. See `ARCHITECTURE.md` for the
+//! layers and their invariants.
+//!
+//! ```
+//! use uuid::Uuid;
+//! let (mut writer, index) = uuidmap::Index::with_capacity(1000);
+//! let file = Uuid::from_u128(1);
+//! let shard = Uuid::from_u128(0xa);
+//! writer.insert(file, shard).unwrap();
+//! assert_eq!(index.get(&file), Some(shard));
+//! // Move the file only if it is still on shard 0xa.
+//! writer.compare_and_set(file, Some(shard), Some(Uuid::from_u128(0xb))).unwrap();
+//! ```
+
+pub mod index;
+
+pub use index::{CasError, Index, IndexBuilder, IndexWriter, KeyError};
