@@ -17,3 +17,8 @@
 pub mod index;
 
 pub use index::{CasError, Index, IndexBuilder, IndexWriter, KeyError};
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

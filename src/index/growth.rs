@@ -19,7 +19,11 @@ pub(crate) const MAX_LOAD: f64 = 0.9;
 pub(crate) const GROWTH: f64 = 1.25;
 
 /// Slots of the smallest table (segment 0, step 0).
+#[cfg(not(uuidmap_loom))]
 const MIN_CAPACITY: f64 = 64.0;
+/// Under loom, tiny tables keep the models' state spaces small.
+#[cfg(uuidmap_loom)]
+const MIN_CAPACITY: f64 = 4.0;
 
 /// Highest growth step: beyond it one segment would exceed 2^48 slots.
 pub(crate) const MAX_GENERATION: u32 = 190;

@@ -19,6 +19,8 @@ mod atomic;
 mod error;
 mod growth;
 pub mod hasher;
+#[cfg(all(test, uuidmap_loom))]
+mod loom_models;
 mod map;
 pub mod scan;
 mod segment;

@@ -17,14 +17,20 @@
 //! (the copy is sorted by key in that case only); the cursor records that key,
 //! and the next page re-copies the segment and emits only greater keys. An entry
 //! present throughout is in both copies and falls on exactly one side of the
-//! recorded key.
+//! recorded key. (While the segment's version has not changed, the next page
+//! continues from the sorted remainder of the previous copy instead: it is
+//! exactly what a new copy would give.)
+//!
+//! A paged scan finishes a segment only if its pages outpace keys inserted
+//! ahead of the cursor in that segment; with any realistic page size they do.
 //!
 //! # Bounded copies under a write stream
 //!
 //! A copy of a large segment can be spoiled by a write again and again. After
 //! [`HANDOFF_AFTER_FAILURES`] spoiled copies the scanner asks the writer for a
 //! *hand-off*: before its next write to that table, the writer waits (at most
-//! 2 ms) until the scanner has finished its copy. So a scanner needs at most a
+//! 2 ms plus 100 ns per slot, enough for a whole copy) until the scanner has
+//! finished its copy. So a scanner needs at most a
 //! few retries plus one short pause of the writer, and the writer is never held
 //! longer than that.
 
@@ -189,17 +195,26 @@ pub struct Scanner {
     filter: Option<ValueFilter>,
     /// The last consistent copy of a segment (reused between segments).
     copy: Vec<[u64; SLOT_WORDS]>,
-    /// Entries of the current segment that pass the filter and the cursor.
+    /// Entries of the current segment's copy that pass the filter and come
+    /// after the cursor; `matching[matching_pos..]` are not yet returned.
     matching: Vec<(Uuid, Uuid)>,
+    matching_pos: usize,
+    /// Whether `matching[matching_pos..]` is sorted by key (needed only when
+    /// a page ends inside the segment).
+    rest_sorted: bool,
+    /// The table and version `matching` was copied from. While the segment
+    /// still has that table at that version, the next page continues from
+    /// `matching` instead of copying the segment again. Only compared, never
+    /// dereferenced. (Should a freed table's address be reused by a new table
+    /// at the same version, the remainder is merely stale: every entry present
+    /// throughout the scan is still in it, so the contract holds.)
+    rest_of: Option<(*const Table, u64)>,
     /// Buffered page for the iterator interface, and the position in it.
     page: Vec<(Uuid, Uuid)>,
     page_pos: usize,
     /// Hand-offs this scanner asked the writer for (diagnostics, tests).
     handoffs: u64,
 }
-
-/// Entries per page when a [`Scanner`] is used as an iterator.
-const ITER_PAGE: usize = 4096;
 
 impl Scanner {
     /// Resumes a scan of `index` at `cursor`, returning only entries whose
@@ -225,6 +240,9 @@ impl Scanner {
             filter,
             copy: Vec::new(),
             matching: Vec::new(),
+            matching_pos: 0,
+            rest_sorted: false,
+            rest_of: None,
             page: Vec::new(),
             page_pos: 0,
             handoffs: 0,
@@ -247,55 +265,102 @@ impl Scanner {
     pub fn next_page(&mut self, limit: usize, out: &mut Vec<(Uuid, Uuid)>) -> usize {
         let mut added = 0;
         while added < limit && !self.cursor.is_done() {
-            self.copy_segment(self.cursor.next_segment as usize);
-            let after = self.cursor.after;
-            self.matching.clear();
-            for s in &self.copy {
-                let value = [s[2], s[3]];
-                if self
-                    .filter
-                    .as_ref()
-                    .is_some_and(|f| !f.matches_words(value))
-                {
-                    continue;
-                }
-                let key = from_words([s[0], s[1]]);
-                if after.is_some_and(|a| key <= a) {
-                    continue;
-                }
-                self.matching.push((key, from_words(value)));
+            if !self.rest_is_current() {
+                self.load_segment();
             }
+            let rest = &mut self.matching[self.matching_pos..];
             let room = limit - added;
-            if self.matching.len() <= room {
-                out.extend_from_slice(&self.matching);
-                added += self.matching.len();
-                self.cursor.next_segment += 1;
-                self.cursor.after = None;
+            if rest.len() <= room {
+                out.extend_from_slice(rest);
+                added += rest.len();
+                self.finish_segment();
             } else {
-                self.matching.sort_unstable_by_key(|&(k, _)| k);
-                out.extend_from_slice(&self.matching[..room]);
+                if !self.rest_sorted {
+                    rest.sort_unstable_by_key(|&(k, _)| k);
+                    self.rest_sorted = true;
+                }
+                out.extend_from_slice(&rest[..room]);
                 added += room;
-                self.cursor.after = Some(self.matching[room - 1].0);
+                self.matching_pos += room;
+                self.cursor.after = Some(self.matching[self.matching_pos - 1].0);
             }
         }
         added
     }
 
-    /// Copies segment `segment` into `self.copy`, consistently.
-    fn copy_segment(&mut self, segment: usize) {
+    /// Appends the rest of the current segment to `out` (everything the
+    /// cursor has not returned yet) and moves to the next segment. Returns
+    /// how many were appended; `None` when the scan is done. One consistent
+    /// copy per segment, no sorting: the cheapest way through a whole index.
+    pub fn next_segment(&mut self, out: &mut Vec<(Uuid, Uuid)>) -> Option<usize> {
+        if self.cursor.is_done() {
+            return None;
+        }
+        if !self.rest_is_current() {
+            self.load_segment();
+        }
+        let rest = &self.matching[self.matching_pos..];
+        out.extend_from_slice(rest);
+        let n = rest.len();
+        self.finish_segment();
+        Some(n)
+    }
+
+    /// Whether `matching[matching_pos..]` is still exactly what a fresh copy
+    /// of the current segment would give: same table, same version.
+    fn rest_is_current(&self) -> bool {
+        let Some((table, version)) = self.rest_of else {
+            return false;
+        };
+        let guard = epoch::pin();
+        let current = self.index.shared.segments[self.cursor.next_segment as usize].load(&guard);
+        std::ptr::eq(current, table) && current.seqlock().read_begin() == Some(version)
+    }
+
+    /// Copies the current segment and keeps the entries that pass the filter
+    /// and come after the cursor.
+    fn load_segment(&mut self) {
+        let (table, version) = self.copy_segment(self.cursor.next_segment as usize);
+        let after = self.cursor.after;
+        self.matching.clear();
+        for s in &self.copy {
+            let value = [s[2], s[3]];
+            if self.filter.as_ref().is_some_and(|f| !f.matches_words(value)) {
+                continue;
+            }
+            let key = from_words([s[0], s[1]]);
+            if after.is_some_and(|a| key <= a) {
+                continue;
+            }
+            self.matching.push((key, from_words(value)));
+        }
+        self.matching_pos = 0;
+        self.rest_sorted = false;
+        self.rest_of = Some((table, version));
+    }
+
+    fn finish_segment(&mut self) {
+        self.cursor.next_segment += 1;
+        self.cursor.after = None;
+        self.matching.clear();
+        self.matching_pos = 0;
+        self.rest_of = None;
+    }
+
+    /// Copies segment `segment` into `self.copy`, consistently; returns the
+    /// table copied and its version.
+    fn copy_segment(&mut self, segment: usize) -> (*const Table, u64) {
         let guard = epoch::pin();
         let segment = &self.index.shared.segments[segment];
         let mut failures = 0u32;
         let mut handoff: Option<(*const Table, HandoffRequest<'_>)> = None;
         loop {
             let table = segment.load(&guard);
-            if table.try_copy_entries(&mut self.copy) {
-                return;
+            if let Some(version) = table.try_copy_entries(&mut self.copy) {
+                return (table, version);
             }
             failures += 1;
-            let asked_this_table = handoff
-                .as_ref()
-                .is_some_and(|(t, _)| std::ptr::eq(*t, table));
+            let asked_this_table = handoff.as_ref().is_some_and(|(t, _)| std::ptr::eq(*t, table));
             if failures >= HANDOFF_AFTER_FAILURES && !asked_this_table {
                 handoff = Some((table, table.request_handoff()));
                 self.handoffs += 1;
@@ -312,16 +377,15 @@ impl Scanner {
 impl Iterator for Scanner {
     type Item = (Uuid, Uuid);
 
+    /// Walks whole segments (one copy each, see [`Scanner::next_segment`]).
     fn next(&mut self) -> Option<(Uuid, Uuid)> {
-        if self.page_pos == self.page.len() {
+        while self.page_pos == self.page.len() {
             let mut page = std::mem::take(&mut self.page);
             page.clear();
             self.page_pos = 0;
-            let n = self.next_page(ITER_PAGE, &mut page);
+            let more = self.next_segment(&mut page);
             self.page = page;
-            if n == 0 {
-                return None;
-            }
+            more?;
         }
         let e = self.page[self.page_pos];
         self.page_pos += 1;

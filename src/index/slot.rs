@@ -14,7 +14,6 @@ use uuid::Uuid;
 
 use super::error::KeyError;
 
-
 /// One entry as it lies in a slot array: key bytes, then value bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Pod, Zeroable)]
 #[repr(C)]

@@ -14,6 +14,7 @@ use super::atomic::{AtomicU64, Ordering};
 use super::slot::{KeyWords, SLOT_WORDS};
 
 /// Arrays at least this large are aligned for, and advised as, huge pages.
+#[cfg(not(uuidmap_loom))]
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 /// Owned, zero-initialised slot memory.
@@ -24,6 +25,12 @@ pub(crate) struct SlotArray {
     /// Under loom, atomics are model objects and live in a boxed slice.
     #[cfg(uuidmap_loom)]
     words: Box<[AtomicU64]>,
+    /// Under loom, a stand-in for the array's memory: every access to the
+    /// words reads it and dropping the array writes it, so loom reports a free
+    /// that is not ordered after every use (what epoch reclamation must
+    /// guarantee) and a use not ordered after the array was created.
+    #[cfg(uuidmap_loom)]
+    alive: loom::cell::UnsafeCell<()>,
     /// Number of slots.
     capacity: usize,
 }
@@ -61,7 +68,11 @@ impl SlotArray {
         let words = (0..capacity * SLOT_WORDS)
             .map(|_| AtomicU64::new(0))
             .collect();
-        Some(SlotArray { words, capacity })
+        Some(SlotArray {
+            words,
+            alive: loom::cell::UnsafeCell::new(()),
+            capacity,
+        })
     }
 
     #[cfg(not(uuidmap_loom))]
@@ -86,7 +97,10 @@ impl SlotArray {
             std::slice::from_raw_parts(self.words.as_ptr(), self.capacity * SLOT_WORDS)
         }
         #[cfg(uuidmap_loom)]
-        &self.words
+        {
+            self.alive.with(|_| ());
+            &self.words
+        }
     }
 
     /// The address of slot `i`, for software prefetch.
@@ -147,5 +161,14 @@ impl Drop for SlotArray {
         // SAFETY: `words` was allocated by `alloc_zeroed` with this same layout
         // (same capacity), and nothing can reference it once `self` is dropped.
         unsafe { std::alloc::dealloc(self.words.as_ptr().cast(), layout) }
+    }
+}
+
+#[cfg(uuidmap_loom)]
+impl Drop for SlotArray {
+    fn drop(&mut self) {
+        // Tell loom the memory is gone: it checks that every access to the
+        // words happened before this point.
+        self.alive.with_mut(|_| ());
     }
 }

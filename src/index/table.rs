@@ -29,9 +29,15 @@ use super::slot::{EMPTY_KEY, KeyWords, SLOT_WORDS};
 use super::slot_array::SlotArray;
 
 /// How long the writer defers to a scanner that asked for a hand-off (a
-/// scanner whose copy was spoiled by writes several times in a row).
+/// scanner whose copy was spoiled by writes several times in a row): a fixed
+/// part, plus a part per slot so that the pause always covers one whole copy
+/// of the table (a copy runs at a few ns per slot; 100 ns leaves room for a
+/// slow or preempted scanner). The bound keeps a stalled scanner from holding
+/// the writer up for longer.
 #[cfg(not(uuidmap_loom))]
-const MAX_HANDOFF: std::time::Duration = std::time::Duration::from_millis(2);
+const HANDOFF_BASE: std::time::Duration = std::time::Duration::from_millis(2);
+#[cfg(not(uuidmap_loom))]
+const HANDOFF_PER_SLOT_NS: u64 = 100;
 
 /// One table of a segment.
 #[repr(align(64))]
@@ -53,6 +59,15 @@ pub(crate) struct Table {
     len: AtomicUsize,
     /// The slots.
     slots: SlotArray,
+}
+
+/// Where a probe for a key ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// The key is in this slot.
+    Found(usize),
+    /// The key is absent; this is where it would be inserted.
+    Vacant(usize),
 }
 
 /// A scanner's request for the writer to hold off; withdrawn on drop.
@@ -132,31 +147,43 @@ impl Table {
         home_slot(hasher.rest(hasher.hash(key)), self.capacity)
     }
 
-    /// The slot holding `key`, if any. Readers must validate the result under
-    /// the seqlock; torn slots can only make it wrong, never loop or fault.
+    /// Where `key` is, or where it would go. Readers must validate the
+    /// result under the seqlock; torn slots can only make it wrong, never loop
+    /// or fault.
     #[inline(always)]
-    pub(crate) fn find_slot(&self, key: KeyWords, rest: u64, hasher: &KeyHasher) -> Option<usize> {
+    pub(crate) fn probe(&self, key: KeyWords, rest: u64, hasher: &KeyHasher) -> Probe {
         let mut i = home_slot(rest, self.capacity);
         let mut probe = 0;
         loop {
             let k = self.slots.key(i);
             if k == key {
-                return Some(i);
+                return Probe::Found(i);
             }
             if k == EMPTY_KEY {
-                return None;
+                return Probe::Vacant(i);
             }
             // A resident nearer its home than we are to ours means the key
-            // would have been placed before it: it is absent. At distance 0
-            // nothing can be nearer, so the first step needs no hash.
+            // would have been placed before it: it is absent, and belongs
+            // here. At distance 0 nothing can be nearer, so the first step
+            // needs no hash.
             if probe > 0 && self.displacement(i, self.home_of(k, hasher)) < probe {
-                return None;
+                return Probe::Vacant(i);
             }
             probe += 1;
             if probe >= self.capacity {
-                return None;
+                // Only a torn read can get here; the reader will retry.
+                return Probe::Vacant(i);
             }
             i = self.next(i);
+        }
+    }
+
+    /// The slot holding `key`, if any (reader: validate before trusting).
+    #[inline(always)]
+    pub(crate) fn find_slot(&self, key: KeyWords, rest: u64, hasher: &KeyHasher) -> Option<usize> {
+        match self.probe(key, rest, hasher) {
+            Probe::Found(i) => Some(i),
+            Probe::Vacant(_) => None,
         }
     }
 
@@ -182,35 +209,33 @@ impl Table {
     /// Writer only: add a key known to be absent. The caller ensures
     /// `len() < max_len()`.
     pub(crate) fn insert_new(&self, key: KeyWords, value: [u64; 2], rest: u64, hasher: &KeyHasher) {
-        let _w = self.write_section();
-        self.place(key, value, rest, hasher);
+        match self.probe(key, rest, hasher) {
+            Probe::Vacant(at) => self.insert_at(at, key, value),
+            Probe::Found(_) => debug_assert!(false, "insert_new of a present key"),
+        }
     }
 
-    /// Robin Hood placement of an absent key (no write section: callers open
-    /// one, or the table is not yet published).
-    fn place(&self, key: KeyWords, value: [u64; 2], rest: u64, hasher: &KeyHasher) {
+    /// Writer only: puts an absent key at `at`, the position [`Table::probe`]
+    /// returned for it. The caller ensures `len() < max_len()`.
+    ///
+    /// A run of occupied slots is ordered by home, and the key's home is
+    /// after every resident's before `at` and before every resident's from
+    /// `at` on; so the Robin Hood insertion is: shift the residents from `at`
+    /// up to the next empty slot forward by one, and store the key at `at`.
+    /// No resident needs rehashing.
+    pub(crate) fn insert_at(&self, at: usize, key: KeyWords, value: [u64; 2]) {
         debug_assert!(self.len() < self.max_len);
-        let mut carried = [key[0], key[1], value[0], value[1]];
-        let mut i = home_slot(rest, self.capacity);
-        let mut probe = 0;
-        loop {
-            let resident = self.slots.load(i);
-            let resident_key = [resident[0], resident[1]];
-            if resident_key == EMPTY_KEY {
-                self.slots.store(i, carried);
-                break;
-            }
-            let resident_probe = self.displacement(i, self.home_of(resident_key, hasher));
-            if resident_probe < probe {
-                // Take from the rich: the carried entry settles here and the
-                // resident, nearer its home, moves on.
-                self.slots.store(i, carried);
-                carried = resident;
-                probe = resident_probe;
-            }
-            probe += 1;
-            i = self.next(i);
+        let _w = self.write_section();
+        let mut empty = at;
+        while self.slots.key(empty) != EMPTY_KEY {
+            empty = self.next(empty);
         }
+        while empty != at {
+            let prev = if empty == 0 { self.capacity - 1 } else { empty - 1 };
+            self.slots.store(empty, self.slots.load(prev));
+            empty = prev;
+        }
+        self.slots.store(at, [key[0], key[1], value[0], value[1]]);
         self.len.store(self.len() + 1, Ordering::Relaxed);
     }
 
@@ -248,27 +273,26 @@ impl Table {
             let s = self.slots.load(i);
             let k = [s[0], s[1]];
             if k != EMPTY_KEY {
-                t.place(k, [s[2], s[3]], hasher.rest(hasher.hash(k)), hasher);
+                t.insert_new(k, [s[2], s[3]], hasher.rest(hasher.hash(k)), hasher);
             }
         }
         Some(t)
     }
 
     /// Reader: copies every entry into `out` (cleared first) as of one
-    /// version. Returns false if a write overlapped (the copy is then garbage
-    /// and the caller retries, reloading the segment's table).
-    pub(crate) fn try_copy_entries(&self, out: &mut Vec<[u64; SLOT_WORDS]>) -> bool {
+    /// version, and returns that version. Returns `None` if a write overlapped
+    /// (the copy is then garbage and the caller retries, reloading the
+    /// segment's table).
+    pub(crate) fn try_copy_entries(&self, out: &mut Vec<[u64; SLOT_WORDS]>) -> Option<u64> {
         out.clear();
-        let Some(version) = self.seqlock.read_begin() else {
-            return false;
-        };
+        let version = self.seqlock.read_begin()?;
         for i in 0..self.capacity {
             let s = self.slots.load(i);
             if [s[0], s[1]] != EMPTY_KEY {
                 out.push(s);
             }
         }
-        self.seqlock.read_validate(version)
+        self.seqlock.read_validate(version).then_some(version)
     }
 
     /// Reader: asks the writer to hold off writes to this table for a short,
@@ -296,8 +320,10 @@ impl Table {
     fn wait_for_handoff(&self) {
         #[cfg(not(uuidmap_loom))]
         {
+            let limit = HANDOFF_BASE
+                + std::time::Duration::from_nanos(self.capacity as u64 * HANDOFF_PER_SLOT_NS);
             let start = std::time::Instant::now();
-            while self.scan_handoff.load(Ordering::SeqCst) != 0 && start.elapsed() < MAX_HANDOFF {
+            while self.scan_handoff.load(Ordering::SeqCst) != 0 && start.elapsed() < limit {
                 yield_thread();
             }
         }

@@ -14,6 +14,7 @@ use super::error::{CasError, KeyError};
 use super::growth;
 use super::map::{Index, Shared};
 use super::slot::{check_key, from_words, to_words};
+use super::table::Probe;
 
 /// The index's single writer.
 pub struct IndexWriter {
@@ -42,21 +43,29 @@ impl IndexWriter {
         let hash = hasher.hash(key);
         let rest = hasher.rest(hash);
         let segment = hasher.segment(hash);
-        let table = self.shared.segments[segment].writer_table();
-        if let Some(i) = table.find_slot(key, rest, hasher) {
-            let old = table.value_at(i);
-            if old != value {
-                table.set_value(i, value);
-            }
-            return Ok(Some(from_words(old)));
-        }
-        if table.len() >= table.max_len() {
+        // Grow before probing, so that one probe serves both the update and
+        // the insertion (a full table grows one operation early when the key
+        // turns out to be present: harmless).
+        let current = self.shared.segments[segment].writer_table();
+        if current.len() >= current.max_len() {
             grow(&self.shared, segment);
         }
-        self.shared.segments[segment]
-            .writer_table()
-            .insert_new(key, value, rest, hasher);
-        self.shared.len.fetch_add(1, Ordering::Relaxed);
+        let table = self.shared.segments[segment].writer_table();
+        let at = match table.probe(key, rest, hasher) {
+            Probe::Found(i) => {
+                let old = table.value_at(i);
+                if old != value {
+                    table.set_value(i, value);
+                }
+                return Ok(Some(from_words(old)));
+            }
+            Probe::Vacant(at) => at,
+        };
+        table.insert_at(at, key, value);
+        // Only the writer changes `len`: a plain store, no read-modify-write
+        // (a locked instruction would serialise the writer's cache misses).
+        let len = &self.shared.len;
+        len.store(len.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         Ok(None)
     }
 
@@ -70,7 +79,8 @@ impl IndexWriter {
         let i = table.find_slot(key, hasher.rest(hash), hasher)?;
         let old = table.value_at(i);
         table.remove_at(i, hasher);
-        self.shared.len.fetch_sub(1, Ordering::Relaxed);
+        let len = &self.shared.len;
+        len.store(len.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
         Some(from_words(old))
     }
 

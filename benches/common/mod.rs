@@ -1,0 +1,142 @@
+//! Shared set-up for the uuidmap benchmarks: the allocator, the sizes to run,
+//! and the key sets.
+//!
+//! Every benchmark of one run uses the same keys (a fixed seed), so the maps
+//! are compared on identical inputs. Keys are v4-like random UUIDs; values are
+//! random too, derived from the key's position so they need no second array.
+//!
+//! Each bench binary uses a subset of these helpers, hence the `dead_code`
+//! allowance below.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng, rngs::Xoshiro256PlusPlus};
+use uuid::Uuid;
+
+/// jemalloc serves every allocation, so memory figures come from its
+/// statistics and every map allocates through the same allocator.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Environment variable with the entry counts to run, comma-separated
+/// (`1000000,10000000`, `1M,10M` or `100k`).
+pub const SIZES_ENV: &str = "UUIDMAP_BENCH_SIZES";
+
+/// Seed of the stored keys.
+pub const KEY_SEED: u64 = 0x7575_6964_6d61_7001;
+
+/// Seed of the keys that are never stored (misses, keys inserted later).
+pub const OTHER_KEY_SEED: u64 = 0x7575_6964_6d61_7002;
+
+/// Seed of lookup orders.
+pub const ORDER_SEED: u64 = 0x7575_6964_6d61_7003;
+
+/// The hasher given to every peer map: ahash, as uuidmap itself hashes with
+/// (seeded) ahash, so the comparison is between table designs rather than
+/// hash functions.
+pub type PeerHasher = ahash::RandomState;
+
+/// Entry count used when the binary runs as a test (`cargo test --benches`
+/// or `--all-targets`) rather than as a benchmark, so that a test run only
+/// checks that the benchmark works.
+pub const TEST_SIZE: usize = 20_000;
+
+/// Whether this is a benchmark run: `cargo bench` passes `--bench`; `cargo
+/// test` does not.
+pub fn bench_mode() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// The sizes to run: `UUIDMAP_BENCH_SIZES` if set, else `default` (or
+/// [`TEST_SIZE`] under `cargo test`). Prints which sizes were chosen and where
+/// they came from.
+pub fn bench_sizes(bench: &str, default: &[usize]) -> Vec<usize> {
+    let (sizes, from) = match std::env::var(SIZES_ENV) {
+        Ok(s) if !s.trim().is_empty() => (
+            s.split(',')
+                .map(|p| {
+                    parse_count(p).unwrap_or_else(|| panic!("{SIZES_ENV}: bad entry count {p:?}"))
+                })
+                .collect::<Vec<_>>(),
+            SIZES_ENV,
+        ),
+        _ if !bench_mode() => (vec![TEST_SIZE], "test mode: no --bench argument"),
+        _ => (default.to_vec(), "default"),
+    };
+    assert!(
+        sizes.iter().all(|&n| n > 0),
+        "{SIZES_ENV}: sizes must be positive"
+    );
+    let shown: Vec<String> = sizes.iter().map(|&n| label(n)).collect();
+    eprintln!("{bench}: sizes {} ({from})", shown.join(", "));
+    sizes
+}
+
+/// Parses `1000000`, `1_000_000`, `1M`, `250k`.
+fn parse_count(s: &str) -> Option<usize> {
+    let s = s.trim().replace('_', "");
+    let (digits, scale) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1_000),
+        'm' | 'M' => (&s[..s.len() - 1], 1_000_000),
+        _ => (&s[..], 1),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(scale)
+}
+
+/// A short name for an entry count: `10M`, `100k`, `1234`.
+pub fn label(n: usize) -> String {
+    if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1_000 && n.is_multiple_of(1_000) {
+        format!("{}k", n / 1_000)
+    } else {
+        n.to_string()
+    }
+}
+
+/// `n` random v4-like UUIDs from `seed` (122 random bits: version 4, RFC 4122
+/// variant), so never the nil or max UUID that the index rejects.
+///
+/// Collisions among 122-bit keys are so unlikely at these sizes (p < 10^-22
+/// at 20M) that the keys are treated as distinct.
+pub fn random_keys(n: usize, seed: u64) -> Vec<Uuid> {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    (0..n)
+        .map(|_| {
+            let key =
+                uuid::Builder::from_random_bytes(rng.random::<u128>().to_le_bytes()).into_uuid();
+            debug_assert!(!key.is_nil() && !key.is_max());
+            key
+        })
+        .collect()
+}
+
+/// The value stored for the `i`-th key: a random UUID derived from `i`
+/// (splitmix64), the same in every map.
+pub fn value_for(i: usize) -> Uuid {
+    let lo = splitmix64(i as u64);
+    let hi = splitmix64(lo);
+    Uuid::from_u64_pair(hi, lo)
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `keys` in a random order, for lookups that jump around memory rather than
+/// follow insertion order.
+pub fn shuffled(keys: &[Uuid], seed: u64) -> Vec<Uuid> {
+    let mut order = keys.to_vec();
+    order.shuffle(&mut Xoshiro256PlusPlus::seed_from_u64(seed));
+    order
+}
+
+/// `rate` per second as `12.3 M/s`.
+pub fn per_second(count: usize, elapsed: Duration) -> String {
+    format!("{:.2} M/s", count as f64 / elapsed.as_secs_f64() / 1e6)
+}
