@@ -50,7 +50,7 @@ fn main() {
 }
 
 fn selftest(entries: usize, threads: usize) -> Result<(), String> {
-    let keys: Vec<Uuid> = (0..entries).map(|_| Uuid::new_v4()).collect();
+    let keys = random_keys(entries);
     let (mut writer, index) = Index::builder()
         .capacity(entries)
         .build()
@@ -108,6 +108,25 @@ fn selftest(entries: usize, threads: usize) -> Result<(), String> {
     );
     println!("verified          every entry read back; full scan complete");
     Ok(())
+}
+
+/// `n` distinct-looking random v4 UUIDs, fast: a splitmix64 stream seeded once
+/// from the OS (one `getrandom` per key would dominate the run).
+fn random_keys(n: usize) -> Vec<Uuid> {
+    let mut state = Uuid::new_v4().as_u64_pair().0;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    (0..n)
+        .map(|_| {
+            let bytes = ((next() as u128) << 64 | next() as u128).to_le_bytes();
+            uuid::Builder::from_random_bytes(bytes).into_uuid()
+        })
+        .collect()
 }
 
 /// A value derived from the key, so that reading it back proves it.
