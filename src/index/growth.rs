@@ -23,7 +23,7 @@ pub(crate) const GROWTH: f64 = 1.25;
 const MIN_CAPACITY: f64 = 64.0;
 /// Under loom, tiny tables keep the models' state spaces small.
 #[cfg(uuidmap_loom)]
-const MIN_CAPACITY: f64 = 4.0;
+const MIN_CAPACITY: f64 = 2.0;
 
 /// Highest growth step: beyond it one segment would exceed 2^48 slots.
 pub(crate) const MAX_GENERATION: u32 = 190;

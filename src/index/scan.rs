@@ -325,7 +325,11 @@ impl Scanner {
         self.matching.clear();
         for s in &self.copy {
             let value = [s[2], s[3]];
-            if self.filter.as_ref().is_some_and(|f| !f.matches_words(value)) {
+            if self
+                .filter
+                .as_ref()
+                .is_some_and(|f| !f.matches_words(value))
+            {
                 continue;
             }
             let key = from_words([s[0], s[1]]);
@@ -360,7 +364,9 @@ impl Scanner {
                 return (table, version);
             }
             failures += 1;
-            let asked_this_table = handoff.as_ref().is_some_and(|(t, _)| std::ptr::eq(*t, table));
+            let asked_this_table = handoff
+                .as_ref()
+                .is_some_and(|(t, _)| std::ptr::eq(*t, table));
             if failures >= HANDOFF_AFTER_FAILURES && !asked_this_table {
                 handoff = Some((table, table.request_handoff()));
                 self.handoffs += 1;

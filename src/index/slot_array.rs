@@ -25,12 +25,6 @@ pub(crate) struct SlotArray {
     /// Under loom, atomics are model objects and live in a boxed slice.
     #[cfg(uuidmap_loom)]
     words: Box<[AtomicU64]>,
-    /// Under loom, a stand-in for the array's memory: every access to the
-    /// words reads it and dropping the array writes it, so loom reports a free
-    /// that is not ordered after every use (what epoch reclamation must
-    /// guarantee) and a use not ordered after the array was created.
-    #[cfg(uuidmap_loom)]
-    alive: loom::cell::UnsafeCell<()>,
     /// Number of slots.
     capacity: usize,
 }
@@ -68,11 +62,7 @@ impl SlotArray {
         let words = (0..capacity * SLOT_WORDS)
             .map(|_| AtomicU64::new(0))
             .collect();
-        Some(SlotArray {
-            words,
-            alive: loom::cell::UnsafeCell::new(()),
-            capacity,
-        })
+        Some(SlotArray { words, capacity })
     }
 
     #[cfg(not(uuidmap_loom))]
@@ -97,10 +87,7 @@ impl SlotArray {
             std::slice::from_raw_parts(self.words.as_ptr(), self.capacity * SLOT_WORDS)
         }
         #[cfg(uuidmap_loom)]
-        {
-            self.alive.with(|_| ());
-            &self.words
-        }
+        &self.words
     }
 
     /// The address of slot `i`, for software prefetch.
@@ -167,8 +154,11 @@ impl Drop for SlotArray {
 #[cfg(uuidmap_loom)]
 impl Drop for SlotArray {
     fn drop(&mut self) {
-        // Tell loom the memory is gone: it checks that every access to the
-        // words happened before this point.
-        self.alive.with_mut(|_| ());
+        // Tell loom the words are gone: an unsynchronised access (`with_mut`)
+        // panics unless every load and store of the word happened before it,
+        // so a table freed while a reader may still use it is reported.
+        for word in self.words.iter_mut() {
+            word.with_mut(|_| ());
+        }
     }
 }

@@ -206,15 +206,6 @@ impl Table {
         self.slots.store_value(i, value);
     }
 
-    /// Writer only: add a key known to be absent. The caller ensures
-    /// `len() < max_len()`.
-    pub(crate) fn insert_new(&self, key: KeyWords, value: [u64; 2], rest: u64, hasher: &KeyHasher) {
-        match self.probe(key, rest, hasher) {
-            Probe::Vacant(at) => self.insert_at(at, key, value),
-            Probe::Found(_) => debug_assert!(false, "insert_new of a present key"),
-        }
-    }
-
     /// Writer only: puts an absent key at `at`, the position [`Table::probe`]
     /// returned for it. The caller ensures `len() < max_len()`.
     ///
@@ -224,14 +215,24 @@ impl Table {
     /// up to the next empty slot forward by one, and store the key at `at`.
     /// No resident needs rehashing.
     pub(crate) fn insert_at(&self, at: usize, key: KeyWords, value: [u64; 2]) {
-        debug_assert!(self.len() < self.max_len);
         let _w = self.write_section();
+        self.shift_in(at, key, value);
+    }
+
+    /// The shift of [`Table::insert_at`], without a write section: for
+    /// callers that open one, or tables no reader can see yet.
+    fn shift_in(&self, at: usize, key: KeyWords, value: [u64; 2]) {
+        debug_assert!(self.len() < self.max_len);
         let mut empty = at;
         while self.slots.key(empty) != EMPTY_KEY {
             empty = self.next(empty);
         }
         while empty != at {
-            let prev = if empty == 0 { self.capacity - 1 } else { empty - 1 };
+            let prev = if empty == 0 {
+                self.capacity - 1
+            } else {
+                empty - 1
+            };
             self.slots.store(empty, self.slots.load(prev));
             empty = prev;
         }
@@ -273,7 +274,10 @@ impl Table {
             let s = self.slots.load(i);
             let k = [s[0], s[1]];
             if k != EMPTY_KEY {
-                t.insert_new(k, [s[2], s[3]], hasher.rest(hasher.hash(k)), hasher);
+                // `t` is not published yet: no write sections needed.
+                if let Probe::Vacant(at) = t.probe(k, hasher.rest(hasher.hash(k)), hasher) {
+                    t.shift_in(at, k, [s[2], s[3]]);
+                }
             }
         }
         Some(t)
