@@ -362,7 +362,9 @@ fn loom_segment_growth_keeps_keys_readable_and_frees_the_old_table_after_readers
                 // table is, so both are run by the same collection: the flag
                 // tells whether the old table was freed while the model ran.
                 epoch::pin().defer(move || freed.store(true, std::sync::atomic::Ordering::Relaxed));
-                segment.replace(larger);
+                // No receiver: the deferred send fails and the old table is
+                // dropped inside the epoch's deferred function, as before.
+                segment.replace(larger, &std::sync::mpsc::channel().0);
             })
         };
         let reader = {

@@ -13,6 +13,8 @@
 //! and trusts nothing it read from it until the table's seqlock validates.
 //! **Architecture Invariant:** only the writer swaps or frees tables.
 
+use std::sync::mpsc::Sender;
+
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
 use super::atomic::{Ordering, spin_pause};
@@ -74,8 +76,17 @@ impl Segment {
     }
 
     /// Writer only: publishes `larger` in place of the current table, retires
-    /// the old one and schedules it to be freed.
-    pub(crate) fn replace(&self, larger: Table) {
+    /// the old one, and schedules it to be handed to `retired` once no reader
+    /// can hold it.
+    ///
+    /// The epoch's deferred functions run on whichever thread collects, often
+    /// a reader inside `pin()`; freeing a large table there (an allocator
+    /// call that can take microseconds and contend with the writer's
+    /// allocations) showed up as lookup latency spikes during growth. So the
+    /// deferred function only moves the table into a channel, and the writer
+    /// frees it (see `IndexWriter::reclaim`). If the writer is gone, the send
+    /// fails and the table is dropped where it is.
+    pub(crate) fn replace(&self, larger: Table, retired: &Sender<Box<Table>>) {
         let guard = epoch::pin();
         let old = self
             .table
@@ -83,9 +94,17 @@ impl Segment {
         // SAFETY: `old` was the current table until the swap; only the writer
         // frees tables, so it is still alive here.
         unsafe { old.deref() }.retire();
-        // SAFETY: `old` is unlinked (no new reader can load it), and it is
-        // destroyed only after every guard that might have loaded it is gone.
-        unsafe { guard.defer_destroy(old) };
+        let retired = retired.clone();
+        // SAFETY: `old` is unlinked (no new reader can load it), and the
+        // closure takes ownership of it only after every guard that might
+        // have loaded it is gone; nothing else frees it.
+        unsafe {
+            guard.defer_unchecked(move || {
+                let table = old.into_owned().into_box();
+                // A failed send returns the table, which is then dropped here.
+                let _ = retired.send(table);
+            });
+        }
         guard.flush();
     }
 }

@@ -242,18 +242,28 @@ impl Table {
     /// up to the next empty slot forward by one, and store the key at `at`.
     /// No resident needs rehashing.
     pub(crate) fn insert_at(&self, at: usize, key: KeyWords, value: [u64; 2]) {
+        // Find the end of the run before opening the write section: at high
+        // load the run can span many cache lines, and readers of this table
+        // retry for as long as the section is open.
+        let empty = self.run_end(at);
         let _w = self.write_section();
-        self.shift_in(at, key, value);
+        self.shift_in(at, empty, key, value);
     }
 
-    /// The shift of [`Table::insert_at`], without a write section: for
-    /// callers that open one, or tables no reader can see yet.
-    fn shift_in(&self, at: usize, key: KeyWords, value: [u64; 2]) {
-        debug_assert!(self.len() < self.max_len);
+    /// The first empty slot at or after `at` (one always exists).
+    fn run_end(&self, at: usize) -> usize {
         let mut empty = at;
         while self.slots.key(empty) != EMPTY_KEY {
             empty = self.next(empty);
         }
+        empty
+    }
+
+    /// The shift of [`Table::insert_at`], without a write section: for
+    /// callers that open one, or tables no reader can see yet. `empty` is
+    /// [`Table::run_end`] of `at`.
+    fn shift_in(&self, at: usize, mut empty: usize, key: KeyWords, value: [u64; 2]) {
+        debug_assert!(self.len() < self.max_len);
         while empty != at {
             let prev = if empty == 0 {
                 self.capacity - 1
@@ -303,7 +313,7 @@ impl Table {
             if k != EMPTY_KEY {
                 // `t` is not published yet: no write sections needed.
                 if let Probe::Vacant(at) = t.probe(k, hasher.rest(hasher.hash(k)), hasher) {
-                    t.shift_in(at, k, [s[2], s[3]]);
+                    t.shift_in(at, t.run_end(at), k, [s[2], s[3]]);
                 }
             }
         }

@@ -6,6 +6,7 @@
 //! readers when to retry.
 
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
 
 use uuid::Uuid;
 
@@ -14,17 +15,26 @@ use super::error::{CasError, KeyError};
 use super::growth;
 use super::map::{Index, Shared};
 use super::slot::{check_key, from_words, to_words};
-use super::table::Probe;
+use super::table::{Probe, Table};
 
 /// The index's single writer.
 pub struct IndexWriter {
     /// The state shared with the readers.
     shared: Arc<Shared>,
+    /// Where replaced tables arrive once no reader can hold them.
+    retired_tx: Sender<Box<Table>>,
+    /// The writer drains it and frees the tables on its own thread.
+    retired_rx: Receiver<Box<Table>>,
 }
 
 impl IndexWriter {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        IndexWriter { shared }
+        let (retired_tx, retired_rx) = channel();
+        IndexWriter {
+            shared,
+            retired_tx,
+            retired_rx,
+        }
     }
 
     /// A read handle on the same index.
@@ -48,7 +58,9 @@ impl IndexWriter {
         // turns out to be present: harmless).
         let current = self.shared.segments[segment].writer_table();
         if current.len() >= current.max_len() {
-            grow(&self.shared, segment);
+            // Free what earlier growth retired before allocating more.
+            self.retired_rx.try_iter().for_each(drop);
+            grow(&self.shared, segment, &self.retired_tx);
         }
         let table = self.shared.segments[segment].writer_table();
         let at = match table.probe(key, rest, hasher) {
@@ -120,6 +132,13 @@ impl IndexWriter {
         table.find(key, hasher.rest(hash), hasher).map(from_words)
     }
 
+    /// Frees the tables replaced by growth that no reader can hold any more,
+    /// on this (the writer's) thread; returns how many. Growth calls it;
+    /// call it after a burst of growth to return memory sooner.
+    pub fn reclaim(&mut self) -> usize {
+        self.retired_rx.try_iter().count()
+    }
+
     /// Entries in the index.
     pub fn len(&self) -> usize {
         self.shared.len.load(Ordering::Relaxed)
@@ -132,7 +151,7 @@ impl IndexWriter {
 }
 
 /// Replaces `segment`'s table with the next larger one (writer only).
-fn grow(shared: &Shared, segment: usize) {
+fn grow(shared: &Shared, segment: usize, retired: &Sender<Box<Table>>) {
     let segments = shared.segments.len();
     let seg = &shared.segments[segment];
     let old = seg.writer_table();
@@ -153,7 +172,7 @@ fn grow(shared: &Shared, segment: usize) {
             )
         });
     let (old_bytes, new_bytes) = (old.bytes(), larger.bytes());
-    seg.replace(larger);
+    seg.replace(larger, retired);
     shared.table_bytes.fetch_add(new_bytes, Ordering::Relaxed);
     shared.table_bytes.fetch_sub(old_bytes, Ordering::Relaxed);
 }
