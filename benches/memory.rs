@@ -72,6 +72,10 @@ trait Measured {
     fn table_bytes(&self) -> Option<usize> {
         None
     }
+    /// Frees what the map keeps for deferred reclamation (uuidmap's retired
+    /// tables, which its writer frees; a server's writer calls `reclaim`
+    /// routinely).
+    fn reclaim(&mut self) {}
 }
 
 impl Measured for (uuidmap::IndexWriter, uuidmap::Index) {
@@ -80,6 +84,9 @@ impl Measured for (uuidmap::IndexWriter, uuidmap::Index) {
     }
     fn table_bytes(&self) -> Option<usize> {
         Some(self.1.table_bytes())
+    }
+    fn reclaim(&mut self) {
+        self.0.reclaim();
     }
 }
 
@@ -208,8 +215,12 @@ fn measure(
     settle();
     let (allocated_before, resident_before) = jemalloc_stats();
     let start = Instant::now();
-    let built = build(keys);
+    let mut built = build(keys);
     let build_time = start.elapsed();
+    // Epoch flushes hand uuidmap's retired tables to its writer, which frees
+    // them; then the allocator is settled again.
+    settle();
+    built.reclaim();
     settle();
     let (allocated_after, resident_after) = jemalloc_stats();
     assert_eq!(built.entries(), n, "{map}: entry count after building");
@@ -237,10 +248,11 @@ fn measure(
 
 /// Brings the allocator to a quiet state before its statistics are read.
 ///
-/// uuidmap frees the table a segment outgrew through crossbeam-epoch, which
-/// runs the free only after the global epoch has moved on, so a freshly built
-/// index can still have retired tables queued. Pinning and flushing on this
-/// (the only) thread advances the epoch and runs the queued frees. Freed
+/// uuidmap retires the table a segment outgrew through crossbeam-epoch, which
+/// hands it back to the writer only after the global epoch has moved on, so a
+/// freshly built index can still have retired tables queued. Pinning and
+/// flushing on this (the only) thread advances the epoch and runs the queued
+/// hand-overs; `Measured::reclaim` then lets the writer free them. Freed
 /// blocks of up to 32 KiB then sit in this thread's jemalloc cache, where
 /// they still count as allocated, so the cache is flushed. Last, dirty pages
 /// are purged so that `resident` counts live memory.

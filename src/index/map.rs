@@ -217,7 +217,8 @@ impl Index {
         // prefetched `PREFETCH_DISTANCE` keys before it is probed, so about
         // that many cache misses are in flight at once.
         let mut ring = [(EMPTY_KEY, 0u64, 0usize); PREFETCH_DISTANCE];
-        for i in 0..n + PREFETCH_DISTANCE {
+        let drain = std::iter::repeat_n(None, PREFETCH_DISTANCE);
+        for (i, next) in keys[..n].iter().map(Some).chain(drain).enumerate() {
             let slot = i % PREFETCH_DISTANCE;
             if let Some(j) = i.checked_sub(PREFETCH_DISTANCE) {
                 let (key, rest, segment) = ring[slot];
@@ -230,8 +231,8 @@ impl Index {
                         .map(from_words)
                 };
             }
-            if i < n {
-                let key = to_words(&keys[i]);
+            if let Some(next) = next {
+                let key = to_words(next);
                 let hash = hasher.hash(key);
                 let (segment, rest) = (hasher.segment(hash), hasher.rest(hash));
                 let home = segments[segment].load(&guard).home_ptr(rest);
