@@ -50,11 +50,14 @@ fn main() {
 }
 
 fn selftest(entries: usize, threads: usize) -> Result<(), String> {
-    let keys = random_keys(entries);
+    if entries == 0 {
+        return Err("--entries must be at least 1".into());
+    }
     let (mut writer, index) = Index::builder()
         .capacity(entries)
         .build()
         .map_err(|e| format!("cannot build an index for {entries} entries: {e}"))?;
+    let keys = random_keys(entries)?;
     let t = Instant::now();
     for k in &keys {
         writer.insert(*k, value_for(k)).map_err(|e| e.to_string())?;
@@ -112,7 +115,7 @@ fn selftest(entries: usize, threads: usize) -> Result<(), String> {
 
 /// `n` distinct-looking random v4 UUIDs, fast: a splitmix64 stream seeded once
 /// from the OS (one `getrandom` per key would dominate the run).
-fn random_keys(n: usize) -> Vec<Uuid> {
+fn random_keys(n: usize) -> Result<Vec<Uuid>, String> {
     let mut state = Uuid::new_v4().as_u64_pair().0;
     let mut next = move || {
         state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -121,12 +124,14 @@ fn random_keys(n: usize) -> Vec<Uuid> {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     };
-    (0..n)
-        .map(|_| {
-            let bytes = ((next() as u128) << 64 | next() as u128).to_le_bytes();
-            uuid::Builder::from_random_bytes(bytes).into_uuid()
-        })
-        .collect()
+    let mut keys = Vec::new();
+    keys.try_reserve_exact(n)
+        .map_err(|_| format!("not enough memory for {n} test keys ({} MiB)", n * 16 >> 20))?;
+    keys.extend((0..n).map(|_| {
+        let bytes = ((next() as u128) << 64 | next() as u128).to_le_bytes();
+        uuid::Builder::from_random_bytes(bytes).into_uuid()
+    }));
+    Ok(keys)
 }
 
 /// A value derived from the key, so that reading it back proves it.

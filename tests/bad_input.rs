@@ -96,6 +96,23 @@ fn impossible_capacities_are_build_errors() {
     }
 }
 
+/// A capacity the index supports but this machine cannot hold is refused up
+/// front (tables are prefaulted, so accepting it would summon the OOM killer).
+#[test]
+fn capacities_beyond_physical_memory_are_build_errors_and_with_capacity_falls_back() {
+    // MAX_CAPACITY entries need over 2 TB of tables: no test machine has that.
+    match Index::builder().capacity(MAX_CAPACITY).build() {
+        Err(BuildError::MoreThanMemory { bytes, physical }) => {
+            assert!(bytes > physical, "{bytes} <= {physical}");
+            assert!(bytes >= MAX_CAPACITY * 32);
+        }
+        other => panic!("expected MoreThanMemory, got {:?}", other.err()),
+    }
+    let (mut w, index) = Index::with_capacity(MAX_CAPACITY);
+    assert_eq!(w.insert(Uuid::from_u128(5), Uuid::from_u128(6)), Ok(None));
+    assert_eq!(index.get(&Uuid::from_u128(5)), Some(Uuid::from_u128(6)));
+}
+
 #[test]
 fn segment_counts_that_are_zero_not_a_power_of_two_or_too_many_are_build_errors() {
     for segments in [0, 3, 6, 1000, MAX_SEGMENTS * 2, 1 << 20, usize::MAX] {

@@ -22,6 +22,11 @@ pub enum BuildError {
     /// The segment count is not a power of two within the supported range.
     #[error("segment count {requested} must be a power of two between 1 and {max}")]
     BadSegmentCount { requested: usize, max: usize },
+    /// The presized tables would not fit in this machine's memory.
+    #[error(
+        "presizing needs {bytes} bytes of tables, more than this machine's {physical} bytes of memory; ask for a smaller capacity"
+    )]
+    MoreThanMemory { bytes: usize, physical: usize },
     /// The allocator refused the memory for the presized tables.
     #[error("could not allocate {bytes} bytes for the index tables")]
     OutOfMemory { bytes: usize },

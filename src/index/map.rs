@@ -133,11 +133,25 @@ impl IndexBuilder {
                 .clamp(MIN_DEFAULT_SEGMENTS, MAX_SEGMENTS),
         };
         let per_segment = growth::presize_per_segment(self.capacity, segments);
+        let capacities: Vec<(u32, usize)> = (0..segments)
+            .map(|i| {
+                let generation = growth::generation_for(i, segments, per_segment);
+                (generation, growth::capacity(i, segments, generation))
+            })
+            .collect();
+        // Slot arrays are written once per page when allocated, so a presize
+        // larger than the machine's memory would not fail politely later: it
+        // would bring in the out-of-memory killer now.
+        let needed: usize = capacities.iter().map(|&(_, c)| c.saturating_mul(32)).sum();
+        if let Some(physical) = physical_memory().filter(|&p| needed > p) {
+            return Err(BuildError::MoreThanMemory {
+                bytes: needed,
+                physical,
+            });
+        }
         let mut tables = Vec::with_capacity(segments);
         let mut bytes = 0usize;
-        for i in 0..segments {
-            let generation = growth::generation_for(i, segments, per_segment);
-            let capacity = growth::capacity(i, segments, generation);
+        for (generation, capacity) in capacities {
             let table = Table::new(
                 capacity,
                 growth::max_len(capacity),
@@ -173,9 +187,10 @@ impl Index {
     /// A new index presized for `capacity` entries: the one writer and a read
     /// handle.
     ///
-    /// The capacity is a hint. One larger than [`MAX_CAPACITY`], or one whose
-    /// memory the allocator refuses, is dropped in favour of a small index
-    /// that grows as needed; use [`Index::builder`] to get an error instead.
+    /// The capacity is a hint. One larger than [`MAX_CAPACITY`], one whose
+    /// tables would not fit in this machine's memory, or one whose memory the
+    /// allocator refuses, is dropped in favour of a small index that grows as
+    /// needed; use [`Index::builder`] to get an error instead.
     pub fn with_capacity(capacity: usize) -> (IndexWriter, Index) {
         Index::builder()
             .capacity(capacity)
@@ -273,6 +288,24 @@ impl Index {
     pub fn hash_fingerprint(&self) -> u64 {
         hash_fingerprint()
     }
+}
+
+/// Bytes of physical memory of this machine, if the OS says.
+fn physical_memory() -> Option<usize> {
+    #[cfg(all(unix, not(uuidmap_loom)))]
+    {
+        // SAFETY: sysconf has no preconditions; it returns -1 for unknown names.
+        let (pages, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        if pages > 0 && page > 0 {
+            return (pages as usize).checked_mul(page as usize);
+        }
+    }
+    None
 }
 
 /// Asks the CPU to start loading the cache line at `p`.
