@@ -125,8 +125,12 @@ fn random_keys(n: usize) -> Result<Vec<Uuid>, String> {
         z ^ (z >> 31)
     };
     let mut keys = Vec::new();
-    keys.try_reserve_exact(n)
-        .map_err(|_| format!("not enough memory for {n} test keys ({} MiB)", n * 16 >> 20))?;
+    keys.try_reserve_exact(n).map_err(|_| {
+        format!(
+            "not enough memory for {n} test keys ({} MiB)",
+            (n * 16) >> 20
+        )
+    })?;
     keys.extend((0..n).map(|_| {
         let bytes = ((next() as u128) << 64 | next() as u128).to_le_bytes();
         uuid::Builder::from_random_bytes(bytes).into_uuid()
