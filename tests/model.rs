@@ -16,6 +16,9 @@ use uuid::Uuid;
 use uuidmap::index::{HashSeeds, ScanCursor, Scanner, ValueFilter};
 use uuidmap::{CasError, Index, IndexWriter, KeyError};
 
+mod common;
+use common::mix;
+
 /// Keys of the small pool: neighbours of the reserved keys, keys that differ
 /// only in one 64-bit half, and a few arbitrary ones.
 const KEY_POOL: [u128; 16] = [
@@ -45,14 +48,6 @@ const BULK_RANGES: u64 = 4;
 
 /// Keys per bulk range.
 const BULK_SPAN: u64 = 2048;
-
-/// A 64-bit mixer (splitmix64's finaliser): spreads small inputs over the space.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// Key `j` of bulk range `range`: never nil or max.
 fn bulk_key(range: u64, j: u64) -> Uuid {

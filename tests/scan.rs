@@ -27,20 +27,15 @@ use uuid::Uuid;
 use uuidmap::index::{ScanCursor, Scanner, ValueFilter};
 use uuidmap::{Index, IndexWriter};
 
+mod common;
+use common::mix;
+
 /// Number of distinct values ("shards").
 const SHARDS: u64 = 4;
 
 const STABLE: u8 = 1;
 const UPDATED: u8 = 2;
 const CHURN: u8 = 3;
-
-/// A 64-bit mixer (splitmix64's finaliser).
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// Key `id` of kind `kind`: the kind in the top byte, the id in the low bits.
 fn key(kind: u8, id: u64) -> Uuid {

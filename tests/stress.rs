@@ -26,6 +26,9 @@ use std::time::Instant;
 use uuid::Uuid;
 use uuidmap::{CasError, Index, IndexWriter};
 
+mod common;
+use common::mix;
+
 /// Reader threads (the test machine has two cores; three readers plus the
 /// writer oversubscribe it, which makes preemption inside reads likely).
 const READERS: usize = 3;
@@ -35,14 +38,6 @@ const HOT: u64 = 16;
 
 /// Keys per `get_many` batch: not a multiple of the prefetch group.
 const BATCH: usize = 37;
-
-/// A 64-bit mixer (splitmix64's finaliser).
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// A small deterministic generator (xorshift64*).
 struct Rng(u64);
