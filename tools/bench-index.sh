@@ -2,7 +2,7 @@
 # Runs every index benchmark at full size, one after another, and keeps the
 # raw output under target/bench-logs/. Run it on an otherwise idle machine.
 #
-#   tools/bench-index.sh            # all: probing, maps, memory, latency
+#   tools/bench-index.sh            # all: floor, probing, maps, memory, latency
 #   tools/bench-index.sh maps       # one of them
 #
 # Sizes can be overridden with UUIDMAP_BENCH_SIZES (entry counts, comma-separated)
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 out=target/bench-logs
 mkdir -p "$out"
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(probing maps memory latency)
+[ ${#benches[@]} -gt 0 ] || benches=(floor probing maps memory latency)
 {
   echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   echo "# THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown)"
