@@ -324,26 +324,7 @@ fn bench_gets<G>(g: &mut Group<'_, '_>, map: &str, threads: &[usize], order: &[U
 where
     G: Fn(&Uuid) -> Option<Uuid> + Sync,
 {
-    let reader = || {
-        |keys: &[Uuid]| {
-            for k in keys {
-                black_box(get(k));
-            }
-        }
-    };
-    for &t in threads {
-        bench_readers(
-            g,
-            &format!("{map}/{t}t"),
-            t,
-            Readers {
-                order,
-                step: 1,
-                make_reader: &reader,
-            },
-            None::<&mut NoWriter>,
-        );
-    }
+    bench_get_readers(g, map, threads, order, &get, None::<&mut NoWriter>);
 }
 
 /// As [`bench_gets`], while another thread rewrites the values of `hot` keys
@@ -360,13 +341,6 @@ fn bench_gets_with_writer<G, U>(
     G: Fn(&Uuid) -> Option<Uuid> + Sync,
     U: FnMut(Uuid, Uuid) + Send,
 {
-    let reader = || {
-        |keys: &[Uuid]| {
-            for k in keys {
-                black_box(get(k));
-            }
-        }
-    };
     // Continues through `hot` across calls; the value changes every round.
     let mut next = 0usize;
     let mut writer = |stop: &AtomicBool| {
@@ -381,6 +355,29 @@ fn bench_gets_with_writer<G, U>(
         }
         ops
     };
+    bench_get_readers(g, map, threads, order, &get, Some(&mut writer));
+}
+
+/// One benchmark per thread count of readers doing single `get`s over
+/// `order`, with `writer` (if any) running beside them.
+fn bench_get_readers<G, W>(
+    g: &mut Group<'_, '_>,
+    map: &str,
+    threads: &[usize],
+    order: &[Uuid],
+    get: &G,
+    mut writer: Option<&mut W>,
+) where
+    G: Fn(&Uuid) -> Option<Uuid> + Sync,
+    W: FnMut(&AtomicBool) -> u64 + Send,
+{
+    let reader = || {
+        |keys: &[Uuid]| {
+            for k in keys {
+                black_box(get(k));
+            }
+        }
+    };
     for &t in threads {
         bench_readers(
             g,
@@ -391,7 +388,7 @@ fn bench_gets_with_writer<G, U>(
                 step: 1,
                 make_reader: &reader,
             },
-            Some(&mut writer),
+            writer.as_deref_mut(),
         );
     }
 }

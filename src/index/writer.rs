@@ -49,19 +49,19 @@ impl IndexWriter {
         check_key(&key)?;
         let key = to_words(&key);
         let value = to_words(&value);
-        let hasher = &self.shared.hasher;
-        let hash = hasher.hash(key);
-        let rest = hasher.rest(hash);
-        let segment = hasher.segment(hash);
+        let hash = self.shared.hasher.hash(key);
+        let segment = self.shared.hasher.segment(hash);
         // Grow before probing, so that one probe serves both the update and
         // the insertion (a full table grows one operation early when the key
         // turns out to be present: harmless).
         let current = self.shared.segments[segment].writer_table();
         if current.len() >= current.max_len() {
             // Free what earlier growth retired before allocating more.
-            self.retired_rx.try_iter().for_each(drop);
+            self.reclaim();
             grow(&self.shared, segment, &self.retired_tx);
         }
+        let hasher = &self.shared.hasher;
+        let rest = hasher.rest(hash);
         let table = self.shared.segments[segment].writer_table();
         let at = match table.probe(key, rest, hasher) {
             Probe::Found(i) => {
