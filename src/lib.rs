@@ -15,6 +15,8 @@
 //! ```
 
 pub mod index;
+pub mod store;
+pub mod sync;
 
 pub use index::{CasError, Index, IndexBuilder, IndexWriter, KeyError};
 

@@ -1,0 +1,14 @@
+//! The durable store: the write-ahead log, snapshots, and recovery of an
+//! index from them. All file access goes through [`io::Io`].
+//!
+//! - [`io`]: the file-system trait, the real implementation, and mappings.
+//! - [`op`]: the blind writes the log records.
+//! - [`error`]: [`StoreError`].
+
+pub mod error;
+pub mod io;
+pub mod op;
+
+pub use error::StoreError;
+pub use io::{Io, IoFile, MappedFile, OsIo};
+pub use op::Op;

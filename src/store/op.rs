@@ -1,0 +1,33 @@
+//! The operations the write-ahead log records: blind writes only.
+//!
+//! A compare-and-set is decided by the writer before it is logged, and what
+//! reaches the log is the write that resulted (a `Put` or a `Delete`), so
+//! replaying the log never decides anything again.
+
+use uuid::Uuid;
+
+/// One logged change to the index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Set `key` to `value`.
+    Put {
+        /// The key (never the nil or max UUID).
+        key: Uuid,
+        /// Its new value.
+        value: Uuid,
+    },
+    /// Remove `key` (a no-op if it is absent).
+    Delete {
+        /// The key (never the nil or max UUID).
+        key: Uuid,
+    },
+}
+
+impl Op {
+    /// The key this operation changes.
+    pub fn key(&self) -> Uuid {
+        match *self {
+            Op::Put { key, .. } | Op::Delete { key } => key,
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Concurrency primitives that serve the upper layers (writer, server).
