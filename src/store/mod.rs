@@ -3,7 +3,7 @@
 //!
 //! - [`io`]: the file-system trait, the real implementation, and mappings.
 //! - [`op`]: the blind writes the log records.
-//! - [`error`]: [`StoreError`].
+//! - `error`: the layer's error type, `StoreError`.
 
 pub mod error;
 pub mod io;
