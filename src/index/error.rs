@@ -30,6 +30,16 @@ pub enum BuildError {
     /// The allocator refused the memory for the presized tables.
     #[error("could not allocate {bytes} bytes for the index tables")]
     OutOfMemory { bytes: usize },
+    /// Restoring tables needs the seeds they were hashed with.
+    #[error("restoring an index needs the hash seeds its tables were built with")]
+    SeedsRequired,
+    /// A restored table has no free slot (probes rely on one).
+    #[error("segment {segment} holds {len} entries in {capacity} slots: a table needs a free slot")]
+    FullTable {
+        segment: usize,
+        len: usize,
+        capacity: usize,
+    },
 }
 
 /// A scan cursor that does not fit the index or the request.

@@ -128,7 +128,7 @@ fn table(capacity: usize) -> Table {
 /// Writer only: adds an absent key.
 fn insert(t: &Table, h: &KeyHasher, key: KeyWords, v: [u64; 2]) {
     match t.probe(key, rest(h, key), h) {
-        Probe::Vacant(at) => t.insert_at(at, key, v),
+        Probe::Vacant(at) => t.insert_at(at, key, v, 1),
         Probe::Found(_) => panic!("insert of a present key"),
     }
 }
@@ -282,7 +282,7 @@ fn loom_table_lookup_finds_a_key_that_an_insert_displaces_and_its_new_value() {
             let (t, h) = (t.clone(), h.clone());
             thread::spawn(move || {
                 insert(&t, &h, b, value(200));
-                t.set_value(2, value(1));
+                t.set_value(2, value(1), 1);
             })
         };
         let reader = {
@@ -322,7 +322,7 @@ fn loom_table_lookup_finds_a_key_that_a_removal_shifts_back() {
             let (t, h) = (t.clone(), h.clone());
             thread::spawn(move || {
                 let slot = t.find_slot(b, rest(&h, b), &h).expect("b is present");
-                t.remove_at(slot, &h);
+                t.remove_at(slot, &h, 1);
             })
         };
         let reader = {
@@ -475,7 +475,7 @@ fn loom_accepted_scan_copy_is_a_state_the_writer_produced() {
             let (t, h) = (t.clone(), h.clone());
             thread::spawn(move || {
                 let slot = t.find_slot(a, rest(&h, a), &h).expect("a is present");
-                t.set_value(slot, value(1));
+                t.set_value(slot, value(1), 1);
                 insert(&t, &h, c, value(70));
             })
         };

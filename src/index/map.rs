@@ -66,10 +66,10 @@ pub struct Index {
 /// Options for a new index.
 #[derive(Clone, Debug)]
 pub struct IndexBuilder {
-    capacity: usize,
-    segments: Option<usize>,
-    seeds: Option<HashSeeds>,
-    huge_pages: bool,
+    pub(super) capacity: usize,
+    pub(super) segments: Option<usize>,
+    pub(super) seeds: Option<HashSeeds>,
+    pub(super) huge_pages: bool,
 }
 
 impl Default for IndexBuilder {

@@ -14,11 +14,14 @@
 //! - `map`: the read handle [`Index`] and [`IndexBuilder`].
 //! - `writer`: the single [`IndexWriter`].
 //! - [`scan`]: cursors, filters and consistent segment copies.
+//! - `image`: whole-segment copies for snapshots; restore from lent memory.
 
 mod atomic;
 mod error;
 mod growth;
 pub mod hasher;
+#[cfg(not(uuidmap_loom))]
+mod image;
 #[cfg(all(test, uuidmap_loom))]
 mod loom_models;
 mod map;
@@ -32,7 +35,11 @@ mod writer;
 
 pub use error::{BuildError, CasError, KeyError, ScanError};
 pub use hasher::{HashSeeds, hash_fingerprint};
+#[cfg(not(uuidmap_loom))]
+pub use image::{RestoredSegment, SegmentImage};
 pub use map::{Index, IndexBuilder, MAX_CAPACITY, MAX_SEGMENTS};
 pub use scan::{ScanCursor, Scanner, ValueFilter};
 pub use slot::Slot;
+#[cfg(not(uuidmap_loom))]
+pub use slot_array::ExternalSlots;
 pub use writer::IndexWriter;

@@ -39,14 +39,12 @@ use std::collections::HashSet;
 use crossbeam_epoch as epoch;
 use uuid::Uuid;
 
-use super::atomic::{spin_pause, yield_thread};
 use super::error::ScanError;
 use super::map::Index;
 use super::slot::{SLOT_WORDS, from_words, to_words};
-use super::table::{HandoffRequest, Table};
+use super::table::Table;
 
-/// Spoiled copies of one segment after which the scanner asks for a hand-off.
-pub const HANDOFF_AFTER_FAILURES: u32 = 4;
+pub use super::segment::HANDOFF_AFTER_FAILURES;
 
 /// Length of [`ScanCursor::to_bytes`].
 pub const CURSOR_BYTES: usize = 1 + 4 + 4 + 4 + 8 + 1 + 16;
@@ -355,28 +353,11 @@ impl Scanner {
     /// table copied and its version.
     fn copy_segment(&mut self, segment: usize) -> (*const Table, u64) {
         let guard = epoch::pin();
-        let segment = &self.index.shared.segments[segment];
-        let mut failures = 0u32;
-        let mut handoff: Option<(*const Table, HandoffRequest<'_>)> = None;
-        loop {
-            let table = segment.load(&guard);
-            if let Some(version) = table.try_copy_entries(&mut self.copy) {
-                return (table, version);
-            }
-            failures += 1;
-            let asked_this_table = handoff
-                .as_ref()
-                .is_some_and(|(t, _)| std::ptr::eq(*t, table));
-            if failures >= HANDOFF_AFTER_FAILURES && !asked_this_table {
-                handoff = Some((table, table.request_handoff()));
-                self.handoffs += 1;
-            }
-            if failures > HANDOFF_AFTER_FAILURES {
-                yield_thread();
-            } else {
-                spin_pause();
-            }
-        }
+        let copy = &mut self.copy;
+        let (table, version) =
+            self.index.shared.segments[segment]
+                .copy_consistent(&guard, &mut self.handoffs, |t| t.try_copy_entries(copy));
+        (table, version)
     }
 }
 

@@ -17,8 +17,12 @@ use std::sync::mpsc::Sender;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
-use super::atomic::{Ordering, spin_pause};
-use super::table::Table;
+use super::atomic::{Ordering, spin_pause, yield_thread};
+use super::table::{HandoffRequest, Table};
+
+/// Spoiled copies of one segment after which a copier (scan, snapshot) asks
+/// the writer for a hand-off (see `Table::request_handoff`).
+pub const HANDOFF_AFTER_FAILURES: u32 = 4;
 
 /// One segment of the index.
 pub(crate) struct Segment {
@@ -58,6 +62,41 @@ impl Segment {
                 }
             }
             spin_pause();
+        }
+    }
+
+    /// Copies the current table consistently: calls `try_copy` (which must
+    /// validate its copy under the table's seqlock and return `None` when a
+    /// write spoiled it) until it succeeds, reloading the table each time.
+    /// After [`HANDOFF_AFTER_FAILURES`] spoiled copies it asks the writer to
+    /// hold off for one copy's time, so a copy of a hammered segment is
+    /// bounded; `handoffs` counts such requests.
+    pub(crate) fn copy_consistent<'g, R>(
+        &self,
+        guard: &'g Guard,
+        handoffs: &mut u64,
+        mut try_copy: impl FnMut(&Table) -> Option<R>,
+    ) -> (&'g Table, R) {
+        let mut failures = 0u32;
+        let mut handoff: Option<(*const Table, HandoffRequest<'g>)> = None;
+        loop {
+            let table = self.load(guard);
+            if let Some(r) = try_copy(table) {
+                return (table, r);
+            }
+            failures += 1;
+            let asked_this_table = handoff
+                .as_ref()
+                .is_some_and(|(t, _)| std::ptr::eq(*t, table));
+            if failures >= HANDOFF_AFTER_FAILURES && !asked_this_table {
+                handoff = Some((table, table.request_handoff()));
+                *handoffs += 1;
+            }
+            if failures > HANDOFF_AFTER_FAILURES {
+                yield_thread();
+            } else {
+                spin_pause();
+            }
         }
     }
 

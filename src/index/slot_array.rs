@@ -6,9 +6,16 @@
 //! under the table's seqlock; the writer stores them with `Relaxed` atomic
 //! stores inside a write section. There are no plain reads of shared words.
 //!
+//! The memory is either the array's own heap allocation or lent by its
+//! creator ([`ExternalSlots`]: a restored snapshot's private file mapping);
+//! the access rules are the same.
+//!
 //! Large arrays are aligned to 2 MiB and advised as transparent huge pages
 //! (when enabled): a lookup touches one random slot, and with 4 KiB pages
 //! almost every lookup in a large index also misses the TLB.
+
+#[cfg(not(uuidmap_loom))]
+use std::sync::Arc;
 
 use super::atomic::{AtomicU64, Ordering};
 use super::slot::{KeyWords, SLOT_WORDS};
@@ -27,10 +34,78 @@ pub(crate) struct SlotArray {
     words: Box<[AtomicU64]>,
     /// Number of slots.
     capacity: usize,
+    /// Who owns the memory behind `words`.
+    #[cfg(not(uuidmap_loom))]
+    backing: Backing,
 }
 
-// SAFETY: the array owns its memory exclusively and all access to the words is
-// through atomics, so sharing references across threads is sound.
+/// The owner of a slot array's memory.
+#[cfg(not(uuidmap_loom))]
+enum Backing {
+    /// Allocated by `SlotArray::zeroed`, freed on drop.
+    Heap,
+    /// Lent by an [`ExternalSlots`]; the handle keeps it alive.
+    External(#[allow(dead_code)] Arc<dyn Send + Sync>),
+}
+
+/// Slot memory that already holds a table, lent to the index (a snapshot's
+/// private mapping, restored without copying).
+#[cfg(not(uuidmap_loom))]
+pub struct ExternalSlots {
+    /// The first word of the slots.
+    words: std::ptr::NonNull<AtomicU64>,
+    /// Number of slots.
+    capacity: usize,
+    /// Keeps the memory alive; dropped when the table is freed.
+    keepalive: Arc<dyn Send + Sync>,
+}
+
+#[cfg(not(uuidmap_loom))]
+impl ExternalSlots {
+    /// Lends `capacity` slots (`capacity * 32` bytes) at `ptr` to the index.
+    ///
+    /// # Safety
+    ///
+    /// - `ptr` is 8-byte aligned and valid for reads and writes of
+    ///   `capacity * 32` bytes for as long as `keepalive` (or any clone of
+    ///   it) lives;
+    /// - nothing else reads or writes those bytes from now on, except
+    ///   through the index;
+    /// - `capacity` is at least 1.
+    pub unsafe fn new(
+        ptr: std::ptr::NonNull<u8>,
+        capacity: usize,
+        keepalive: Arc<dyn Send + Sync>,
+    ) -> Self {
+        debug_assert!(capacity >= 1 && ptr.as_ptr() as usize % 8 == 0);
+        ExternalSlots {
+            words: ptr.cast(),
+            capacity,
+            keepalive,
+        }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(not(uuidmap_loom))]
+impl From<ExternalSlots> for SlotArray {
+    fn from(e: ExternalSlots) -> Self {
+        SlotArray {
+            words: e.words,
+            capacity: e.capacity,
+            backing: Backing::External(e.keepalive),
+        }
+    }
+}
+
+// SAFETY: the array owns its memory exclusively (its own allocation, or memory
+// lent to it alone by `ExternalSlots`, whose keepalive is `Send + Sync`) and all
+// access to the words is through atomics, so sharing references across
+// threads is sound.
 #[cfg(not(uuidmap_loom))]
 unsafe impl Send for SlotArray {}
 // SAFETY: as above; `&SlotArray` only hands out `&AtomicU64`.
@@ -54,7 +129,11 @@ impl SlotArray {
                 libc::madvise(ptr.cast(), layout.size(), libc::MADV_HUGEPAGE);
             }
         }
-        let array = SlotArray { words, capacity };
+        let array = SlotArray {
+            words,
+            capacity,
+            backing: Backing::Heap,
+        };
         array.prefault();
         Some(array)
     }
@@ -89,6 +168,19 @@ impl SlotArray {
         std::alloc::Layout::from_size_align(bytes, align).ok()
     }
 
+    /// Number of slots.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Copies every word, in order, into `out[..capacity * SLOT_WORDS]`
+    /// (relaxed loads: validate before trusting).
+    pub(crate) fn copy_words_to(&self, out: &mut [u64]) {
+        for (o, w) in out.iter_mut().zip(self.words()) {
+            *o = w.load(Ordering::Relaxed);
+        }
+    }
+
     /// Bytes of memory this array occupies.
     pub(crate) fn bytes(&self) -> usize {
         self.capacity * SLOT_WORDS * 8
@@ -98,8 +190,9 @@ impl SlotArray {
     #[inline(always)]
     fn words(&self) -> &[AtomicU64] {
         #[cfg(not(uuidmap_loom))]
-        // SAFETY: `words` points to `capacity * SLOT_WORDS` initialised (zeroed)
-        // `AtomicU64`s that live as long as `self`; zero is a valid `AtomicU64`.
+        // SAFETY: `words` points to `capacity * SLOT_WORDS` initialised
+        // `AtomicU64`s (zeroed by us, or lent initialised by `ExternalSlots`)
+        // that live as long as `self`; any bit pattern is a valid `AtomicU64`.
         unsafe {
             std::slice::from_raw_parts(self.words.as_ptr(), self.capacity * SLOT_WORDS)
         }
@@ -161,6 +254,10 @@ impl SlotArray {
 #[cfg(not(uuidmap_loom))]
 impl Drop for SlotArray {
     fn drop(&mut self) {
+        if let Backing::External(_) = self.backing {
+            // The keepalive handle drops with `self`; the memory is not ours.
+            return;
+        }
         let layout = Self::layout(self.capacity).expect("layout was valid at allocation");
         // SAFETY: `words` was allocated by `alloc_zeroed` with this same layout
         // (same capacity), and nothing can reference it once `self` is dropped.

@@ -22,7 +22,7 @@
 //! call `find`/`try_copy_entries` inside a seqlock read and discard the result
 //! unless it validates.
 
-use super::atomic::{AtomicU32, AtomicUsize, Ordering, yield_thread};
+use super::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, yield_thread};
 use super::hasher::{KeyHasher, home_slot};
 use super::seqlock::{SeqLock, WriteSection};
 use super::slot::{EMPTY_KEY, KeyWords, SLOT_WORDS};
@@ -57,6 +57,10 @@ pub(crate) struct Table {
     generation: u32,
     /// Entries stored. Written by the writer only.
     len: AtomicUsize,
+    /// The writer's stamp (the store's LSN) of the latest write to this
+    /// table, stored inside that write's section, so a consistent copy
+    /// carries the stamp that goes with its slots. Carried over by growth.
+    stamp: AtomicU64,
     /// The slots.
     slots: SlotArray,
 }
@@ -98,8 +102,32 @@ impl Table {
             max_len,
             generation,
             len: AtomicUsize::new(0),
+            stamp: AtomicU64::new(0),
             slots: SlotArray::zeroed(capacity, huge_pages)?,
         })
+    }
+
+    /// A table over slot memory that already holds entries (a restored
+    /// snapshot). The caller vouches that `slots` holds `len` entries placed
+    /// by this hasher's Robin Hood order; a table that breaks it gives wrong
+    /// answers, never unsafety (probes are bounded by the capacity).
+    pub(crate) fn restored(slots: SlotArray, len: usize, generation: u32, stamp: u64) -> Table {
+        let capacity = slots.capacity();
+        Table {
+            seqlock: SeqLock::new(),
+            scan_handoff: AtomicU32::new(0),
+            capacity,
+            max_len: super::growth::max_len(capacity).max(len),
+            generation,
+            len: AtomicUsize::new(len),
+            stamp: AtomicU64::new(stamp),
+            slots,
+        }
+    }
+
+    /// Number of slots.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
     }
 
     pub(crate) fn seqlock(&self) -> &SeqLock {
@@ -228,8 +256,8 @@ impl Table {
     }
 
     /// Writer only: overwrite the value in slot `i`.
-    pub(crate) fn set_value(&self, i: usize, value: [u64; 2]) {
-        let _w = self.write_section();
+    pub(crate) fn set_value(&self, i: usize, value: [u64; 2], stamp: u64) {
+        let _w = self.write_section(stamp);
         self.slots.store_value(i, value);
     }
 
@@ -241,12 +269,12 @@ impl Table {
     /// `at` on; so the Robin Hood insertion is: shift the residents from `at`
     /// up to the next empty slot forward by one, and store the key at `at`.
     /// No resident needs rehashing.
-    pub(crate) fn insert_at(&self, at: usize, key: KeyWords, value: [u64; 2]) {
+    pub(crate) fn insert_at(&self, at: usize, key: KeyWords, value: [u64; 2], stamp: u64) {
         // Find the end of the run before opening the write section: at high
         // load the run can span many cache lines, and readers of this table
         // retry for as long as the section is open.
         let empty = self.run_end(at);
-        let _w = self.write_section();
+        let _w = self.write_section(stamp);
         self.shift_in(at, empty, key, value);
     }
 
@@ -279,8 +307,8 @@ impl Table {
 
     /// Writer only: remove the entry in slot `i`, shifting the rest of its run
     /// back so that no tombstone is needed.
-    pub(crate) fn remove_at(&self, i: usize, hasher: &KeyHasher) {
-        let _w = self.write_section();
+    pub(crate) fn remove_at(&self, i: usize, hasher: &KeyHasher, stamp: u64) {
+        let _w = self.write_section(stamp);
         let mut hole = i;
         loop {
             let n = self.next(hole);
@@ -307,6 +335,7 @@ impl Table {
         huge_pages: bool,
     ) -> Option<Table> {
         let t = Table::new(capacity, max_len, generation, huge_pages)?;
+        t.stamp.store(self.stamp(), Ordering::Relaxed);
         for i in 0..self.capacity {
             let s = self.slots.load(i);
             let k = [s[0], s[1]];
@@ -336,6 +365,26 @@ impl Table {
         self.seqlock.read_validate(version).then_some(version)
     }
 
+    /// Reader: copies the whole slot array, empty slots included, in its
+    /// memory layout, into `out` (resized to `capacity * SLOT_WORDS` words),
+    /// as of one version. Returns the version, the stamp and the entry count
+    /// that go with the copy, or `None` if a write overlapped.
+    pub(crate) fn try_copy_raw(&self, out: &mut Vec<u64>) -> Option<(u64, u64, usize)> {
+        out.resize(self.capacity * SLOT_WORDS, 0);
+        let version = self.seqlock.read_begin()?;
+        let stamp = self.stamp.load(Ordering::Relaxed);
+        let len = self.len.load(Ordering::Relaxed);
+        self.slots.copy_words_to(out);
+        self.seqlock
+            .read_validate(version)
+            .then_some((version, stamp, len))
+    }
+
+    /// The stamp of the latest write (exact for the writer).
+    pub(crate) fn stamp(&self) -> u64 {
+        self.stamp.load(Ordering::Relaxed)
+    }
+
     /// Reader: asks the writer to hold off writes to this table for a short,
     /// bounded time so that a scanner spoiled by writes can finish its copy.
     pub(crate) fn request_handoff(&self) -> HandoffRequest<'_> {
@@ -348,13 +397,15 @@ impl Table {
         self.seqlock.retire();
     }
 
-    /// Opens a write section, first deferring (boundedly) to a scanner that
+    /// Opens a write section stamped `stamp`, first deferring (boundedly) to a scanner that
     /// asked for a hand-off.
-    fn write_section(&self) -> WriteSection<'_> {
+    fn write_section(&self, stamp: u64) -> WriteSection<'_> {
         if self.scan_handoff.load(Ordering::SeqCst) != 0 {
             self.wait_for_handoff();
         }
-        self.seqlock.write()
+        let section = self.seqlock.write();
+        self.stamp.store(stamp, Ordering::Relaxed);
+        section
     }
 
     #[cold]

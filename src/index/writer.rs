@@ -25,6 +25,8 @@ pub struct IndexWriter {
     retired_tx: Sender<Box<Table>>,
     /// The writer drains it and frees the tables on its own thread.
     retired_rx: Receiver<Box<Table>>,
+    /// Stamped on every table this writer changes (see [`IndexWriter::set_stamp`]).
+    stamp: u64,
 }
 
 impl IndexWriter {
@@ -34,7 +36,16 @@ impl IndexWriter {
             shared,
             retired_tx,
             retired_rx,
+            stamp: 0,
         }
+    }
+
+    /// Sets the stamp recorded with every following change: the store
+    /// passes the LSN of the batch it is about to apply. A segment copy
+    /// ([`Index::copy_segment_raw`]) reports the stamp of the latest change
+    /// it contains, so the store knows which logged batches the copy holds.
+    pub fn set_stamp(&mut self, stamp: u64) {
+        self.stamp = stamp;
     }
 
     /// A read handle on the same index.
@@ -67,13 +78,13 @@ impl IndexWriter {
             Probe::Found(i) => {
                 let old = table.value_at(i);
                 if old != value {
-                    table.set_value(i, value);
+                    table.set_value(i, value, self.stamp);
                 }
                 return Ok(Some(from_words(old)));
             }
             Probe::Vacant(at) => at,
         };
-        table.insert_at(at, key, value);
+        table.insert_at(at, key, value, self.stamp);
         // Only the writer changes `len`: a plain store, no read-modify-write
         // (a locked instruction would serialise the writer's cache misses).
         let len = &self.shared.len;
@@ -90,7 +101,7 @@ impl IndexWriter {
         let table = self.shared.segments[hasher.segment(hash)].writer_table();
         let i = table.find_slot(key, hasher.rest(hash), hasher)?;
         let old = table.value_at(i);
-        table.remove_at(i, hasher);
+        table.remove_at(i, hasher, self.stamp);
         let len = &self.shared.len;
         len.store(len.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
         Some(from_words(old))
