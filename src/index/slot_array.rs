@@ -77,7 +77,7 @@ impl ExternalSlots {
         capacity: usize,
         keepalive: Arc<dyn Send + Sync>,
     ) -> Self {
-        debug_assert!(capacity >= 1 && ptr.as_ptr() as usize % 8 == 0);
+        debug_assert!(capacity >= 1 && (ptr.as_ptr() as usize).is_multiple_of(8));
         ExternalSlots {
             words: ptr.cast(),
             capacity,
