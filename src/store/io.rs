@@ -181,10 +181,7 @@ impl Io for OsIo {
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path)?;
+        let file = OpenOptions::new().write(true).create_new(true).open(path)?;
         Ok(Box::new(OsFile { file, len: 0 }))
     }
 

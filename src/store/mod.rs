@@ -13,6 +13,7 @@ pub mod error;
 pub mod io;
 pub mod op;
 pub mod sim_io;
+pub mod wal;
 
 pub use error::StoreError;
 pub use io::{Io, IoFile, MappedFile, OsIo};
