@@ -1,0 +1,694 @@
+//! A simulated disk that loses what was not made durable: the [`Io`] that
+//! crash tests drive (in the spirit of redb's fuzzing backend).
+//!
+//! # The model
+//!
+//! The disk holds *inodes* (file contents) and two namespaces mapping paths
+//! to inodes:
+//!
+//! - the **current** namespace is what the running process sees: `create`,
+//!   `rename` and `remove` change it at once;
+//! - the **durable** namespace is what a power loss leaves: `sync_dir(dir)`
+//!   copies the current entries of `dir` into it (and drops the durable
+//!   entries of `dir` that are gone). A new file's name is durable only after
+//!   `sync_dir`, however often the file itself was synced.
+//!
+//! Each inode has **current** bytes (what reads see) and **durable** bytes.
+//! `IoFile::sync` and `Io::truncate` make the current bytes durable. After a
+//! power loss ([`SimIo::restart`]) a file holds its durable bytes plus, if
+//! everything since the last sync was appended after them, a pseudo-random
+//! prefix (none, some, or all) of the appended bytes: a torn write. Any
+//! other unsynced change (a `set_len` that shrank the file, an overwrite) is
+//! lost entirely.
+//!
+//! Directories exist once `create_dir_all` made them and are durable at once
+//! (the store creates its data directory before anything else, and the
+//! directory's own entry is not what the tests are about).
+//!
+//! # Faults
+//!
+//! - **Crash**: [`SimIo::set_crash_after`]`(Some(k))` lets `k` more mutating
+//!   or syncing calls (create, write_all, sync, set_len, rename, remove,
+//!   sync_dir, truncate) succeed; the next one and every call after it fail
+//!   with "simulated crash": the process is dead. The write that crashes
+//!   lands in the current bytes (unsynced), so a restart may keep a prefix
+//!   of it, as a power cut in the middle of a write would.
+//! - **Disk full**: [`SimIo::set_capacity`] bounds the total length of the
+//!   files in the current namespace. A write or extension that would exceed
+//!   it changes nothing and fails with `ENOSPC`. Reads, shrinking and
+//!   removals keep working, so freeing space (or raising the capacity) lets
+//!   writes resume.
+//!
+//! One mutex guards the whole disk: this is test machinery, never on a hot
+//! path.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::io::{Io, IoFile, MappedFile};
+
+/// A handle to one simulated disk; clones share it.
+#[derive(Clone, Default)]
+pub struct SimIo {
+    disk: Arc<Mutex<Disk>>,
+}
+
+/// Everything on the simulated disk, plus the fault schedule.
+#[derive(Default)]
+struct Disk {
+    /// File contents by inode number.
+    inodes: HashMap<u64, Inode>,
+    /// The namespace the running process sees.
+    current: BTreeMap<PathBuf, u64>,
+    /// The namespace a power loss leaves behind.
+    durable: BTreeMap<PathBuf, u64>,
+    /// Directories made by `create_dir_all` (always durable).
+    dirs: BTreeSet<PathBuf>,
+    /// The inode number the next `create` uses.
+    next_inode: u64,
+    /// Mutating calls still allowed before the crash; `None`: no crash planned.
+    crash_after: Option<u64>,
+    /// Set by the crashing call; from then on every call fails.
+    crashed: bool,
+    /// Bound on the total length of current files; `None`: unbounded.
+    capacity: Option<u64>,
+    /// Mutating or syncing calls made so far (including failed ones).
+    ops: u64,
+}
+
+/// One file's contents.
+#[derive(Clone, Default)]
+struct Inode {
+    /// What reads see.
+    current: Vec<u8>,
+    /// What survives a power loss (before torn-write effects).
+    durable: Vec<u8>,
+    /// Whether `current` is `durable` followed by appended bytes, so that a
+    /// power loss may keep a prefix of the appended bytes. False once an
+    /// unsynced change touched the durable part (shrink or overwrite).
+    appended_only: bool,
+}
+
+impl Inode {
+    fn empty() -> Inode {
+        Inode {
+            appended_only: true,
+            ..Inode::default()
+        }
+    }
+
+    /// Makes the current bytes durable.
+    fn sync(&mut self) {
+        if self.appended_only {
+            let done = self.durable.len();
+            self.durable.extend_from_slice(&self.current[done..]);
+        } else {
+            self.durable.clone_from(&self.current);
+        }
+        self.appended_only = true;
+    }
+
+    /// Changes the length of the current bytes (zero-filling growth).
+    fn resize(&mut self, len: usize) {
+        if len < self.durable.len() {
+            self.appended_only = false;
+        }
+        self.current.resize(len, 0);
+    }
+}
+
+/// A file of the simulated disk open for appending.
+struct SimFile {
+    /// The disk it lives on.
+    disk: Arc<Mutex<Disk>>,
+    /// Its inode (stays valid if the file is renamed or removed).
+    inode: u64,
+    /// Where the next write goes.
+    len: u64,
+}
+
+/// The error every call returns once the simulated process has crashed.
+fn crash_error() -> io::Error {
+    io::Error::other("simulated crash")
+}
+
+fn disk_full() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOSPC)
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{}: no such file on the simulated disk", path.display()),
+    )
+}
+
+impl SimIo {
+    /// An empty disk with no fault planned.
+    pub fn new() -> SimIo {
+        SimIo::default()
+    }
+
+    /// Plans a crash: `Some(k)` lets `k` more mutating or syncing calls
+    /// succeed and makes every call after them fail. `None` cancels the plan
+    /// (a crash that already happened stays).
+    pub fn set_crash_after(&self, ops: Option<u64>) {
+        self.lock().crash_after = ops;
+    }
+
+    /// Whether the simulated process has crashed.
+    pub fn crashed(&self) -> bool {
+        self.lock().crashed
+    }
+
+    /// Bounds the total bytes of all files in the current namespace
+    /// (`None`: unbounded).
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.lock().capacity = bytes;
+    }
+
+    /// Mutating or syncing calls made so far (to plan a crash at each of
+    /// them in turn).
+    pub fn op_count(&self) -> u64 {
+        self.lock().ops
+    }
+
+    /// The disk as a power loss now would leave it, as a new disk with no
+    /// crash planned (the capacity stays): only the durable namespace, each
+    /// file its durable bytes plus a prefix, chosen from `seed`, of what was
+    /// appended since its last sync. This disk is left as it is.
+    pub fn restart(&self, seed: u64) -> SimIo {
+        let disk = self.lock();
+        let mut rng = SplitMix64(seed);
+        let mut inodes = HashMap::new();
+        let live: BTreeSet<u64> = disk.durable.values().copied().collect();
+        for ino in live {
+            let old = &disk.inodes[&ino];
+            let mut bytes = old.durable.clone();
+            if old.appended_only {
+                let unsynced = &old.current[old.durable.len()..];
+                let keep = match rng.next() % 4 {
+                    0 => 0,
+                    1 => unsynced.len(),
+                    _ => (rng.next() % (unsynced.len() as u64 + 1)) as usize,
+                };
+                bytes.extend_from_slice(&unsynced[..keep]);
+            }
+            let inode = Inode {
+                current: bytes.clone(),
+                durable: bytes,
+                appended_only: true,
+            };
+            inodes.insert(ino, inode);
+        }
+        let after = Disk {
+            inodes,
+            current: disk.durable.clone(),
+            durable: disk.durable.clone(),
+            dirs: disk.dirs.clone(),
+            next_inode: disk.next_inode,
+            crash_after: None,
+            crashed: false,
+            capacity: disk.capacity,
+            ops: 0,
+        };
+        SimIo {
+            disk: Arc::new(Mutex::new(after)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Disk> {
+        lock(&self.disk)
+    }
+}
+
+fn lock(disk: &Mutex<Disk>) -> MutexGuard<'_, Disk> {
+    // A panicking test thread must not hide the disk from the others.
+    disk.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Disk {
+    /// Fails if the process is dead (for calls that do not count).
+    fn alive(&self) -> io::Result<()> {
+        if self.crashed {
+            Err(crash_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Counts one mutating call; fails if the process is, or now becomes,
+    /// dead.
+    fn step(&mut self) -> io::Result<()> {
+        self.alive()?;
+        self.ops += 1;
+        match self.crash_after {
+            Some(0) => {
+                self.crashed = true;
+                self.crash_after = None;
+                Err(crash_error())
+            }
+            Some(k) => {
+                self.crash_after = Some(k - 1);
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Total length of the files in the current namespace.
+    fn used(&self) -> u64 {
+        let live: BTreeSet<u64> = self.current.values().copied().collect();
+        live.iter()
+            .map(|ino| self.inodes[ino].current.len() as u64)
+            .sum()
+    }
+
+    /// Fails with ENOSPC if `growth` more bytes do not fit.
+    fn reserve(&self, growth: u64) -> io::Result<()> {
+        match self.capacity {
+            Some(cap) if growth > 0 && self.used() + growth > cap => Err(disk_full()),
+            _ => Ok(()),
+        }
+    }
+
+    fn inode_of(&self, path: &Path) -> io::Result<u64> {
+        self.current
+            .get(path)
+            .copied()
+            .ok_or_else(|| not_found(path))
+    }
+
+    fn dir_exists(&self, dir: &Path) -> bool {
+        dir.as_os_str().is_empty() || self.dirs.contains(dir)
+    }
+}
+
+/// The directory holding `path` ("" for a bare name).
+fn parent(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new(""))
+}
+
+impl Io for SimIo {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut disk = self.lock();
+        disk.alive()?;
+        for ancestor in dir.ancestors() {
+            if !ancestor.as_os_str().is_empty() {
+                disk.dirs.insert(ancestor.to_path_buf());
+            }
+        }
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let disk = self.lock();
+        disk.alive()?;
+        if !disk.dir_exists(dir) {
+            return Err(not_found(dir));
+        }
+        Ok(disk
+            .current
+            .keys()
+            .filter(|path| parent(path) == dir)
+            .filter_map(|path| path.file_name()?.to_str().map(str::to_owned))
+            .collect())
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+        let mut disk = self.lock();
+        disk.step()?;
+        if !disk.dir_exists(parent(path)) {
+            return Err(not_found(parent(path)));
+        }
+        if disk.current.contains_key(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{}: file exists", path.display()),
+            ));
+        }
+        let ino = disk.next_inode;
+        disk.next_inode += 1;
+        disk.inodes.insert(ino, Inode::empty());
+        disk.current.insert(path.to_path_buf(), ino);
+        Ok(Box::new(SimFile {
+            disk: Arc::clone(&self.disk),
+            inode: ino,
+            len: 0,
+        }))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let disk = self.lock();
+        disk.alive()?;
+        let ino = disk.inode_of(path)?;
+        Ok(disk.inodes[&ino].current.clone())
+    }
+
+    fn file_len(&self, path: &Path) -> io::Result<u64> {
+        let disk = self.lock();
+        disk.alive()?;
+        let ino = disk.inode_of(path)?;
+        Ok(disk.inodes[&ino].current.len() as u64)
+    }
+
+    fn map_private(&self, path: &Path) -> io::Result<MappedFile> {
+        let disk = self.lock();
+        disk.alive()?;
+        let ino = disk.inode_of(path)?;
+        Ok(MappedFile::heap_copy(&disk.inodes[&ino].current))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut disk = self.lock();
+        disk.step()?;
+        let ino = disk.inode_of(from)?;
+        if !disk.dir_exists(parent(to)) {
+            return Err(not_found(parent(to)));
+        }
+        disk.current.remove(from);
+        disk.current.insert(to.to_path_buf(), ino);
+        Ok(())
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut disk = self.lock();
+        disk.step()?;
+        disk.inode_of(path)?;
+        disk.current.remove(path);
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut disk = self.lock();
+        disk.step()?;
+        if !disk.dir_exists(dir) {
+            return Err(not_found(dir));
+        }
+        let Disk {
+            current, durable, ..
+        } = &mut *disk;
+        durable.retain(|path, _| parent(path) != dir);
+        for (path, ino) in current.iter() {
+            if parent(path) == dir {
+                durable.insert(path.clone(), *ino);
+            }
+        }
+        Ok(())
+    }
+
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let mut disk = self.lock();
+        disk.step()?;
+        let ino = disk.inode_of(path)?;
+        let old = disk.inodes[&ino].current.len() as u64;
+        disk.reserve(len.saturating_sub(old))?;
+        let inode = disk.inodes.get_mut(&ino).expect("inode of a current path");
+        inode.resize(len as usize);
+        inode.sync();
+        Ok(())
+    }
+}
+
+impl IoFile for SimFile {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        let mut disk = lock(&self.disk);
+        let was_dead = disk.crashed;
+        if let Err(e) = disk.step() {
+            if !was_dead {
+                // The power failed during this write: it reached the page
+                // cache but not the disk; a restart may keep a prefix.
+                self.len = place(&mut disk, self.inode, self.len, buf);
+            }
+            return Err(e);
+        }
+        let end = self.len + buf.len() as u64;
+        let old = disk.inodes[&self.inode].current.len() as u64;
+        disk.reserve(end.saturating_sub(old))?;
+        self.len = place(&mut disk, self.inode, self.len, buf);
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        let mut disk = lock(&self.disk);
+        disk.step()?;
+        disk.inodes
+            .get_mut(&self.inode)
+            .expect("an open file's inode")
+            .sync();
+        Ok(())
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        let mut disk = lock(&self.disk);
+        disk.step()?;
+        let old = disk.inodes[&self.inode].current.len() as u64;
+        disk.reserve(len.saturating_sub(old))?;
+        disk.inodes
+            .get_mut(&self.inode)
+            .expect("an open file's inode")
+            .resize(len as usize);
+        self.len = len;
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+/// Writes `buf` at offset `at` into the current bytes of inode `ino` (no
+/// checks); returns the offset after it.
+fn place(disk: &mut Disk, ino: u64, at: u64, buf: &[u8]) -> u64 {
+    let inode = disk.inodes.get_mut(&ino).expect("an open file's inode");
+    let start = at as usize;
+    let end = start + buf.len();
+    if start < inode.durable.len() {
+        inode.appended_only = false;
+    }
+    if inode.current.len() < end {
+        inode.current.resize(end, 0);
+    }
+    inode.current[start..end].copy_from_slice(buf);
+    end as u64
+}
+
+/// splitmix64: a tiny deterministic generator for the torn-write choices.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn disk_with_dir() -> (SimIo, PathBuf) {
+        let sim = SimIo::new();
+        let dir = PathBuf::from("/data");
+        sim.create_dir_all(&dir).unwrap();
+        (sim, dir)
+    }
+
+    /// A file created, written, synced and named durably.
+    fn durable_file(sim: &SimIo, dir: &Path, name: &str, bytes: &[u8]) -> Box<dyn IoFile> {
+        let mut f = sim.create(&dir.join(name)).unwrap();
+        f.write_all(bytes).unwrap();
+        f.sync().unwrap();
+        sim.sync_dir(dir).unwrap();
+        f
+    }
+
+    #[test]
+    fn unsynced_appends_are_lost_or_torn_to_a_prefix() {
+        let (sim, dir) = disk_with_dir();
+        let mut f = durable_file(&sim, &dir, "a", b"durable");
+        f.write_all(b"-unsynced-tail").unwrap();
+        let full = b"durable-unsynced-tail";
+        let mut seen_lengths = BTreeSet::new();
+        for seed in 0..200 {
+            let after = sim.restart(seed).read(&dir.join("a")).unwrap();
+            assert!(after.len() >= 7, "the synced bytes survive");
+            assert_eq!(
+                after[..],
+                full[..after.len()],
+                "a prefix of what was written"
+            );
+            seen_lengths.insert(after.len());
+        }
+        assert!(
+            seen_lengths.contains(&7),
+            "sometimes nothing unsynced survives"
+        );
+        assert!(
+            seen_lengths.contains(&full.len()),
+            "sometimes all of it does"
+        );
+        assert!(seen_lengths.len() > 3, "and sometimes part of it");
+    }
+
+    #[test]
+    fn synced_bytes_survive_every_restart() {
+        let (sim, dir) = disk_with_dir();
+        let mut f = durable_file(&sim, &dir, "a", b"one");
+        f.write_all(b"two").unwrap();
+        f.sync().unwrap();
+        for seed in 0..20 {
+            assert_eq!(sim.restart(seed).read(&dir.join("a")).unwrap(), b"onetwo");
+        }
+    }
+
+    #[test]
+    fn a_new_file_is_lost_without_sync_dir_even_if_synced() {
+        let (sim, dir) = disk_with_dir();
+        let mut f = sim.create(&dir.join("a")).unwrap();
+        f.write_all(b"x").unwrap();
+        f.sync().unwrap();
+        let after = sim.restart(1);
+        assert!(after.list(&dir).unwrap().is_empty());
+        sim.sync_dir(&dir).unwrap();
+        assert_eq!(sim.restart(1).list(&dir).unwrap(), vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn an_unsynced_rename_is_lost_and_sync_dir_makes_it_durable() {
+        let (sim, dir) = disk_with_dir();
+        durable_file(&sim, &dir, "tmp", b"new");
+        durable_file(&sim, &dir, "live", b"old");
+        sim.rename(&dir.join("tmp"), &dir.join("live")).unwrap();
+        assert_eq!(sim.read(&dir.join("live")).unwrap(), b"new");
+
+        let lost = sim.restart(7);
+        assert_eq!(lost.read(&dir.join("live")).unwrap(), b"old");
+        assert_eq!(lost.read(&dir.join("tmp")).unwrap(), b"new");
+
+        sim.sync_dir(&dir).unwrap();
+        let kept = sim.restart(7);
+        assert_eq!(kept.read(&dir.join("live")).unwrap(), b"new");
+        assert!(kept.read(&dir.join("tmp")).is_err());
+    }
+
+    #[test]
+    fn an_unsynced_removal_is_lost() {
+        let (sim, dir) = disk_with_dir();
+        durable_file(&sim, &dir, "a", b"x");
+        sim.remove(&dir.join("a")).unwrap();
+        assert!(sim.read(&dir.join("a")).is_err());
+        assert_eq!(sim.restart(3).read(&dir.join("a")).unwrap(), b"x");
+        sim.sync_dir(&dir).unwrap();
+        assert!(sim.restart(3).read(&dir.join("a")).is_err());
+    }
+
+    #[test]
+    fn an_unsynced_set_len_is_lost_and_a_synced_one_kept() {
+        let (sim, dir) = disk_with_dir();
+        let mut f = durable_file(&sim, &dir, "a", b"abcdef");
+        f.set_len(2).unwrap();
+        f.write_all(b"XY").unwrap();
+        assert_eq!(sim.read(&dir.join("a")).unwrap(), b"abXY");
+        for seed in 0..20 {
+            assert_eq!(sim.restart(seed).read(&dir.join("a")).unwrap(), b"abcdef");
+        }
+        f.sync().unwrap();
+        assert_eq!(sim.restart(0).read(&dir.join("a")).unwrap(), b"abXY");
+        sim.truncate(&dir.join("a"), 1).unwrap();
+        assert_eq!(sim.restart(0).read(&dir.join("a")).unwrap(), b"a");
+    }
+
+    #[test]
+    fn after_the_planned_crash_every_call_fails() {
+        let (sim, dir) = disk_with_dir();
+        sim.set_crash_after(Some(2));
+        let mut f = sim.create(&dir.join("a")).unwrap();
+        f.write_all(b"x").unwrap();
+        assert!(!sim.crashed());
+        let err = f.sync().unwrap_err();
+        assert_eq!(err.to_string(), "simulated crash");
+        assert!(sim.crashed());
+        assert!(sim.read(&dir.join("a")).is_err(), "reads fail too");
+        assert!(sim.list(&dir).is_err());
+        assert!(f.write_all(b"y").is_err());
+        let after = sim.restart(0);
+        assert!(!after.crashed());
+        assert!(
+            after.list(&dir).unwrap().is_empty(),
+            "the name was never made durable"
+        );
+    }
+
+    #[test]
+    fn the_crashing_write_may_leave_a_prefix() {
+        let (sim, dir) = disk_with_dir();
+        let mut f = durable_file(&sim, &dir, "a", b"");
+        sim.set_crash_after(Some(0));
+        assert!(f.write_all(b"0123456789").is_err());
+        let lengths: BTreeSet<usize> = (0..100)
+            .map(|seed| sim.restart(seed).read(&dir.join("a")).unwrap().len())
+            .collect();
+        assert!(lengths.contains(&10) && lengths.len() > 2);
+    }
+
+    #[test]
+    fn a_full_disk_writes_nothing_then_resumes_when_space_returns() {
+        let (sim, dir) = disk_with_dir();
+        sim.set_capacity(Some(10));
+        let mut f = sim.create(&dir.join("a")).unwrap();
+        f.write_all(b"12345678").unwrap();
+        let err = f.write_all(b"abc").unwrap_err();
+        assert!(crate::store::error::is_disk_full(&err));
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(
+            sim.read(&dir.join("a")).unwrap(),
+            b"12345678",
+            "nothing written"
+        );
+        assert_eq!(f.len(), 8);
+        assert!(f.set_len(11).is_err(), "extending counts too");
+        f.write_all(b"ab").unwrap();
+        sim.set_capacity(Some(20));
+        f.write_all(b"cd").unwrap();
+        assert_eq!(sim.read(&dir.join("a")).unwrap(), b"12345678abcd");
+    }
+
+    #[test]
+    fn removing_a_file_frees_its_space() {
+        let (sim, dir) = disk_with_dir();
+        sim.set_capacity(Some(4));
+        durable_file(&sim, &dir, "a", b"1234");
+        let mut b = sim.create(&dir.join("b")).unwrap();
+        assert!(b.write_all(b"x").is_err());
+        sim.remove(&dir.join("a")).unwrap();
+        b.write_all(b"x").unwrap();
+    }
+
+    #[test]
+    fn map_private_and_file_len_see_current_bytes() {
+        let (sim, dir) = disk_with_dir();
+        let mut f = sim.create(&dir.join("a")).unwrap();
+        f.write_all(b"hello").unwrap();
+        assert_eq!(sim.file_len(&dir.join("a")).unwrap(), 5);
+        assert_eq!(
+            sim.map_private(&dir.join("a")).unwrap().as_slice(),
+            b"hello"
+        );
+    }
+
+    #[test]
+    fn create_refuses_an_existing_name_and_a_missing_directory() {
+        let (sim, dir) = disk_with_dir();
+        durable_file(&sim, &dir, "a", b"");
+        let exists = sim.create(&dir.join("a")).err().unwrap();
+        assert_eq!(exists.kind(), io::ErrorKind::AlreadyExists);
+        let missing = sim.create(Path::new("/nowhere/a")).err().unwrap();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+    }
+}

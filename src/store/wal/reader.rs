@@ -1,0 +1,276 @@
+//! Reading the WAL: a read-only cursor over the records of the retained
+//! files, and recovery (`replay`), which applies them and repairs the tail.
+//!
+//! # What a reader checks
+//!
+//! Every file's header (magic, version, checksum, first LSN equal to the
+//! name's); every record's length (within bounds and the file), checksum,
+//! op tags and keys; that the records of a file have consecutive LSNs from
+//! the file's first; that a file does not start before the previous one
+//! ends (overlap), nor after the first LSN still wanted (gap).
+//!
+//! # Torn tails and corruption
+//!
+//! A record that fails its checks ("bad") is a **torn tail** if it is in the
+//! last file and either its declared extent runs past the end of the file
+//! (or its length field itself is cut off), or every byte after its declared
+//! extent is zero (the file was extended but the data never landed). These
+//! are the traces a crash leaves in bytes that were never fsynced, so they
+//! were never acknowledged as durable; the log ends before them. The same
+//! rule applies to a bad header (whose extent is the header's 24 bytes), so
+//! a last file that is empty or all zeros is an empty tail.
+//!
+//! Any other bad record — in a file that is not the last, or followed by
+//! non-zero bytes — is **corruption**: records after it exist and cannot be
+//! trusted, so reading stops with [`StoreError::WalCorrupt`].
+//!
+//! A bit flip in a length field of the last file that makes the record
+//! claim bytes past the end of the file is indistinguishable from a torn
+//! write and is treated as one (the records after it in that file are
+//! dropped, with a warning).
+
+use std::path::{Path, PathBuf};
+
+use super::files::{WalFile, list_wal_files};
+use super::record::{BadRecord, HEADER_LEN, check_header, decode_record};
+use crate::store::{Io, Op, StoreError};
+
+/// A record read from the WAL. The ops borrow the cursor's buffer.
+#[derive(Debug)]
+pub struct WalRecord<'a> {
+    /// Its LSN.
+    pub lsn: u64,
+    /// Its ops, in order.
+    pub ops: &'a [Op],
+    /// The file it is in.
+    pub path: &'a Path,
+    /// Its byte offset in that file.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+/// Where a torn tail begins (the log ends there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TornTail {
+    /// The last WAL file.
+    pub path: PathBuf,
+    /// Byte offset of the torn record (0: the header itself is torn).
+    pub offset: u64,
+    /// The file's length; `len - offset` bytes are torn.
+    pub file_len: u64,
+    /// Records before the torn one in this file.
+    pub records_before: u64,
+}
+
+/// A read-only cursor over the records of the WAL files, in LSN order,
+/// from a given LSN on. It never changes a file.
+///
+/// Each file is read whole when the cursor reaches it, so a file the writer
+/// is still appending to is seen as it was then: a record being written at
+/// that moment looks like a torn tail and ends the cursor.
+pub struct WalCursor<'io> {
+    /// The file system.
+    io: &'io dyn Io,
+    /// The data directory.
+    dir: PathBuf,
+    /// The WAL files, sorted, as listed when the cursor was opened.
+    files: Vec<WalFile>,
+    /// Index in `files` of the file in `data`; `files.len()` once done.
+    file: usize,
+    /// Whether `data` holds file `file` (false before the first read).
+    loaded: bool,
+    /// The bytes of the current file.
+    data: Vec<u8>,
+    /// Offset in `data` of the next record.
+    offset: usize,
+    /// The LSN the next record of the current file must have.
+    expect_lsn: u64,
+    /// Records read so far from the current file.
+    file_records: u64,
+    /// The first LSN not yet returned (records before it are skipped).
+    next_wanted: u64,
+    /// The highest LSN seen in the log so far, returned or skipped.
+    last_lsn_seen: Option<u64>,
+    /// Set when the cursor stopped at a torn tail.
+    torn: Option<TornTail>,
+    /// Decoded ops of the last record; reused across records.
+    ops: Vec<Op>,
+}
+
+impl<'io> WalCursor<'io> {
+    /// A cursor over the WAL in `dir` returning the records with LSN
+    /// `>= from_lsn`.
+    pub fn open(io: &'io dyn Io, dir: &Path, from_lsn: u64) -> Result<Self, StoreError> {
+        let files = list_wal_files(io, dir)?;
+        Ok(WalCursor {
+            io,
+            dir: dir.to_path_buf(),
+            files,
+            file: 0,
+            loaded: false,
+            data: Vec::new(),
+            offset: 0,
+            expect_lsn: 0,
+            file_records: 0,
+            next_wanted: from_lsn,
+            last_lsn_seen: None,
+            torn: None,
+            ops: Vec::new(),
+        })
+    }
+
+    /// The next record with LSN `>= from_lsn`, `None` at the end of the log
+    /// (clean, or a torn tail: see [`WalCursor::torn_tail`]).
+    ///
+    /// Errors: [`StoreError::WalCorrupt`] for corruption (module docs),
+    /// [`StoreError::WalGap`] if the log skips LSNs from `from_lsn` on,
+    /// [`StoreError::Io`] if a file cannot be read.
+    pub fn next_record(&mut self) -> Result<Option<WalRecord<'_>>, StoreError> {
+        loop {
+            if self.file >= self.files.len() || self.torn.is_some() {
+                return Ok(None);
+            }
+            if !self.loaded {
+                self.load_file()?;
+                if self.torn.is_some() {
+                    return Ok(None);
+                }
+            }
+            if self.offset == self.data.len() {
+                self.file += 1;
+                self.loaded = false;
+                continue;
+            }
+            let start = self.offset;
+            let rec = match decode_record(&self.data[start..], &mut self.ops) {
+                Ok(rec) => rec,
+                Err(bad) => {
+                    self.bad_record(start, bad)?;
+                    return Ok(None);
+                }
+            };
+            if rec.lsn != self.expect_lsn {
+                // A record with a good checksum but the wrong LSN was written
+                // as such: never a torn write.
+                return Err(self.corrupt(
+                    start,
+                    format!(
+                        "the record has LSN {}, expected {}",
+                        rec.lsn, self.expect_lsn
+                    ),
+                ));
+            }
+            self.offset += rec.len as usize;
+            self.expect_lsn += 1;
+            self.file_records += 1;
+            self.last_lsn_seen = Some(rec.lsn);
+            if rec.lsn < self.next_wanted {
+                continue;
+            }
+            self.next_wanted = rec.lsn + 1;
+            return Ok(Some(WalRecord {
+                lsn: rec.lsn,
+                ops: &self.ops,
+                path: &self.files[self.file].path,
+                offset: start as u64,
+                len: rec.len,
+            }));
+        }
+    }
+
+    /// Where the log ended in a torn tail, if it did (after `next_record`
+    /// returned `None`).
+    pub fn torn_tail(&self) -> Option<&TornTail> {
+        self.torn.as_ref()
+    }
+
+    /// The highest LSN read from the log so far (returned or skipped).
+    pub fn last_lsn_seen(&self) -> Option<u64> {
+        self.last_lsn_seen
+    }
+
+    /// The LSN the first record not yet returned must have.
+    pub fn next_wanted(&self) -> u64 {
+        self.next_wanted
+    }
+
+    /// The WAL files the cursor reads, sorted.
+    pub fn files(&self) -> &[WalFile] {
+        &self.files
+    }
+
+    /// Index in [`WalCursor::files`] of the file being read, and how many
+    /// records of it were read.
+    pub fn position(&self) -> (usize, u64) {
+        (self.file, self.file_records)
+    }
+
+    /// Reads file `self.file` and checks its header and its place in the
+    /// LSN sequence.
+    fn load_file(&mut self) -> Result<(), StoreError> {
+        let file = &self.files[self.file];
+        if file.first_lsn > self.next_wanted {
+            return Err(StoreError::WalGap {
+                dir: self.dir.clone(),
+                expected: self.next_wanted,
+                found: file.first_lsn,
+            });
+        }
+        if let Some(last) = self.last_lsn_seen
+            && file.first_lsn <= last
+        {
+            return Err(self.corrupt_in(
+                self.file,
+                0,
+                format!(
+                    "the file starts at LSN {}, but the file before it already holds LSN {last}",
+                    file.first_lsn
+                ),
+            ));
+        }
+        self.data = self
+            .io
+            .read(&file.path)
+            .map_err(|e| StoreError::io("reading the WAL file", &file.path, e))?;
+        self.loaded = true;
+        self.offset = HEADER_LEN;
+        self.expect_lsn = file.first_lsn;
+        self.file_records = 0;
+        if let Err(bad) = check_header(&self.data, file.first_lsn) {
+            self.bad_record(0, bad)?;
+        }
+        Ok(())
+    }
+
+    /// Classifies a bad record at `offset`: a torn tail (recorded, Ok) or
+    /// corruption (Err).
+    fn bad_record(&mut self, offset: usize, bad: BadRecord) -> Result<(), StoreError> {
+        let last = self.file + 1 == self.files.len();
+        let end = offset as u64 + bad.extent;
+        let torn = last
+            && (end > self.data.len() as u64 || self.data[end as usize..].iter().all(|&b| b == 0));
+        if !torn {
+            return Err(self.corrupt(offset, bad.reason));
+        }
+        self.torn = Some(TornTail {
+            path: self.files[self.file].path.clone(),
+            offset: offset as u64,
+            file_len: self.data.len() as u64,
+            records_before: self.file_records,
+        });
+        Ok(())
+    }
+
+    fn corrupt(&self, offset: usize, reason: String) -> StoreError {
+        self.corrupt_in(self.file, offset, reason)
+    }
+
+    fn corrupt_in(&self, file: usize, offset: usize, reason: String) -> StoreError {
+        StoreError::WalCorrupt {
+            path: self.files[file].path.clone(),
+            offset: offset as u64,
+            reason,
+        }
+    }
+}

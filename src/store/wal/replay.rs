@@ -1,0 +1,217 @@
+//! Recovery from the WAL: apply the records after a snapshot's LSN, in
+//! order, and leave a log the writer can continue.
+//!
+//! Replay reads through [`WalCursor`] (the checks and the torn-tail rule are
+//! documented there), then repairs the end of the log:
+//!
+//! - a **torn tail** is cut off (`Io::truncate`, durable), with a warning
+//!   naming the file, the offset and the bytes dropped;
+//! - **corruption** stops recovery with [`StoreError::WalCorrupt`], unless
+//!   the operator asked for `truncate_corrupt`: then the log is cut at the
+//!   bad record, every later WAL file is removed, an error-level line says
+//!   what was discarded, and replay ends there;
+//! - a last file that is left holding no record is removed, so that the
+//!   writer can create the file it needs (its name is the next LSN, which is
+//!   often the same name).
+//!
+//! Afterwards the files hold consecutive records up to
+//! [`ReplayOutcome::next_lsn`]` - 1` (or fewer, if a snapshot covers the
+//! rest), and a writer may start at `next_lsn`.
+
+use std::path::Path;
+
+use super::files::WalFile;
+use super::reader::WalCursor;
+use super::record::{HEADER_LEN, check_header, decode_record};
+use crate::store::{Io, Op, StoreError};
+
+/// How replay treats corruption.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// Cut the log at a corrupt record (losing everything after it) instead
+    /// of refusing to start.
+    pub truncate_corrupt: bool,
+}
+
+/// What replay found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayOutcome {
+    /// The first LSN applied, if any.
+    pub first_lsn_seen: Option<u64>,
+    /// The last LSN applied, if any.
+    pub last_lsn: Option<u64>,
+    /// Records applied.
+    pub records: u64,
+    /// Bytes of the records applied.
+    pub bytes: u64,
+    /// The LSN a writer continues at: one past the larger of `after_lsn` and
+    /// the last LSN left in the log.
+    pub next_lsn: u64,
+    /// Bytes cut off as a torn tail.
+    pub torn_bytes: u64,
+    /// Bytes discarded because of corruption (`truncate_corrupt`).
+    pub discarded_bytes: u64,
+}
+
+/// Calls `apply(lsn, ops)` for every record with LSN `> after_lsn`, in
+/// order, across all WAL files in `dir`, then repairs the end of the log
+/// (module docs).
+///
+/// Errors: [`StoreError::WalGap`] if the log does not continue at
+/// `after_lsn + 1` (or has a hole between files after it);
+/// [`StoreError::WalCorrupt`] for corruption without `truncate_corrupt`;
+/// [`StoreError::Io`].
+pub fn replay(
+    io: &dyn Io,
+    dir: &Path,
+    after_lsn: u64,
+    options: &ReplayOptions,
+    mut apply: impl FnMut(u64, &[Op]),
+) -> Result<ReplayOutcome, StoreError> {
+    let mut cursor = WalCursor::open(io, dir, after_lsn + 1)?;
+    let mut outcome = ReplayOutcome::default();
+    let corrupt = loop {
+        match cursor.next_record() {
+            Ok(Some(rec)) => {
+                apply(rec.lsn, rec.ops);
+                outcome.first_lsn_seen.get_or_insert(rec.lsn);
+                outcome.last_lsn = Some(rec.lsn);
+                outcome.records += 1;
+                outcome.bytes += rec.len;
+            }
+            Ok(None) => break None,
+            Err(StoreError::WalCorrupt {
+                path,
+                offset,
+                reason,
+            }) if options.truncate_corrupt => break Some((path, offset, reason)),
+            Err(e) => return Err(e),
+        }
+    };
+    let files = cursor.files().to_vec();
+    let log_end = cursor.last_lsn_seen().unwrap_or(0);
+    outcome.next_lsn = after_lsn.max(log_end) + 1;
+
+    if let Some(torn) = cursor.torn_tail() {
+        outcome.torn_bytes = torn.file_len - torn.offset;
+        tracing::warn!(
+            file = %torn.path.display(),
+            offset = torn.offset,
+            bytes_dropped = outcome.torn_bytes,
+            "the WAL ends in a torn write (bytes written but never synced before a crash); \
+             cutting them off"
+        );
+        cut(io, dir, &torn.path, torn.offset)?;
+    } else if let Some((path, offset, reason)) = corrupt {
+        let at = files
+            .iter()
+            .position(|f| f.path == path)
+            .expect("the corrupt file is one of the listed files");
+        let first_lost = cursor
+            .last_lsn_seen()
+            .map_or(files[at].first_lsn, |l| l + 1);
+        outcome.discarded_bytes = discard_from(io, dir, &files, at, offset, first_lost, &reason)?;
+    } else if let Some(last) = files.last()
+        && cursor.position().1 == 0
+    {
+        // The newest file holds no record (the process stopped right after
+        // creating it): remove it so the writer can create it again.
+        remove(io, last)?;
+        sync_dir(io, dir)?;
+    }
+    Ok(outcome)
+}
+
+/// Cuts `path` at `offset`, durably; removes it instead if no record would
+/// remain.
+fn cut(io: &dyn Io, dir: &Path, path: &Path, offset: u64) -> Result<(), StoreError> {
+    if offset <= HEADER_LEN as u64 {
+        io.remove(path)
+            .map_err(|e| StoreError::io("removing the WAL file", path, e))?;
+        sync_dir(io, dir)
+    } else {
+        io.truncate(path, offset)
+            .map_err(|e| StoreError::io("truncating the WAL file", path, e))
+    }
+}
+
+/// The `truncate_corrupt` repair: removes the files after `files[at]`
+/// (newest first, so an interruption leaves a contiguous log), cuts
+/// `files[at]` at `offset`, and logs what was lost. Returns the bytes
+/// discarded.
+fn discard_from(
+    io: &dyn Io,
+    dir: &Path,
+    files: &[WalFile],
+    at: usize,
+    offset: u64,
+    first_lost: u64,
+    reason: &str,
+) -> Result<u64, StoreError> {
+    let file = &files[at];
+    let len = io
+        .file_len(&file.path)
+        .map_err(|e| StoreError::io("reading the WAL file", &file.path, e))?;
+    let mut bytes = len.saturating_sub(offset);
+    let mut readable = 0;
+    let mut last_readable = None;
+    for later in files[at + 1..].iter().rev() {
+        let data = io
+            .read(&later.path)
+            .map_err(|e| StoreError::io("reading the WAL file", &later.path, e))?;
+        bytes += data.len() as u64;
+        let (n, last) = count_readable(&data, later.first_lsn);
+        readable += n;
+        last_readable = last_readable.max(last);
+        remove(io, later)?;
+    }
+    if at + 1 < files.len() {
+        sync_dir(io, dir)?;
+    }
+    cut(io, dir, &file.path, offset)?;
+    tracing::error!(
+        file = %file.path.display(),
+        offset,
+        reason,
+        bytes_discarded = bytes,
+        first_lsn_lost = first_lost,
+        later_files_removed = files.len() - at - 1,
+        readable_records_in_removed_files = readable,
+        last_readable_lsn_in_removed_files = last_readable,
+        "the WAL is corrupt; as asked (--wal-truncate-corrupt), cut the log there: every \
+         record from LSN {first_lost} on is lost ({bytes} bytes, including {readable} \
+         readable records in the later files)"
+    );
+    Ok(bytes)
+}
+
+/// How many records at the start of a file's bytes decode cleanly, and the
+/// last one's LSN (for the report of what `truncate_corrupt` discards).
+fn count_readable(data: &[u8], first_lsn: u64) -> (u64, Option<u64>) {
+    if check_header(data, first_lsn).is_err() {
+        return (0, None);
+    }
+    let mut ops = Vec::new();
+    let (mut offset, mut n, mut last) = (HEADER_LEN, 0, None);
+    while offset < data.len() {
+        match decode_record(&data[offset..], &mut ops) {
+            Ok(rec) => {
+                offset += rec.len as usize;
+                n += 1;
+                last = Some(rec.lsn);
+            }
+            Err(_) => break,
+        }
+    }
+    (n, last)
+}
+
+fn remove(io: &dyn Io, file: &WalFile) -> Result<(), StoreError> {
+    io.remove(&file.path)
+        .map_err(|e| StoreError::io("removing the WAL file", &file.path, e))
+}
+
+fn sync_dir(io: &dyn Io, dir: &Path) -> Result<(), StoreError> {
+    io.sync_dir(dir)
+        .map_err(|e| StoreError::io("syncing the data directory", dir, e))
+}

@@ -1,0 +1,311 @@
+//! `WalWriter`: appends records to the WAL in groups, owned by the writer
+//! thread (single-threaded, `&mut self` everywhere).
+//!
+//! # Protocol
+//!
+//! The writer thread `append`s the batches of one group (each encoded into a
+//! pending buffer under the next LSN), then `commit`s the group: one
+//! `write_all` of the whole buffer, then one fsync if the group must be
+//! durable. Only after `commit` returns `Ok` may the batches be applied and
+//! acknowledged.
+//!
+//! # Invariants
+//!
+//! - **The file holds only whole committed groups, as far as this process
+//!   knows.** A failed commit rolls the file back to its length before the
+//!   group (`set_len` + fsync) and forgets the group's records and LSNs:
+//!   the next `append` reuses them. If the rollback fails too, the writer is
+//!   *broken*: every later `commit` and `sync` first retries the rollback
+//!   and fails until it succeeds, so nothing is ever written after a partial
+//!   group, and writes resume by themselves once the disk has room again.
+//! - **Never append to a file of an earlier run.** `create` starts a new
+//!   file at the next LSN; replay has already cut the old files' tails.
+//! - **A new file is used only once durable**: header written and fsynced,
+//!   directory fsynced. Before the switch the previous file is fsynced, so a
+//!   later `sync` of the new file covers everything written before it.
+//! - Rotation happens after a commit that brings the file to
+//!   `segment_bytes`. If it fails, the commit still succeeded (its records
+//!   are in the old file); the next commit retries the rotation before
+//!   writing, and fails (writing nothing) if it fails again.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::files::wal_file_name;
+use super::record::{HEADER_LEN, encode_header, encode_record};
+use crate::store::{Io, IoFile, Op, StoreError};
+
+/// Tuning of the WAL writer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalOptions {
+    /// Start a new file once the current one reaches this many bytes
+    /// (default 64 MiB). A group is never split, so files can exceed it.
+    pub segment_bytes: u64,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            segment_bytes: 64 << 20,
+        }
+    }
+}
+
+/// The appending end of the WAL.
+pub struct WalWriter {
+    /// The file system.
+    io: Arc<dyn Io>,
+    /// The data directory.
+    dir: PathBuf,
+    /// Tuning.
+    options: WalOptions,
+    /// The file being appended to.
+    file: Box<dyn IoFile>,
+    /// Its path.
+    path: PathBuf,
+    /// Encoded records appended but not yet committed.
+    pending: Vec<u8>,
+    /// The LSN after the last committed record: the first pending record's.
+    committed_next: u64,
+    /// The LSN the next `append` must use.
+    next_lsn: u64,
+    /// Bytes committed by this writer (headers included).
+    total_bytes: u64,
+    /// Whether the file has bytes written since its last fsync.
+    unsynced: bool,
+    /// Broken: the length the file must be rolled back to before anything
+    /// else is written.
+    rollback_to: Option<u64>,
+    /// A rotation failed after a commit; retry it before the next write.
+    rotate_pending: bool,
+}
+
+impl WalWriter {
+    /// Starts a new file `wal-{next_lsn}.log` in `dir` (created, header
+    /// written and fsynced, directory fsynced). Never appends to an old
+    /// file; an existing file of that name is replaced only if it holds no
+    /// record (left by a failed rotation or an empty tail).
+    pub fn create(
+        io: Arc<dyn Io>,
+        dir: &Path,
+        next_lsn: u64,
+        options: WalOptions,
+    ) -> Result<WalWriter, StoreError> {
+        let (file, path) = start_file(&*io, dir, next_lsn)?;
+        Ok(WalWriter {
+            io,
+            dir: dir.to_path_buf(),
+            options,
+            file,
+            path,
+            pending: Vec::new(),
+            committed_next: next_lsn,
+            next_lsn,
+            total_bytes: HEADER_LEN as u64,
+            unsynced: false,
+            rollback_to: None,
+            rotate_pending: false,
+        })
+    }
+
+    /// Encodes one batch into the pending group under `lsn`, which must be
+    /// [`WalWriter::next_lsn`].
+    ///
+    /// # Panics
+    /// If `ops` has more than [`super::MAX_BATCH_OPS`] ops.
+    pub fn append(&mut self, lsn: u64, ops: &[Op]) {
+        debug_assert_eq!(lsn, self.next_lsn, "WAL records must have consecutive LSNs");
+        encode_record(&mut self.pending, lsn, ops);
+        self.next_lsn += 1;
+    }
+
+    /// Writes the pending group with one `write_all`, then fsyncs if `sync`
+    /// (also making earlier unsynced groups durable). Rotates to a new file
+    /// if this one reached `segment_bytes`.
+    ///
+    /// On error the file is rolled back to its length before the group, the
+    /// group's records and LSNs are forgotten (the next `append` reuses
+    /// them), and the error names the file. See the module docs for a
+    /// failed rollback.
+    pub fn commit(&mut self, sync: bool) -> Result<(), StoreError> {
+        if let Err(e) = self.recover() {
+            self.forget_pending();
+            return Err(e);
+        }
+        if self.pending.is_empty() {
+            return if sync { self.sync() } else { Ok(()) };
+        }
+        let start = self.file.len();
+        let written = self
+            .file
+            .write_all(&self.pending)
+            .map_err(|e| StoreError::io("writing the WAL file", &self.path, e))
+            .and_then(|()| {
+                if sync {
+                    self.file
+                        .sync()
+                        .map_err(|e| StoreError::io("fsyncing the WAL file", &self.path, e))
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err(e) = written {
+            self.forget_pending();
+            if let Err(rollback) = self.roll_back(start) {
+                tracing::warn!(
+                    file = %self.path.display(),
+                    offset = start,
+                    error = %rollback,
+                    "could not roll the WAL back after a failed write; writes fail until it can"
+                );
+                self.rollback_to = Some(start);
+            }
+            return Err(e);
+        }
+        self.total_bytes += self.pending.len() as u64;
+        self.pending.clear();
+        self.committed_next = self.next_lsn;
+        self.unsynced = !sync;
+        if self.file.len() >= self.options.segment_bytes
+            && let Err(e) = self.rotate()
+        {
+            tracing::warn!(
+                file = %self.path.display(),
+                error = %e,
+                "could not start the next WAL file; retrying before the next write"
+            );
+            self.rotate_pending = true;
+        }
+        Ok(())
+    }
+
+    /// Fsyncs the current file without writing (the `interval` sync
+    /// policy). Earlier files were fsynced when the writer left them.
+    pub fn sync(&mut self) -> Result<(), StoreError> {
+        if let Some(len) = self.rollback_to {
+            self.roll_back(len)?;
+        }
+        if !self.unsynced {
+            return Ok(());
+        }
+        self.file
+            .sync()
+            .map_err(|e| StoreError::io("fsyncing the WAL file", &self.path, e))?;
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// The LSN the next `append` must use.
+    pub fn next_lsn(&self) -> u64 {
+        self.next_lsn
+    }
+
+    /// Bytes committed by this writer since it was created, file headers
+    /// included (for snapshot triggers and metrics).
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    /// The file being appended to.
+    pub fn current_path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Finishes what an earlier failure left to do before anything is
+    /// written: the rollback, then the rotation.
+    fn recover(&mut self) -> Result<(), StoreError> {
+        if let Some(len) = self.rollback_to {
+            self.roll_back(len)?;
+        }
+        if self.rotate_pending {
+            self.rotate()?;
+        }
+        Ok(())
+    }
+
+    /// Cuts the file back to `len` bytes, durably; clears the broken state.
+    fn roll_back(&mut self, len: u64) -> Result<(), StoreError> {
+        self.file
+            .set_len(len)
+            .map_err(|e| StoreError::io("rolling back the WAL file", &self.path, e))?;
+        self.file
+            .sync()
+            .map_err(|e| StoreError::io("fsyncing the rolled-back WAL file", &self.path, e))?;
+        self.rollback_to = None;
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// Fsyncs the current file and switches to a new one starting at the
+    /// first uncommitted LSN.
+    fn rotate(&mut self) -> Result<(), StoreError> {
+        if self.unsynced {
+            self.file
+                .sync()
+                .map_err(|e| StoreError::io("fsyncing the WAL file", &self.path, e))?;
+            self.unsynced = false;
+        }
+        let (file, path) = start_file(&*self.io, &self.dir, self.committed_next)?;
+        self.file = file;
+        self.path = path;
+        self.total_bytes += HEADER_LEN as u64;
+        self.rotate_pending = false;
+        Ok(())
+    }
+
+    fn forget_pending(&mut self) {
+        self.pending.clear();
+        self.next_lsn = self.committed_next;
+    }
+}
+
+/// Creates `wal-{first_lsn}.log` durably: file, header, fsync, directory
+/// fsync. On failure, removes what it created (best effort: a header-only
+/// leftover is replaced by the next attempt, or removed by replay).
+fn start_file(
+    io: &dyn Io,
+    dir: &Path,
+    first_lsn: u64,
+) -> Result<(Box<dyn IoFile>, PathBuf), StoreError> {
+    let path = dir.join(wal_file_name(first_lsn));
+    let mut file = match io.create(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Only a file without records may be replaced: a record in it
+            // would be an LSN we are about to reuse.
+            let len = io
+                .file_len(&path)
+                .map_err(|e| StoreError::io("reading the WAL file", &path, e))?;
+            if len > HEADER_LEN as u64 {
+                return Err(StoreError::io(
+                    "creating the WAL file (one of that name already holds records)",
+                    &path,
+                    e,
+                ));
+            }
+            io.remove(&path)
+                .map_err(|e| StoreError::io("removing the empty WAL file", &path, e))?;
+            io.create(&path)
+                .map_err(|e| StoreError::io("creating the WAL file", &path, e))?
+        }
+        Err(e) => return Err(StoreError::io("creating the WAL file", &path, e)),
+    };
+    let made = file
+        .write_all(&encode_header(first_lsn))
+        .map_err(|e| StoreError::io("writing the WAL file header", &path, e))
+        .and_then(|()| {
+            file.sync()
+                .map_err(|e| StoreError::io("fsyncing the WAL file", &path, e))
+        })
+        .and_then(|()| {
+            io.sync_dir(dir)
+                .map_err(|e| StoreError::io("syncing the data directory", dir, e))
+        });
+    match made {
+        Ok(()) => Ok((file, path)),
+        Err(e) => {
+            let _ = io.remove(&path);
+            Err(e)
+        }
+    }
+}
