@@ -2,6 +2,7 @@
 //! taken while the writer runs is exact once the log after its capture LSNs
 //! is replayed, damage is reported (never a panic), and the file protocol
 //! keeps the newest two snapshots and never leaves a broken file behind.
+#![cfg(not(uuidmap_loom))]
 
 use std::collections::HashMap;
 use std::io;
@@ -76,8 +77,14 @@ fn a_restored_snapshot_holds_every_entry_and_later_writes_never_reach_the_file()
     assert_eq!(info.lsn, lsn);
     assert_eq!(info.entries, index.len() as u64);
     assert_eq!(info.segments, 8);
-    assert_eq!(info.min_capture_lsn, lsn, "no writes ran during the snapshot");
-    assert_eq!(info.path, dir.path().join(format!("snapshot-{lsn:020}.snap")));
+    assert_eq!(
+        info.min_capture_lsn, lsn,
+        "no writes ran during the snapshot"
+    );
+    assert_eq!(
+        info.path,
+        dir.path().join(format!("snapshot-{lsn:020}.snap"))
+    );
     assert_eq!(std::fs::metadata(&info.path).unwrap().len(), info.bytes);
     let file_crc = || crc32c::crc32c(&std::fs::read(&info.path).unwrap());
     let before = file_crc();
@@ -116,7 +123,11 @@ fn a_restored_snapshot_holds_every_entry_and_later_writes_never_reach_the_file()
             assert_eq!(restored.get(&key(i)), want, "key {i} after writes");
         }
         drop((w2, restored));
-        assert_eq!(file_crc(), before, "writes to the restored index changed the file");
+        assert_eq!(
+            file_crc(),
+            before,
+            "writes to the restored index changed the file"
+        );
     }
 }
 
@@ -226,7 +237,7 @@ fn a_snapshot_taken_under_writes_plus_the_log_after_each_capture_is_the_final_st
                 }
                 // Let a snapshot run now and then, so that many overlap
                 // the writes (bounded, should the snapshot thread stop).
-                if lsn % 400 == 0 {
+                if lsn.is_multiple_of(400) {
                     let t = Instant::now();
                     while taken.load(Ordering::Acquire) == seen
                         && t.elapsed() < Duration::from_secs(2)
@@ -258,7 +269,11 @@ fn a_snapshot_taken_under_writes_plus_the_log_after_each_capture_is_the_final_st
         // stays.
         let opened = open_snapshot(&OsIo, &info.path, &verify(true)).unwrap();
         assert!(opened.capture_lsns().iter().all(|&c| c <= info.lsn));
-        restored.push((info.lsn, opened.min_capture_lsn(), opened.into_index().unwrap()));
+        restored.push((
+            info.lsn,
+            opened.min_capture_lsn(),
+            opened.into_index().unwrap(),
+        ));
         snapshots_taken.fetch_add(1, Ordering::Release);
     }
     let _writer = writer_thread.join().unwrap();
@@ -279,7 +294,11 @@ fn a_snapshot_taken_under_writes_plus_the_log_after_each_capture_is_the_final_st
         }
         assert_eq!(r.index.len(), expected.len(), "snapshot {lsn}");
         for k in &keys {
-            assert_eq!(r.index.get(k), expected.get(k).copied(), "snapshot {lsn}, key {k}");
+            assert_eq!(
+                r.index.get(k),
+                expected.get(k).copied(),
+                "snapshot {lsn}, key {k}"
+            );
         }
     }
 }
@@ -394,7 +413,10 @@ fn writing_keeps_the_two_newest_snapshots_and_removes_leftover_temp_files() {
             .map(|l| (l, written[l as usize - 1].clone()))
             .collect();
         assert_eq!(listed, want, "after snapshot {lsn}");
-        assert!(!debris.exists(), "leftover temp file survived snapshot {lsn}");
+        assert!(
+            !debris.exists(),
+            "leftover temp file survived snapshot {lsn}"
+        );
     }
     assert!(unrelated.exists());
     // Nothing changed since LSN 4: the existing file is returned, untouched.
@@ -496,8 +518,7 @@ fn a_failed_write_leaves_no_temp_file_and_the_previous_snapshots_intact() {
     writer.insert(key(2), value(3)).unwrap();
     for budget in [0, 100, 5_000, first.bytes - 10] {
         let err = write_snapshot(&FullDisk { budget }, dir.path(), &index, &|| lsn + 2)
-            .err()
-            .expect("the disk is full");
+            .expect_err("the disk is full");
         assert!(err.is_disk_full(), "{err}");
         let message = err.to_string();
         assert!(message.contains("disk is full"), "{message}");
@@ -509,7 +530,31 @@ fn a_failed_write_leaves_no_temp_file_and_the_previous_snapshots_intact() {
     }
     // A directory that does not exist: an error naming it, nothing created.
     let missing = dir.path().join("missing");
-    let err = write_snapshot(&OsIo, &missing, &index, &|| lsn + 2).err().unwrap();
+    let err = write_snapshot(&OsIo, &missing, &index, &|| lsn + 2)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("missing"), "{err}");
     assert!(!missing.exists());
+}
+
+#[test]
+fn a_damaged_snapshot_of_the_same_lsn_is_replaced_and_an_older_state_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_w, index, lsn) = filled(2, 500);
+    let info = write_snapshot(&OsIo, dir.path(), &index, &|| lsn).unwrap();
+    let mut bytes = std::fs::read(&info.path).unwrap();
+    let end = bytes.len() - 1;
+    bytes[end] ^= 1;
+    std::fs::write(&info.path, &bytes).unwrap();
+    assert!(open_snapshot(&OsIo, &info.path, &verify(true)).is_err());
+    let again = write_snapshot(&OsIo, dir.path(), &index, &|| lsn).unwrap();
+    assert_eq!(again.path, info.path);
+    restore(&again.path, &verify(true)).unwrap();
+    // Two newer snapshots exist; a snapshot of an older state is still kept.
+    for newer in [lsn + 10, lsn + 20] {
+        write_snapshot(&OsIo, dir.path(), &index, &|| newer).unwrap();
+    }
+    let older = write_snapshot(&OsIo, dir.path(), &index, &|| lsn + 5).unwrap();
+    assert!(older.path.exists());
+    restore(&older.path, &verify(true)).unwrap();
 }

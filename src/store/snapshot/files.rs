@@ -50,14 +50,14 @@ pub fn list_snapshots(io: &dyn Io, dir: &Path) -> Result<Vec<(u64, PathBuf)>, St
         .iter()
         .filter_map(|n| parse_snapshot_name(n).map(|lsn| (lsn, dir.join(n))))
         .collect();
-    found.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    found.sort_unstable_by_key(|&(lsn, _)| std::cmp::Reverse(lsn));
     Ok(found)
 }
 
-/// Removes every snapshot but the newest `keep`, and every temporary
-/// snapshot file. Best effort: what cannot be removed is logged and left
-/// (an extra old file costs disk space, never correctness).
-pub(super) fn prune(io: &dyn Io, dir: &Path, keep: usize) {
+/// Removes every snapshot but the newest `keep` and `current`, and every
+/// temporary snapshot file. Best effort: what cannot be removed is logged
+/// and left (an extra old file costs disk space, never correctness).
+pub(super) fn prune(io: &dyn Io, dir: &Path, keep: usize, current: &Path) {
     let names = match io.list(dir) {
         Ok(n) => n,
         Err(e) => {
@@ -69,11 +69,14 @@ pub(super) fn prune(io: &dyn Io, dir: &Path, keep: usize) {
         .iter()
         .filter_map(|n| parse_snapshot_name(n).map(|lsn| (lsn, n)))
         .collect();
-    snapshots.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    snapshots.sort_unstable_by_key(|&(lsn, _)| std::cmp::Reverse(lsn));
     let old = snapshots.iter().skip(keep).map(|&(_, n)| n);
     let temps = names.iter().filter(|n| is_temp_name(n));
     for name in old.chain(temps) {
         let path = dir.join(name);
+        if path == current {
+            continue;
+        }
         if let Err(e) = io.remove(&path) {
             tracing::warn!(path = %path.display(), error = %e, "cannot remove an old snapshot file");
         }
@@ -92,7 +95,12 @@ mod tests {
             assert!(is_temp_name(&temp_name(lsn)));
         }
         assert!(snapshot_name(9) < snapshot_name(10));
-        for bad in ["snapshot-1.snap", "snapshot-0000000000000000000x.snap", "x.snap", ""] {
+        for bad in [
+            "snapshot-1.snap",
+            "snapshot-0000000000000000000x.snap",
+            "x.snap",
+            "",
+        ] {
             assert_eq!(parse_snapshot_name(bad), None, "{bad}");
         }
     }

@@ -159,9 +159,11 @@ impl Header {
             ));
         }
         if file[..8] != MAGIC {
-            return Err("the file does not start with the snapshot magic \"UUIDMAPS\": \
+            return Err(
+                "the file does not start with the snapshot magic \"UUIDMAPS\": \
                         it is not a snapshot, or its first page is damaged"
-                .into());
+                    .into(),
+            );
         }
         let version = u32_at(file, 8);
         if version != FORMAT_VERSION {
@@ -397,12 +399,32 @@ mod tests {
     fn overlapping_or_unaligned_segments_are_refused() {
         let (mut header, _) = sample();
         header.segments[1].offset = PROLOGUE_LEN;
-        assert!(header.check_layout(1 << 20).unwrap_err().contains("overlapping"));
+        assert!(
+            header
+                .check_layout(1 << 20)
+                .unwrap_err()
+                .contains("overlapping")
+        );
         header.segments[1].offset = 2 * PAGE + 8;
-        assert!(header.check_layout(1 << 20).unwrap_err().contains("multiple"));
+        assert!(
+            header
+                .check_layout(1 << 20)
+                .unwrap_err()
+                .contains("multiple")
+        );
         header.segments[1].offset = 2 * PAGE;
-        assert!(header.check_layout(2 * PAGE + 100).unwrap_err().contains("runs past"));
+        assert!(
+            header
+                .check_layout(2 * PAGE + 100)
+                .unwrap_err()
+                .contains("runs past")
+        );
         header.segments[1].capacity = u64::MAX;
-        assert!(header.check_layout(u64::MAX).unwrap_err().contains("runs past"));
+        assert!(
+            header
+                .check_layout(u64::MAX)
+                .unwrap_err()
+                .contains("runs past")
+        );
     }
 }

@@ -136,7 +136,9 @@ pub fn open_snapshot(
         created_unix_millis: header.created_unix_millis,
         entries: header.entries,
         segments: header.segments,
-        expected_fingerprint: options.expected_fingerprint.unwrap_or_else(hash_fingerprint),
+        expected_fingerprint: options
+            .expected_fingerprint
+            .unwrap_or_else(hash_fingerprint),
         map,
     })
 }
@@ -227,7 +229,8 @@ impl OpenedSnapshot {
                 // table holds; the checked layout keeps segments apart, and
                 // nothing else touches the mapping once `self` is consumed;
                 // `capacity > len >= 0`, so it is at least 1.
-                let slots = unsafe { ExternalSlots::new(ptr, s.capacity as usize, keepalive.clone()) };
+                let slots =
+                    unsafe { ExternalSlots::new(ptr, s.capacity as usize, keepalive.clone()) };
                 RestoredSegment {
                     slots,
                     len: s.len as usize,

@@ -43,8 +43,9 @@ pub struct SnapshotInfo {
 ///
 /// The file is written as a `.tmp` file, synced, renamed into place, and the
 /// directory synced: once this returns `Ok`, the snapshot is durable. Then
-/// every snapshot but the two newest, and every leftover `.tmp` file, is
-/// removed (best effort).
+/// every snapshot but the two newest (and the one just written, should an
+/// older state be snapshotted into a directory holding newer ones), and every
+/// leftover `.tmp` file, is removed (best effort).
 ///
 /// If a snapshot with the LSN currently applied already exists, nothing
 /// changed since it was written: no new file is written, and its info is
@@ -66,7 +67,7 @@ pub fn write_snapshot(
     if let Some((_, path)) = existing.iter().find(|&&(lsn, _)| lsn == applied) {
         // A damaged file of that name is simply replaced below.
         if let Ok(info) = existing_info(io, path, started) {
-            prune(io, dir, KEEP);
+            prune(io, dir, KEEP, path);
             return Ok(info);
         }
     }
@@ -86,9 +87,12 @@ pub fn write_snapshot(
     let path = dir.join(snapshot_name(header.lsn));
     if io.file_len(&path).is_ok() {
         // The same LSN was already written (the watermark did not move
-        // between an earlier snapshot and this one): keep the existing file.
-        let _ = io.remove(&temp);
-        return existing_info(io, &path, started);
+        // between an earlier snapshot and this one): keep the existing file,
+        // unless it is damaged, in which case the rename replaces it.
+        if let Ok(info) = existing_info(io, &path, started) {
+            let _ = io.remove(&temp);
+            return Ok(info);
+        }
     }
     if let Err(e) = io.rename(&temp, &path) {
         let _ = io.remove(&temp);
@@ -96,7 +100,7 @@ pub fn write_snapshot(
     }
     io.sync_dir(dir)
         .map_err(|e| StoreError::io("syncing the directory of the new snapshot", dir, e))?;
-    prune(io, dir, KEEP);
+    prune(io, dir, KEEP, &path);
     Ok(SnapshotInfo {
         path,
         lsn: header.lsn,
