@@ -8,14 +8,27 @@
 //!   for crash tests.
 //! - [`wal`]: the write-ahead log: record format, the group-committing
 //!   writer, and replay.
+//! - [`snapshot`]: snapshot files: written while the writer goes on, mapped
+//!   back in place on restart.
+//! - [`recovery`]: from a data directory to a live index.
 
 pub mod error;
 pub mod io;
 pub mod op;
+// Recovery and snapshots restore tables from lent memory, which the loom
+// build of the index leaves out.
+#[cfg(not(uuidmap_loom))]
+pub mod recovery;
 pub mod sim_io;
+#[cfg(not(uuidmap_loom))]
+pub mod snapshot;
 pub mod wal;
 
 pub use error::StoreError;
 pub use io::{Io, IoFile, MappedFile, OsIo};
 pub use op::Op;
 pub use sim_io::SimIo;
+#[cfg(not(uuidmap_loom))]
+pub use snapshot::{
+    OpenedSnapshot, RestoredIndex, SnapshotInfo, list_snapshots, open_snapshot, write_snapshot,
+};
