@@ -14,9 +14,14 @@
 //! writer.compare_and_set(file, Some(shard), Some(Uuid::from_u128(0xb))).unwrap();
 //! ```
 
+#[cfg(not(uuidmap_loom))]
+#[doc(hidden)]
+pub mod crashtest;
 pub mod index;
 pub mod store;
 pub mod sync;
+#[cfg(not(uuidmap_loom))]
+pub mod writer;
 
 pub use index::{CasError, Index, IndexBuilder, IndexWriter, KeyError};
 

@@ -274,6 +274,12 @@ impl Index {
         self.shared.segments.len()
     }
 
+    /// The segment `key` belongs to (fixed for the index's life).
+    pub fn segment_of(&self, key: &Uuid) -> usize {
+        let hasher = &self.shared.hasher;
+        hasher.segment(hasher.hash(to_words(key)))
+    }
+
     /// Bytes of slot memory held by the current tables.
     pub fn table_bytes(&self) -> usize {
         self.shared.table_bytes.load(Ordering::Relaxed)

@@ -14,7 +14,9 @@
 //! A record that fails its checks ("bad") is a **torn tail** if it is in the
 //! last file and either its declared extent runs past the end of the file
 //! (or its length field itself is cut off), or every byte after its declared
-//! extent is zero (the file was extended but the data never landed). These
+//! extent is zero (the file was extended but the data never landed; when the
+//! record ends exactly at the end of the file, its own last byte must be
+//! zero: a complete record that fails its checks is damage, not a tear). These
 //! are the traces a crash leaves in bytes that were never fsynced, so they
 //! were never acknowledged as durable; the log ends before them. The same
 //! rule applies to a bad header (whose extent is the header's 24 bytes), so
@@ -248,8 +250,15 @@ impl<'io> WalCursor<'io> {
     fn bad_record(&mut self, offset: usize, bad: BadRecord) -> Result<(), StoreError> {
         let last = self.file + 1 == self.files.len();
         let end = offset as u64 + bad.extent;
+        let len = self.data.len() as u64;
+        // A record that ends exactly at the end of the file was written in
+        // full length; only a hole (a block that never landed reads as
+        // zeros, so the record's last byte is zero) makes it torn. A
+        // complete record that fails its checks otherwise is damage.
         let torn = last
-            && (end > self.data.len() as u64 || self.data[end as usize..].iter().all(|&b| b == 0));
+            && (end > len
+                || (end < len && self.data[end as usize..].iter().all(|&b| b == 0))
+                || (end == len && end > offset as u64 && self.data[end as usize - 1] == 0));
         if !torn {
             return Err(self.corrupt(offset, bad.reason));
         }

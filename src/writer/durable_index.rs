@@ -1,0 +1,235 @@
+//! [`DurableIndex`]: an index recovered from its data directory, with the
+//! writer pipeline and the snapshot thread running over it. This is what
+//! the server (and the crash tests' child process) open.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::pipeline::{Pipeline, PipelineConfig, PipelineStats, WriteHandle};
+use super::snapshotter::{SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger};
+use crate::index::Index;
+use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
+use crate::store::wal::{WalOptions, WalWriter};
+use crate::store::{Io, OsIo, StoreError};
+use crate::sync::LsnWatermark;
+
+/// Everything [`DurableIndex::open`] needs.
+#[derive(Clone)]
+pub struct DurableConfig {
+    /// The data directory (created if missing).
+    pub dir: PathBuf,
+    /// The file system (the real one by default).
+    pub io: Arc<dyn Io>,
+    /// Writer pipeline limits and the fsync policy.
+    pub pipeline: PipelineConfig,
+    /// WAL file rotation size.
+    pub wal_segment_bytes: u64,
+    /// Take a snapshot this often (`None`: only on the other triggers).
+    pub snapshot_every: Option<Duration>,
+    /// Take a final snapshot when shutting down.
+    pub snapshot_on_shutdown: bool,
+    /// Recovery options (checksums, corrupt WAL handling, presize).
+    pub recovery: RecoveryOptions,
+}
+
+impl DurableConfig {
+    /// Defaults for `dir`: fsync `always`, snapshots every 256 MiB of WAL
+    /// or 10 minutes and at shutdown, 64 MiB WAL files.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        DurableConfig {
+            dir: dir.into(),
+            io: Arc::new(OsIo),
+            pipeline: PipelineConfig::default(),
+            wal_segment_bytes: 64 << 20,
+            snapshot_every: Some(Duration::from_secs(600)),
+            snapshot_on_shutdown: true,
+            recovery: RecoveryOptions::default(),
+        }
+    }
+}
+
+/// A durable, running index.
+pub struct DurableIndex {
+    index: Index,
+    watermark: Arc<LsnWatermark>,
+    pipeline: Option<Pipeline>,
+    writes: WriteHandle,
+    snapshotter: Snapshotter,
+    snapshot_tx: std::sync::mpsc::Sender<Trigger>,
+    report: RecoveryReport,
+    config: DurableConfig,
+}
+
+/// A point-in-time summary for `Stats` and metrics.
+#[derive(Clone, Debug)]
+pub struct DurableStats {
+    pub entries: u64,
+    pub table_bytes: u64,
+    pub applied_lsn: u64,
+    pub wal_bytes: u64,
+    pub snapshots_taken: u64,
+    pub snapshots_failed: u64,
+    pub last_snapshot_lsn: u64,
+    /// Unix ms of the newest snapshot written by this process (0: none).
+    pub last_snapshot_unix_ms: u64,
+    pub last_snapshot_duration_us: u64,
+    pub wal_failures: u64,
+    pub queued_batches: u64,
+}
+
+impl DurableIndex {
+    /// Recovers the data directory and starts the writer and snapshot
+    /// threads.
+    pub fn open(config: DurableConfig) -> Result<DurableIndex, StoreError> {
+        let io = config.io.clone();
+        let recovered = recover(io.as_ref(), &config.dir, &config.recovery)?;
+        let report = recovered.report;
+        tracing::info!(
+            snapshot = ?report.snapshot,
+            rejected = report.rejected.len(),
+            replayed = report.records_replayed,
+            last_lsn = report.last_lsn,
+            open_ms = report.open_time.as_millis() as u64,
+            replay_ms = report.replay_time.as_millis() as u64,
+            "recovered {} entries from {}",
+            recovered.index.len(),
+            config.dir.display()
+        );
+        let watermark = Arc::new(LsnWatermark::new(report.last_lsn));
+        let wal = WalWriter::create(
+            io.clone(),
+            &config.dir,
+            recovered.next_lsn,
+            WalOptions {
+                segment_bytes: config.wal_segment_bytes,
+            },
+        )?;
+        let snapshotter = Snapshotter::start(SnapshotterConfig {
+            io: io.clone(),
+            dir: config.dir.clone(),
+            index: recovered.index.clone(),
+            watermark: watermark.clone(),
+            every: config.snapshot_every,
+            recovered_from: report
+                .snapshot
+                .as_ref()
+                .map(|_| (report.snapshot_lsn, report.min_capture_lsn)),
+        })
+        .map_err(|e| StoreError::io("starting the snapshot thread", &config.dir, e))?;
+        let snapshot_tx = snapshotter.sender();
+        let nudge = snapshot_tx.clone();
+        let pipeline = Pipeline::start(
+            config.pipeline.clone(),
+            recovered.writer,
+            wal,
+            watermark.clone(),
+            Some(Box::new(move || {
+                let _ = nudge.send(Trigger::WalBytes);
+            })),
+        )
+        .map_err(|e| StoreError::io("starting the writer thread", &config.dir, e))?;
+        let durable = DurableIndex {
+            index: recovered.index,
+            watermark,
+            writes: pipeline.handle(),
+            pipeline: Some(pipeline),
+            snapshotter,
+            snapshot_tx,
+            report,
+            config,
+        };
+        if durable.report.wal_behind_snapshot {
+            tracing::warn!(
+                "the WAL ends before the snapshot's LSN (records written without fsync were \
+                 lost in a crash, but the snapshot holds them); taking a fresh snapshot"
+            );
+            let _ = durable.snapshot_tx.send(Trigger::WalBytes);
+        }
+        Ok(durable)
+    }
+
+    /// The read handle.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Submits writes.
+    pub fn writes(&self) -> &WriteHandle {
+        &self.writes
+    }
+
+    /// The applied-LSN watermark (read-your-writes, long polls).
+    pub fn watermark(&self) -> &Arc<LsnWatermark> {
+        &self.watermark
+    }
+
+    /// What recovery found.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.config.dir
+    }
+
+    /// Takes a snapshot now and waits for it.
+    pub async fn snapshot_now(&self) -> SnapshotResult {
+        let (tx, rx) = oneshot::channel();
+        self.snapshot_tx
+            .send(Trigger::Now(tx))
+            .map_err(|_| Arc::new(stopped(&self.config.dir)))?;
+        rx.await.map_err(|_| Arc::new(stopped(&self.config.dir)))?
+    }
+
+    /// [`DurableIndex::snapshot_now`] for threads outside an async runtime.
+    pub fn snapshot_now_blocking(&self) -> SnapshotResult {
+        let (tx, rx) = oneshot::channel();
+        self.snapshot_tx
+            .send(Trigger::Now(tx))
+            .map_err(|_| Arc::new(stopped(&self.config.dir)))?;
+        rx.blocking_recv()
+            .map_err(|_| Arc::new(stopped(&self.config.dir)))?
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> DurableStats {
+        let p: &PipelineStats = self.writes.stats();
+        let s: &SnapshotStats = self.snapshotter.stats();
+        DurableStats {
+            entries: self.index.len() as u64,
+            table_bytes: self.index.table_bytes() as u64,
+            applied_lsn: self.watermark.current(),
+            wal_bytes: p.wal_bytes.load(Ordering::Relaxed),
+            snapshots_taken: s.taken.load(Ordering::Relaxed),
+            snapshots_failed: s.failed.load(Ordering::Relaxed),
+            last_snapshot_lsn: s.last_lsn.load(Ordering::Relaxed),
+            last_snapshot_unix_ms: s.last_unix_ms.load(Ordering::Relaxed),
+            last_snapshot_duration_us: s.last_duration_us.load(Ordering::Relaxed),
+            wal_failures: p.wal_failures.load(Ordering::Relaxed),
+            queued_batches: p.queued.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Graceful stop: refuses new writes, finishes the queued ones, syncs the
+    /// WAL, takes a final snapshot (if configured), and stops the threads.
+    pub fn shutdown(mut self) {
+        if let Some(pipeline) = self.pipeline.take() {
+            pipeline.stop();
+        }
+        let final_snapshot = self.config.snapshot_on_shutdown;
+        self.snapshotter.stop(final_snapshot);
+    }
+}
+
+fn stopped(dir: &std::path::Path) -> StoreError {
+    StoreError::io(
+        "taking a snapshot in",
+        dir,
+        std::io::Error::other("the snapshot thread has stopped"),
+    )
+}

@@ -1,0 +1,19 @@
+//! The single-writer pipeline over a durable store.
+//!
+//! - `policy`: [`FsyncPolicy`].
+//! - `request`: [`WriteOp`], [`WriteOutcome`], [`WriteError`].
+//! - `pipeline`: the writer thread, group commit, [`WriteHandle`].
+//! - `snapshotter`: the snapshot thread and its triggers.
+//! - `durable_index`: [`DurableIndex`], recovery plus both threads.
+
+mod durable_index;
+mod pipeline;
+mod policy;
+mod request;
+mod snapshotter;
+
+pub use durable_index::{DurableConfig, DurableIndex, DurableStats};
+pub use pipeline::{Pipeline, PipelineConfig, PipelineExit, PipelineStats, WriteHandle};
+pub use policy::{BadFsyncPolicy, FsyncPolicy};
+pub use request::{WriteError, WriteOp, WriteOutcome};
+pub use snapshotter::{SnapshotResult, SnapshotStats};

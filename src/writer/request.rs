@@ -1,0 +1,87 @@
+//! What callers ask the writer to do, and what they get back.
+
+use uuid::Uuid;
+
+use crate::index::KeyError;
+use crate::store::StoreError;
+
+/// One operation of a write batch, as a caller states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Set `key` to `value`.
+    Put { key: Uuid, value: Uuid },
+    /// Remove `key` (succeeds whether or not it was present).
+    Delete { key: Uuid },
+    /// Set `key` to `new` only if its value is `expected` at this point of
+    /// the batch (`None` = absent on either side: `new: None` removes).
+    CompareAndSet {
+        key: Uuid,
+        expected: Option<Uuid>,
+        new: Option<Uuid>,
+    },
+}
+
+impl WriteOp {
+    /// The key this operation is about.
+    pub fn key(&self) -> Uuid {
+        match *self {
+            WriteOp::Put { key, .. }
+            | WriteOp::Delete { key }
+            | WriteOp::CompareAndSet { key, .. } => key,
+        }
+    }
+}
+
+/// An accepted batch: it became visible, whole, at this LSN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// The batch's log sequence number.
+    pub lsn: u64,
+}
+
+/// Why a batch was not applied. Nothing of a refused batch is logged or
+/// applied.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The batch has no operations.
+    #[error("a write batch needs at least one operation")]
+    Empty,
+    /// The batch has more operations than the configured limit.
+    #[error("a write batch may hold at most {max} operations; this one holds {len}")]
+    TooLarge { len: usize, max: usize },
+    /// An operation's key is reserved.
+    #[error("operation {index} of the batch: {source}")]
+    Key {
+        /// Position of the operation in the batch.
+        index: usize,
+        source: KeyError,
+    },
+    /// A compare-and-set found another value; the batch was not applied.
+    #[error(
+        "compare-and-set failed at operation {index} of the batch: key {key} is {}, not {}",
+        describe(*current), describe(*expected)
+    )]
+    CasMismatch {
+        /// Position of the compare-and-set in the batch.
+        index: usize,
+        key: Uuid,
+        expected: Option<Uuid>,
+        /// The value found (as of the batch's turn, earlier operations of the
+        /// batch included).
+        current: Option<Uuid>,
+    },
+    /// The write-ahead log could not be written or synced (a full or failing
+    /// disk). The batch was not applied; retry once the disk is fixed.
+    #[error("the write-ahead log is unavailable, the batch was not applied: {0}")]
+    Wal(#[source] std::sync::Arc<StoreError>),
+    /// The writer is shutting down or has stopped.
+    #[error("the server is shutting down and accepts no more writes")]
+    ShuttingDown,
+}
+
+fn describe(v: Option<Uuid>) -> String {
+    match v {
+        Some(v) => v.to_string(),
+        None => "absent".to_string(),
+    }
+}

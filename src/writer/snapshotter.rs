@@ -1,0 +1,204 @@
+//! The snapshot thread: takes fuzzy snapshots while the writer goes on, when
+//! asked (every N WAL bytes, every T seconds, on demand, at shutdown), and
+//! then deletes the WAL files no retained snapshot needs.
+//!
+//! Two snapshots are retained (see `store::snapshot`): the newest, and the
+//! previous one as a fallback should the newest be damaged. So the WAL is
+//! cut only up to the *previous* snapshot's smallest capture LSN: the
+//! fallback plus the longer WAL still gives the whole state.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::oneshot;
+
+use crate::index::Index;
+use crate::store::snapshot::{SnapshotInfo, write_snapshot};
+use crate::store::wal::remove_covered;
+use crate::store::{Io, StoreError};
+use crate::sync::LsnWatermark;
+
+/// A snapshot's outcome as callers receive it.
+pub type SnapshotResult = Result<SnapshotInfo, Arc<StoreError>>;
+
+/// What the snapshot thread is asked to do.
+pub(crate) enum Trigger {
+    /// The WAL grew by the configured amount (sent by the writer).
+    WalBytes,
+    /// Take one now and say how it went.
+    Now(oneshot::Sender<SnapshotResult>),
+    /// Take a last one (if `final_snapshot`) and stop.
+    Stop { final_snapshot: bool },
+}
+
+/// Figures about snapshots, for `Stats` and metrics.
+#[derive(Debug, Default)]
+pub struct SnapshotStats {
+    /// Snapshots written since start.
+    pub taken: AtomicU64,
+    /// Snapshots that failed.
+    pub failed: AtomicU64,
+    /// Unix time (ms) at which the newest snapshot finished (0: none yet).
+    pub last_unix_ms: AtomicU64,
+    /// How long the newest snapshot took (µs).
+    pub last_duration_us: AtomicU64,
+    /// LSN of the newest snapshot.
+    pub last_lsn: AtomicU64,
+    /// Bytes of the newest snapshot.
+    pub last_bytes: AtomicU64,
+}
+
+/// The retained snapshots, oldest first: (LSN, smallest capture LSN).
+type Retained = Vec<(u64, u64)>;
+
+/// The running snapshot thread.
+pub(crate) struct Snapshotter {
+    tx: mpsc::Sender<Trigger>,
+    thread: Option<JoinHandle<()>>,
+    stats: Arc<SnapshotStats>,
+}
+
+/// What the snapshot thread works with.
+pub(crate) struct SnapshotterConfig {
+    pub io: Arc<dyn Io>,
+    pub dir: PathBuf,
+    pub index: Index,
+    pub watermark: Arc<LsnWatermark>,
+    /// Take a snapshot this often (`None`: only on other triggers).
+    pub every: Option<Duration>,
+    /// The snapshot the store was recovered from: (LSN, smallest capture).
+    pub recovered_from: Option<(u64, u64)>,
+}
+
+impl Snapshotter {
+    /// Starts the thread; returns it and the sender the writer nudges.
+    pub(crate) fn start(config: SnapshotterConfig) -> std::io::Result<Snapshotter> {
+        let (tx, rx) = mpsc::channel();
+        let stats = Arc::new(SnapshotStats::default());
+        let thread_stats = stats.clone();
+        let thread = std::thread::Builder::new()
+            .name("uuidmap-snapshot".into())
+            .spawn(move || run(config, rx, &thread_stats))?;
+        Ok(Snapshotter {
+            tx,
+            thread: Some(thread),
+            stats,
+        })
+    }
+
+    pub(crate) fn sender(&self) -> mpsc::Sender<Trigger> {
+        self.tx.clone()
+    }
+
+    pub(crate) fn stats(&self) -> &Arc<SnapshotStats> {
+        &self.stats
+    }
+
+    /// Stops the thread, after a final snapshot if asked.
+    pub(crate) fn stop(&mut self, final_snapshot: bool) {
+        if let Some(thread) = self.thread.take() {
+            let _ = self.tx.send(Trigger::Stop { final_snapshot });
+            if let Err(panic) = thread.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+impl Drop for Snapshotter {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.stop(false);
+        }
+    }
+}
+
+fn run(config: SnapshotterConfig, rx: mpsc::Receiver<Trigger>, stats: &SnapshotStats) {
+    let mut retained: Retained = config.recovered_from.into_iter().collect();
+    let mut next_timed = config.every.map(|d| Instant::now() + d);
+    loop {
+        let trigger = match next_timed {
+            Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(t) => t,
+                Err(RecvTimeoutError::Timeout) => Trigger::WalBytes,
+                Err(RecvTimeoutError::Disconnected) => return,
+            },
+            None => match rx.recv() {
+                Ok(t) => t,
+                Err(_) => return,
+            },
+        };
+        let result = match &trigger {
+            Trigger::Stop {
+                final_snapshot: false,
+            } => return,
+            _ => take(&config, &mut retained, stats),
+        };
+        next_timed = config.every.map(|d| Instant::now() + d);
+        match trigger {
+            Trigger::Now(reply) => {
+                let _ = reply.send(result);
+            }
+            Trigger::Stop { .. } => return,
+            Trigger::WalBytes => {}
+        }
+    }
+}
+
+/// Takes one snapshot, then cuts the WAL that no retained snapshot needs.
+fn take(
+    config: &SnapshotterConfig,
+    retained: &mut Retained,
+    stats: &SnapshotStats,
+) -> SnapshotResult {
+    let started = Instant::now();
+    let applied = || config.watermark.current();
+    match write_snapshot(config.io.as_ref(), &config.dir, &config.index, &applied) {
+        Ok(info) => {
+            stats.taken.fetch_add(1, Ordering::Relaxed);
+            stats
+                .last_duration_us
+                .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            stats.last_unix_ms.store(unix_ms(), Ordering::Relaxed);
+            stats.last_lsn.store(info.lsn, Ordering::Relaxed);
+            stats.last_bytes.store(info.bytes, Ordering::Relaxed);
+            tracing::info!(
+                lsn = info.lsn,
+                entries = info.entries,
+                bytes = info.bytes,
+                ms = started.elapsed().as_millis() as u64,
+                "snapshot written to {}",
+                info.path.display()
+            );
+            if retained.last().map(|r| r.0) != Some(info.lsn) {
+                retained.push((info.lsn, info.min_capture_lsn));
+            }
+            let keep_from = retained.len().saturating_sub(2);
+            retained.drain(..keep_from);
+            if retained.len() == 2 {
+                // The previous snapshot's smallest capture: everything at or
+                // below it is in both retained snapshots.
+                let upto = retained[0].1;
+                if let Err(e) = remove_covered(config.io.as_ref(), &config.dir, upto) {
+                    tracing::warn!("could not remove WAL files up to LSN {upto}: {e}");
+                }
+            }
+            Ok(info)
+        }
+        Err(e) => {
+            stats.failed.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("snapshot failed (the previous snapshots are kept): {e}");
+            Err(Arc::new(e))
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
