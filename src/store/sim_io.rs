@@ -169,6 +169,12 @@ impl SimIo {
         self.lock().capacity = bytes;
     }
 
+    /// Total bytes of the files in the current namespace (what
+    /// [`SimIo::set_capacity`] bounds).
+    pub fn used_bytes(&self) -> u64 {
+        self.lock().used()
+    }
+
     /// Mutating or syncing calls made so far (to plan a crash at each of
     /// them in turn).
     pub fn op_count(&self) -> u64 {

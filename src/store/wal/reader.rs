@@ -105,11 +105,18 @@ impl<'io> WalCursor<'io> {
     /// `>= from_lsn`.
     pub fn open(io: &'io dyn Io, dir: &Path, from_lsn: u64) -> Result<Self, StoreError> {
         let files = list_wal_files(io, dir)?;
+        // Files wholly before `from_lsn` (the next file starts at or before
+        // it) are not read at all: damage in a file no one needs any more
+        // must not stop a restart.
+        let first = files
+            .iter()
+            .rposition(|f| f.first_lsn <= from_lsn)
+            .unwrap_or(0);
         Ok(WalCursor {
             io,
             dir: dir.to_path_buf(),
             files,
-            file: 0,
+            file: first,
             loaded: false,
             data: Vec::new(),
             offset: 0,
