@@ -50,7 +50,7 @@ fn build(dir: &Path) -> Vec<Model> {
             .map(|i| {
                 let r = mix(b * 7 + i);
                 let k = key(r % KEYS);
-                if r % 5 == 0 {
+                if r.is_multiple_of(5) {
                     model.remove(&k);
                     WriteOp::Delete { key: k }
                 } else {
@@ -112,7 +112,7 @@ fn damaged_snapshots_and_wal_files_are_detected_and_never_give_wrong_answers() {
         let path = dir.path().join(&name);
         let mut bytes = std::fs::read(&path).unwrap();
         let at = (mix(r) % bytes.len() as u64) as usize;
-        let what = if r % 3 == 0 {
+        let what = if r.is_multiple_of(3) {
             bytes.truncate(at);
             format!("{} cut to {at} bytes", name.to_string_lossy())
         } else {
