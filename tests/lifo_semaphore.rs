@@ -253,11 +253,11 @@ async fn overload(limiter: Limiter) -> Overload {
     let mut latencies = Vec::new();
     let mut service = Duration::ZERO;
     for r in requests {
-        if let Some((done, latency, held)) = r.await.unwrap() {
-            if window.contains(&done) {
-                latencies.push(latency);
-                service += held;
-            }
+        if let Some((done, latency, held)) = r.await.unwrap()
+            && window.contains(&done)
+        {
+            latencies.push(latency);
+            service += held;
         }
     }
     latencies.sort_unstable();
