@@ -213,7 +213,9 @@ impl LifoSemaphore {
 
     /// Takes a free permit if there is one, without waiting.
     pub fn try_acquire(&self) -> Option<Permit<'_>> {
-        self.try_take_permit().then_some(Permit { sem: self })
+        // `then`, not `then_some`: an eagerly built Permit would be dropped,
+        // and so released, when no permit was taken.
+        self.try_take_permit().then(|| Permit { sem: self })
     }
 
     /// Free permits now, for metrics.
