@@ -176,10 +176,20 @@ fn check(dir: &std::path::Path, verify: bool, truncate_corrupt: bool) -> Result<
     println!(
         "open + verify     {:.1} ms{}",
         r.open_time.as_secs_f64() * 1e3,
-        if verify { "" } else { " (checksums not verified)" }
+        if verify {
+            ""
+        } else {
+            " (checksums not verified)"
+        }
     );
-    println!("WAL replay        {:.1} ms", r.replay_time.as_secs_f64() * 1e3);
-    println!("total             {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "WAL replay        {:.1} ms",
+        r.replay_time.as_secs_f64() * 1e3
+    );
+    println!(
+        "total             {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     Ok(())
 }
 
