@@ -188,9 +188,20 @@ impl Pipeline {
     fn stop_thread(&mut self) -> Option<PipelineExit> {
         let thread = self.thread.take()?;
         self.handle.closed.store(true, Ordering::SeqCst);
-        // The queue may be full; a blocking send waits for room. If the
+        // The queue may be full: the thread is then busy draining it, so
+        // retry shortly. (Not `blocking_send`: a server may drop the
+        // pipeline from inside its async runtime, where that panics.) If the
         // thread is gone already, the send fails and join says why.
-        let _ = self.handle.tx.blocking_send(Message::Stop);
+        let mut stop = Message::Stop;
+        loop {
+            match self.handle.tx.try_send(stop) {
+                Err(mpsc::error::TrySendError::Full(back)) => {
+                    stop = back;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                _ => break,
+            }
+        }
         match thread.join() {
             Ok(exit) => Some(exit),
             Err(panic) => std::panic::resume_unwind(panic),
@@ -309,7 +320,9 @@ impl WriterThread {
                 None => runtime.block_on(rx.recv()),
                 Some(deadline) => {
                     let wait = deadline.saturating_duration_since(Instant::now());
-                    match runtime.block_on(tokio::time::timeout(wait, rx.recv())) {
+                    let next =
+                        runtime.block_on(async { tokio::time::timeout(wait, rx.recv()).await });
+                    match next {
                         Ok(m) => m,
                         Err(_elapsed) => {
                             self.interval_sync();

@@ -1,0 +1,236 @@
+//! The writer pipeline as callers see it: LSN order, read-your-writes,
+//! compare-and-set decided by the writer, refusals that change nothing,
+//! shutdown that drains, and callers woken on their own threads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+use uuidmap::store::SimIo;
+use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
+
+fn key(i: u64) -> Uuid {
+    Uuid::from_u128(0xabcd_0000_0000_0000_0000_0000_0000_0000 | (i as u128 + 1))
+}
+
+fn open(io: &SimIo, policy: FsyncPolicy) -> DurableIndex {
+    let mut c = DurableConfig::new("/data");
+    c.io = Arc::new(io.clone());
+    c.snapshot_every = None;
+    c.pipeline.policy = policy;
+    c.pipeline.max_batch_ops = 100;
+    DurableIndex::open(c).unwrap()
+}
+
+fn put(k: u64, v: u64) -> WriteOp {
+    WriteOp::Put {
+        key: key(k),
+        value: key(v),
+    }
+}
+
+#[test]
+fn concurrent_batches_get_distinct_lsns_and_are_visible_when_acknowledged() {
+    let d = Arc::new(open(&SimIo::new(), FsyncPolicy::Always));
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                let mut lsns = Vec::new();
+                for i in 0..200u64 {
+                    let k = t * 1000 + i;
+                    let lsn = d
+                        .writes()
+                        .write_blocking(vec![put(k, k + 1), put(k + 500, k)])
+                        .unwrap()
+                        .lsn;
+                    // Read-your-writes: acknowledged means applied and published.
+                    assert_eq!(d.index().get(&key(k)), Some(key(k + 1)));
+                    assert!(d.watermark().current() >= lsn);
+                    lsns.push(lsn);
+                }
+                lsns
+            })
+        })
+        .collect();
+    let mut all: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort();
+    assert_eq!(
+        all,
+        (1..=1600).collect::<Vec<_>>(),
+        "every batch took one LSN, none skipped"
+    );
+    assert!(
+        d.writes()
+            .stats()
+            .groups
+            .load(std::sync::atomic::Ordering::Relaxed)
+            <= 1600
+    );
+}
+
+#[test]
+fn compare_and_set_is_decided_in_batch_order_and_a_mismatch_changes_nothing() {
+    let d = open(&SimIo::new(), FsyncPolicy::Always);
+    let w = d.writes();
+    let lsn = w.write_blocking(vec![put(1, 10)]).unwrap().lsn;
+    // Expected value seen through an earlier op of the same batch.
+    let ok = w.write_blocking(vec![
+        put(2, 20),
+        WriteOp::CompareAndSet {
+            key: key(2),
+            expected: Some(key(20)),
+            new: Some(key(21)),
+        },
+        WriteOp::CompareAndSet {
+            key: key(1),
+            expected: Some(key(10)),
+            new: None,
+        },
+    ]);
+    assert_eq!(ok.unwrap().lsn, lsn + 1);
+    assert_eq!(d.index().get(&key(2)), Some(key(21)));
+    assert_eq!(d.index().get(&key(1)), None);
+    // A mismatch: the error carries the current value; the puts before it
+    // in the batch are not applied, and no LSN is used.
+    let err = w
+        .write_blocking(vec![
+            put(3, 30),
+            WriteOp::CompareAndSet {
+                key: key(2),
+                expected: Some(key(99)),
+                new: Some(key(1)),
+            },
+        ])
+        .unwrap_err();
+    match &err {
+        WriteError::CasMismatch { index, current, .. } => {
+            assert_eq!((*index, *current), (1, Some(key(21))));
+        }
+        other => panic!("expected a CAS mismatch, got {other}"),
+    }
+    assert!(err.to_string().contains("compare-and-set failed"), "{err}");
+    assert_eq!(d.index().get(&key(3)), None);
+    assert_eq!(w.write_blocking(vec![put(4, 40)]).unwrap().lsn, lsn + 2);
+    // Insert-if-absent.
+    let absent = WriteOp::CompareAndSet {
+        key: key(5),
+        expected: None,
+        new: Some(key(50)),
+    };
+    w.write_blocking(vec![absent]).unwrap();
+    assert!(matches!(
+        w.write_blocking(vec![absent]),
+        Err(WriteError::CasMismatch { .. })
+    ));
+}
+
+#[test]
+fn malformed_batches_are_refused_with_clear_errors() {
+    let d = open(&SimIo::new(), FsyncPolicy::Always);
+    let w = d.writes();
+    let e = w.write_blocking(vec![]).unwrap_err();
+    assert!(e.to_string().contains("at least one operation"), "{e}");
+    let e = w
+        .write_blocking((0..101).map(|i| put(i, i)).collect())
+        .unwrap_err();
+    assert!(e.to_string().contains("at most 100 operations"), "{e}");
+    for reserved in [Uuid::nil(), Uuid::max()] {
+        let e = w
+            .write_blocking(vec![
+                put(1, 1),
+                WriteOp::Put {
+                    key: reserved,
+                    value: key(1),
+                },
+            ])
+            .unwrap_err();
+        assert!(matches!(e, WriteError::Key { index: 1, .. }), "{e}");
+        assert!(e.to_string().contains("operation 1"), "{e}");
+    }
+    assert_eq!(d.index().len(), 0, "nothing of a refused batch is applied");
+    assert_eq!(d.watermark().current(), 0, "no LSN was used");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_callers_resume_on_their_own_threads_and_wait_for_lsns() {
+    let d = Arc::new(open(&SimIo::new(), FsyncPolicy::Always));
+    let waiter = {
+        let d = d.clone();
+        tokio::spawn(async move { d.watermark().wait_for(3, None).await })
+    };
+    for i in 0..3 {
+        let out = d.writes().write(vec![put(i, i)]).await.unwrap();
+        let here = std::thread::current().name().map(str::to_owned);
+        assert_ne!(
+            here.as_deref(),
+            Some("uuidmap-writer"),
+            "caller code ran on the writer thread"
+        );
+        assert_eq!(out.lsn, i + 1);
+    }
+    assert!(waiter.await.unwrap().unwrap() >= 3);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(30);
+    assert!(
+        d.watermark().wait_for(100, Some(deadline)).await.is_err(),
+        "times out"
+    );
+}
+
+#[test]
+fn shutdown_finishes_queued_writes_then_refuses_new_ones() {
+    let io = SimIo::new();
+    let d = Arc::new(open(&io, FsyncPolicy::Interval(Duration::from_millis(5))));
+    let writers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let w = d.writes().clone();
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                // Until the shutdown stops it.
+                for i in 0..u64::MAX {
+                    match w.write_blocking(vec![put(t << 32 | i, i)]) {
+                        Ok(_) => acked.push(t << 32 | i),
+                        Err(WriteError::ShuttingDown) => break,
+                        Err(e) => panic!("unexpected: {e}"),
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    let d = Arc::try_unwrap(d)
+        .ok()
+        .expect("the writers hold only write handles");
+    let handle = d.writes().clone();
+    d.shutdown();
+    assert!(matches!(
+        handle.write_blocking(vec![put(9999, 1)]),
+        Err(WriteError::ShuttingDown)
+    ));
+    let acked: Vec<u64> = writers
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    // Everything acknowledged is durable after the drain, even under
+    // `interval`: shutdown syncs the WAL and takes a final snapshot.
+    let reopened = open(&io.restart(3), FsyncPolicy::Always);
+    for k in &acked {
+        assert!(
+            reopened.index().get(&key(*k)).is_some(),
+            "acknowledged key {k} lost"
+        );
+    }
+    assert_eq!(reopened.index().len(), acked.len());
+    assert!(
+        acked.len() > 100,
+        "the writers were still writing at shutdown"
+    );
+    assert!(
+        reopened.recovery_report().snapshot.is_some(),
+        "a final snapshot was taken"
+    );
+}
