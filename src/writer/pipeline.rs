@@ -193,14 +193,9 @@ impl Pipeline {
         // pipeline from inside its async runtime, where that panics.) If the
         // thread is gone already, the send fails and join says why.
         let mut stop = Message::Stop;
-        loop {
-            match self.handle.tx.try_send(stop) {
-                Err(mpsc::error::TrySendError::Full(back)) => {
-                    stop = back;
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-                _ => break,
-            }
+        while let Err(mpsc::error::TrySendError::Full(back)) = self.handle.tx.try_send(stop) {
+            stop = back;
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
         match thread.join() {
             Ok(exit) => Some(exit),
