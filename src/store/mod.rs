@@ -14,6 +14,7 @@
 
 pub mod error;
 pub mod io;
+mod le;
 pub mod op;
 // Recovery and snapshots restore tables from lent memory, which the loom
 // build of the index leaves out.

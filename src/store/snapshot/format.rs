@@ -19,6 +19,7 @@
 //! being written).
 
 use crate::index::{HashSeeds, MAX_SEGMENTS};
+use crate::store::le::{u32_at, u64_at};
 
 /// First and last eight bytes of every snapshot file, and the header's first.
 pub(super) const MAGIC: [u8; 8] = *b"UUIDMAPS";
@@ -322,14 +323,6 @@ impl Header {
         }
         Ok(())
     }
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! `u8` tag (1 = put, 2 = delete), the 16-byte key and, for a put, the
 //! 16-byte value.
 
+use crate::store::le::{u32_at, u64_at};
 use uuid::Uuid;
 
 use crate::store::Op;
@@ -216,14 +217,6 @@ pub fn decode_record(buf: &[u8], ops: &mut Vec<Op>) -> Result<DecodedRecord, Bad
         )));
     }
     Ok(DecodedRecord { lsn, len: extent })
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 fn uuid_at(b: &[u8], at: usize) -> Uuid {
