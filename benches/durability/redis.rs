@@ -1,0 +1,310 @@
+//! A private `redis-server` for the side-by-side figures, and the smallest
+//! RESP client that drives it: pipelined bulk loads, one command at a time,
+//! and the process's start, stop and restart.
+//!
+//! Every server listens on a free loopback port, keeps its files in a
+//! directory the caller owns (a temporary one), and is killed when dropped,
+//! so a failed bench leaves no server behind.
+
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `redis-server` binary on `PATH`, if there is one.
+pub fn find_server() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("redis-server"))
+        .find(|p| p.is_file())
+}
+
+/// `redis-server --version`, for the log.
+pub fn version(binary: &Path) -> String {
+    Command::new(binary)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|e| format!("unknown ({e})"))
+}
+
+/// A running private server.
+pub struct Server {
+    child: Child,
+    /// Its loopback port.
+    pub port: u16,
+    /// Its working directory (RDB and AOF files, the log).
+    pub dir: PathBuf,
+    binary: PathBuf,
+    args: Vec<String>,
+}
+
+/// How long a server may take to start (or to load a large dump) before the
+/// bench gives up on it.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+impl Server {
+    /// Starts `binary` on a free loopback port with its files in `dir` and
+    /// the extra configuration `args` (`--name value` pairs), and waits until
+    /// it answers `PING` (after loading any dump in `dir`). Returns the
+    /// server and the time from spawning it to its first `PONG`.
+    pub fn start(binary: &Path, dir: &Path, args: &[&str]) -> io::Result<(Server, Duration)> {
+        let port = free_port()?;
+        let mut server = Server {
+            child: spawn(binary, dir, port, args)?,
+            port,
+            dir: dir.to_path_buf(),
+            binary: binary.to_path_buf(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+        };
+        let started = Instant::now();
+        server.wait_ready(started)?;
+        Ok((server, started.elapsed()))
+    }
+
+    /// Stops the server without saving and starts it again on the same
+    /// directory and port, so that it loads what its files hold. Returns the
+    /// time from spawning to the first `PONG` and the connection that got it
+    /// (the caller times its first lookup on it).
+    pub fn restart(&mut self) -> io::Result<(Duration, Conn)> {
+        self.shutdown()?;
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        self.child = spawn(&self.binary, &self.dir, self.port, &args)?;
+        let started = Instant::now();
+        let conn = self.wait_ready(started)?;
+        Ok((started.elapsed(), conn))
+    }
+
+    /// A new connection.
+    pub fn connect(&self) -> io::Result<Conn> {
+        Conn::open(self.port)
+    }
+
+    /// A new connection to the server on `port` (for threads that do not
+    /// hold the server).
+    pub fn connect_port(port: u16) -> io::Result<Conn> {
+        Conn::open(port)
+    }
+
+    /// `SHUTDOWN NOSAVE`, then waits for the process to exit.
+    pub fn shutdown(&mut self) -> io::Result<()> {
+        if let Ok(mut c) = self.connect() {
+            // The server closes the connection instead of answering.
+            let _ = c.send(&[b"SHUTDOWN", b"NOSAVE"]);
+            let _ = c.read_reply();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.child.kill()?;
+                self.child.wait()?;
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The last "DB loaded from disk: N seconds" of the server's log: the
+    /// load time Redis itself reports.
+    pub fn logged_load_seconds(&self) -> Option<f64> {
+        let log = std::fs::read_to_string(self.dir.join("redis.log")).ok()?;
+        log.lines()
+            .filter_map(|l| l.split("DB loaded from disk: ").nth(1))
+            .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+            .next_back()
+    }
+
+    /// Polls until the server answers `PING` with `PONG` (it answers
+    /// `-LOADING` while it loads a dump); returns the connection.
+    fn wait_ready(&mut self, started: Instant) -> io::Result<Conn> {
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "redis-server exited with {status} while starting; see {}",
+                    self.dir.join("redis.log").display()
+                )));
+            }
+            if started.elapsed() > START_TIMEOUT {
+                return Err(io::Error::other("redis-server did not answer PING in time"));
+            }
+            let Ok(mut conn) = Conn::open(self.port) else {
+                std::thread::sleep(Duration::from_micros(500));
+                continue;
+            };
+            loop {
+                match conn.command(&[b"PING"])? {
+                    Reply::Simple(s) if s == "PONG" => return Ok(conn),
+                    Reply::Error(e) if e.starts_with("LOADING") => {
+                        std::thread::sleep(Duration::from_micros(500));
+                    }
+                    other => {
+                        return Err(io::Error::other(format!("PING answered {other:?}")));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn spawn(binary: &Path, dir: &Path, port: u16, args: &[&str]) -> io::Result<Child> {
+    let log = dir.join("redis.log");
+    Command::new(binary)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(&log)
+        .args(["--daemonize", "no", "--protected-mode", "yes"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+}
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// One RESP reply (arrays are not needed by the commands sent here).
+#[derive(Debug)]
+pub enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+}
+
+/// A connection, with buffered reads and writes.
+pub struct Conn {
+    reader: BufReader<TcpStream>,
+    writer: BufWriter<TcpStream>,
+}
+
+impl Conn {
+    fn open(port: u16) -> io::Result<Conn> {
+        let stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            reader: BufReader::with_capacity(1 << 16, stream.try_clone()?),
+            writer: BufWriter::with_capacity(1 << 16, stream),
+        })
+    }
+
+    /// Sends one command and reads its reply.
+    pub fn command(&mut self, args: &[&[u8]]) -> io::Result<Reply> {
+        self.send(args)?;
+        self.read_reply()
+    }
+
+    /// Sends one command.
+    fn send(&mut self, args: &[&[u8]]) -> io::Result<()> {
+        write_command(&mut self.writer, args)?;
+        self.writer.flush()
+    }
+
+    /// A field of `INFO <section>` (`used_memory`, say).
+    pub fn info_field(&mut self, section: &str, field: &str) -> io::Result<Option<String>> {
+        let Reply::Bulk(Some(text)) = self.command(&[b"INFO", section.as_bytes()])? else {
+            return Err(io::Error::other("INFO did not answer a bulk string"));
+        };
+        let text = String::from_utf8_lossy(&text).into_owned();
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string()))
+    }
+
+    /// Sends `SET key value` for every pair, pipelined (a second thread
+    /// writes while this one reads the replies), and checks that every reply
+    /// is `+OK`. Returns the time from the first byte sent to the last reply.
+    pub fn pipelined_sets(
+        &mut self,
+        count: usize,
+        pair: impl Fn(usize) -> ([u8; 16], [u8; 16]) + Sync,
+    ) -> io::Result<Duration> {
+        let started = Instant::now();
+        let stream = self.writer.get_ref().try_clone()?;
+        std::thread::scope(|s| {
+            let sender = s.spawn(|| -> io::Result<()> {
+                let mut out = BufWriter::with_capacity(1 << 20, stream);
+                for i in 0..count {
+                    let (k, v) = pair(i);
+                    write_command(&mut out, &[b"SET", &k, &v])?;
+                }
+                out.flush()
+            });
+            let mut ok = [0u8; 5];
+            for i in 0..count {
+                self.reader.read_exact(&mut ok)?;
+                if &ok != b"+OK\r\n" {
+                    let mut rest = String::new();
+                    let _ = self.reader.read_line(&mut rest);
+                    return Err(io::Error::other(format!(
+                        "SET number {i} answered {}{}",
+                        String::from_utf8_lossy(&ok),
+                        rest.trim_end()
+                    )));
+                }
+            }
+            sender.join().expect("RESP sender panicked")
+        })?;
+        Ok(started.elapsed())
+    }
+
+    /// Reads one reply.
+    pub fn read_reply(&mut self) -> io::Result<Reply> {
+        let mut line = Vec::new();
+        if self.reader.read_until(b'\n', &mut line)? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let text = String::from_utf8_lossy(&line[1..line.len().saturating_sub(2).max(1)]);
+        let text = text.into_owned();
+        let number = || {
+            text.parse::<i64>()
+                .map_err(|_| io::Error::other(format!("bad RESP length {text:?}")))
+        };
+        match line[0] {
+            b'+' => Ok(Reply::Simple(text)),
+            b'-' => Ok(Reply::Error(text)),
+            b':' => Ok(Reply::Int(number()?)),
+            b'$' => {
+                let Ok(len) = usize::try_from(number()?) else {
+                    return Ok(Reply::Bulk(None));
+                };
+                let mut body = vec![0u8; len + 2];
+                self.reader.read_exact(&mut body)?;
+                body.truncate(len);
+                Ok(Reply::Bulk(Some(body)))
+            }
+            other => Err(io::Error::other(format!(
+                "unexpected RESP type byte {other:#04x}"
+            ))),
+        }
+    }
+}
+
+/// One command as a RESP array of bulk strings.
+fn write_command(out: &mut impl Write, args: &[&[u8]]) -> io::Result<()> {
+    write!(out, "*{}\r\n", args.len())?;
+    for a in args {
+        write!(out, "${}\r\n", a.len())?;
+        out.write_all(a)?;
+        out.write_all(b"\r\n")?;
+    }
+    Ok(())
+}
