@@ -83,7 +83,6 @@ fn main() {
         Command::Serve(args) => {
             if let Err(e) = serve(&args) {
                 tracing::error!("uuidmap serve: {e}");
-                eprintln!("uuidmap serve: {e}");
                 std::process::exit(1);
             }
         }
