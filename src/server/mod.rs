@@ -157,6 +157,9 @@ async fn run(
         "serving uuidmap.v1"
     );
     Server::builder()
+        .layer(tonic::service::InterceptorLayer::new(
+            wire::stamp_deadline as fn(_) -> _,
+        ))
         .initial_connection_window_size(CONNECTION_WINDOW)
         .initial_stream_window_size(STREAM_WINDOW)
         .add_service(data)

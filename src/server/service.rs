@@ -33,17 +33,13 @@ impl DataService {
 
     /// Waits until `lsn` is applied (0: no wait), bounded by the call's
     /// deadline and the server's maximum wait. Returns the applied LSN.
-    async fn wait_applied(
-        &self,
-        metadata: &tonic::metadata::MetadataMap,
-        lsn: u64,
-    ) -> Result<u64, Status> {
+    async fn wait_applied<T>(&self, request: &Request<T>, lsn: u64) -> Result<u64, Status> {
         let watermark = self.durable.watermark();
         let current = watermark.current();
         if current >= lsn {
             return Ok(current);
         }
-        let (deadline, bound) = wait_deadline(metadata, self.limits.max_wait);
+        let (deadline, bound) = wait_deadline(request, self.limits.max_wait);
         watermark
             .wait_for(lsn, Some(deadline))
             .await
@@ -83,7 +79,7 @@ impl UuidMap for DataService {
     ) -> Result<Response<pb::GetResponse>, Status> {
         let k = key("key", &request.get_ref().key)?;
         let applied_lsn = self
-            .wait_applied(request.metadata(), request.get_ref().min_lsn)
+            .wait_applied(&request, request.get_ref().min_lsn)
             .await?;
         let value = self.durable.index().get(&k).map(bytes_of);
         Ok(Response::new(pb::GetResponse { value, applied_lsn }))
@@ -95,7 +91,7 @@ impl UuidMap for DataService {
     ) -> Result<Response<pb::BatchGetResponse>, Status> {
         let keys = packed_keys("keys", &request.get_ref().keys, self.limits.max_batch_keys)?;
         let applied_lsn = self
-            .wait_applied(request.metadata(), request.get_ref().min_lsn)
+            .wait_applied(&request, request.get_ref().min_lsn)
             .await?;
         let mut answers = vec![None; keys.len()];
         self.durable.index().get_many(&keys, &mut answers);
@@ -199,9 +195,7 @@ impl UuidMap for DataService {
         &self,
         request: Request<pb::WaitForRequest>,
     ) -> Result<Response<pb::WaitForResponse>, Status> {
-        let applied_lsn = self
-            .wait_applied(request.metadata(), request.get_ref().lsn)
-            .await?;
+        let applied_lsn = self.wait_applied(&request, request.get_ref().lsn).await?;
         Ok(Response::new(pb::WaitForResponse { applied_lsn }))
     }
 

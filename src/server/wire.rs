@@ -87,24 +87,71 @@ pub fn bytes_of(v: Uuid) -> Bytes {
     Bytes::copy_from_slice(v.as_bytes())
 }
 
-/// When a wait of this call must give up, and why then.
-///
-/// The call's deadline (`grpc-timeout`), less a margin of 1 % (2 to 20 ms),
-/// capped at `max_wait`. The margin makes the server answer
-/// DEADLINE_EXCEEDED itself: tonic's own timeout for the same header starts
-/// earlier (when the request arrives) and would otherwise win and answer a
-/// bare CANCELLED.
-pub fn wait_deadline(
-    metadata: &tonic::metadata::MetadataMap,
-    max_wait: Duration,
-) -> (Instant, WaitBound) {
+/// The call's deadline (`grpc-timeout`), counted from when the request
+/// entered the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallDeadline {
+    /// When the request entered.
+    pub arrived: Instant,
+    /// The caller's timeout.
+    pub timeout: Duration,
+}
+
+impl CallDeadline {
+    /// When a wait must give up so that the caller gets the server's
+    /// DEADLINE_EXCEEDED: the deadline less a margin of 10 % (at most
+    /// 20 ms).
+    ///
+    /// Why the margin: the header is enforced twice more, by timers that
+    /// started earlier than this one: by the client (tonic's client answers
+    /// its caller a bare CANCELLED "Timeout expired"; other stacks
+    /// DEADLINE_EXCEEDED without the server's message) and by tonic's server
+    /// (CANCELLED). The answer must leave the server and cross the network
+    /// before they fire.
+    pub fn answer_by(&self) -> Instant {
+        let margin = (self.timeout / 10).min(Duration::from_millis(20));
+        self.arrived + self.timeout.saturating_sub(margin)
+    }
+}
+
+/// Server-wide interceptor: stamps [`CallDeadline`] on every request that
+/// carries `grpc-timeout`. As a server layer it runs synchronously when the
+/// request enters, before the handler is first polled (which may be later,
+/// once the body has arrived), so the deadline counts from arrival.
+pub fn stamp_deadline(
+    mut request: tonic::Request<()>,
+) -> Result<tonic::Request<()>, tonic::Status> {
+    if let Some(timeout) = grpc_timeout(request.metadata()) {
+        let arrived = Instant::now();
+        request
+            .extensions_mut()
+            .insert(CallDeadline { arrived, timeout });
+    }
+    Ok(request)
+}
+
+/// When a wait of this call must give up, and why then: the call's
+/// deadline (as stamped by [`stamp_deadline`], else read from the header
+/// now) less its margin, capped at `max_wait` from now.
+pub fn wait_deadline<T>(request: &tonic::Request<T>, max_wait: Duration) -> (Instant, WaitBound) {
     let now = Instant::now();
-    match grpc_timeout(metadata) {
-        Some(t) if t < max_wait => {
-            let margin = (t / 100).clamp(Duration::from_millis(2), Duration::from_millis(20));
-            (now + t.saturating_sub(margin), WaitBound::CallDeadline)
-        }
-        _ => (now + max_wait, WaitBound::ServerMaximum),
+    let call = request
+        .extensions()
+        .get::<CallDeadline>()
+        .copied()
+        .or_else(|| {
+            grpc_timeout(request.metadata()).map(|timeout| CallDeadline {
+                arrived: now,
+                timeout,
+            })
+        });
+    // A configured maximum too large to add to now: a year is as good.
+    let cap = now
+        .checked_add(max_wait)
+        .unwrap_or(now + Duration::from_secs(365 * 86_400));
+    match call.map(|c| c.answer_by()) {
+        Some(by) if by <= cap => (by, WaitBound::CallDeadline),
+        _ => (cap, WaitBound::ServerMaximum),
     }
 }
 
@@ -117,7 +164,7 @@ pub fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration>
     }
     let (digits, unit) = s.split_at(s.len() - 1);
     let n: u64 = digits.parse().ok()?;
-    Some(match unit {
+    let t = match unit {
         "H" => Duration::from_secs(n * 3600),
         "M" => Duration::from_secs(n * 60),
         "S" => Duration::from_secs(n),
@@ -125,7 +172,8 @@ pub fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration>
         "u" => Duration::from_micros(n),
         "n" => Duration::from_nanos(n),
         _ => return None,
-    })
+    };
+    Some(t)
 }
 
 #[cfg(test)]
@@ -157,6 +205,22 @@ mod tests {
             packed_keys("keys", &[1; 48], 2),
             Err(RequestError::TooManyKeys { len: 3, max: 2 })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_wait_ends_before_the_call_deadline_and_never_after_the_server_maximum() {
+        let mut r = tonic::Request::new(());
+        r.metadata_mut()
+            .insert("grpc-timeout", "100m".parse().unwrap());
+        let now = Instant::now();
+        let (by, bound) = wait_deadline(&r, Duration::from_secs(60));
+        assert_eq!(bound, WaitBound::CallDeadline);
+        assert!(by >= now + Duration::from_millis(85) && by <= now + Duration::from_millis(95));
+        let (by, bound) = wait_deadline(&r, Duration::from_millis(50));
+        assert_eq!(bound, WaitBound::ServerMaximum);
+        assert!(by <= Instant::now() + Duration::from_millis(50));
+        let (_, bound) = wait_deadline(&tonic::Request::new(()), Duration::from_secs(1));
+        assert_eq!(bound, WaitBound::ServerMaximum);
     }
 
     #[test]
