@@ -747,3 +747,36 @@ async fn a_graceful_stop_under_concurrent_writes_loses_no_acknowledged_write() {
     }
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_ends_long_polls_at_once_with_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut c = server.client().await;
+    c.put(pb::PutRequest {
+        key: b(u(1)),
+        value: b(u(2)),
+    })
+    .await
+    .unwrap();
+    let poll = tokio::spawn(async move {
+        let mut req = Request::new(pb::WaitForRequest { lsn: 1_000 });
+        req.set_timeout(Duration::from_secs(10));
+        c.wait_for(req).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t = Instant::now();
+    server.stop().await.unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "the stop waited {:?} for a long-poll",
+        t.elapsed()
+    );
+    let status = poll.await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("shutting down"),
+        "{}",
+        status.message()
+    );
+}

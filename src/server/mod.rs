@@ -10,9 +10,11 @@
 //! Lifecycle of [`serve_on`]: refuse a non-loopback address unless
 //! `insecure` (there is no TLS or auth yet); recover the data directory;
 //! serve with TCP_NODELAY on every accepted socket; when `shutdown`
-//! resolves, stop accepting, let in-flight RPCs finish and the connections
-//! close, then shut the index down (queued writes drained and synced, a
-//! final snapshot).
+//! resolves, stop accepting, end the waits in progress (`min_lsn`,
+//! `WaitFor`) with UNAVAILABLE instead of holding the stop for up to their
+//! deadlines, let the other in-flight RPCs finish and the connections close,
+//! then shut the index down (queued writes drained and synced, a final
+//! snapshot).
 //!
 //! TCP_NODELAY: tonic's `Server::tcp_nodelay` is ignored on the
 //! `serve_with_incoming*` paths, which we use (to serve a listener bound by
@@ -110,7 +112,13 @@ pub async fn serve_on(
     })?;
     check_listen_address(addr, config.insecure)?;
     let durable = open(&config).await?;
-    let result = run(listener, addr, &config, durable.clone(), shutdown).await;
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        shutdown.await;
+        // Wakes every wait in progress (see `DataService::wait_applied`).
+        let _ = stopping_tx.send(true);
+    };
+    let result = run(listener, addr, &config, durable.clone(), stopping, shutdown).await;
     close(durable).await?;
     result
 }
@@ -136,6 +144,7 @@ async fn run(
     addr: SocketAddr,
     config: &ServeConfig,
     durable: Arc<DurableIndex>,
+    stopping: tokio::sync::watch::Receiver<bool>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     // The largest request the limits allow, with room for the framing
@@ -146,6 +155,7 @@ async fn run(
     let data = UuidMapServer::new(service::DataService::new(
         durable.clone(),
         config.limits.clone(),
+        stopping,
     ))
     .max_decoding_message_size(max_message);
     let admin = UuidMapAdminServer::new(admin::AdminService::new(durable));

@@ -10,11 +10,12 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use super::config::Limits;
 use super::proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
-use super::status::{RequestError, wait_timed_out, write_error};
+use super::status::{RequestError, stopping_wait, wait_timed_out, write_error};
 use super::wire::{bytes_of, key, optional_uuid, pack_values, packed_keys, uuid, wait_deadline};
 use crate::writer::{DurableIndex, WriteError, WriteOp};
 
@@ -23,12 +24,23 @@ use crate::writer::{DurableIndex, WriteError, WriteOp};
 pub struct DataService {
     durable: Arc<DurableIndex>,
     limits: Limits,
+    /// Becomes `true` when the server starts stopping: waits end at once.
+    stopping: watch::Receiver<bool>,
 }
 
 impl DataService {
-    /// A service over `durable`, enforcing `limits`.
-    pub fn new(durable: Arc<DurableIndex>, limits: Limits) -> Self {
-        DataService { durable, limits }
+    /// A service over `durable`, enforcing `limits`; its waits end when
+    /// `stopping` becomes `true`.
+    pub fn new(
+        durable: Arc<DurableIndex>,
+        limits: Limits,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        DataService {
+            durable,
+            limits,
+            stopping,
+        }
     }
 
     /// Waits until `lsn` is applied (0: no wait), bounded by the call's
@@ -40,13 +52,17 @@ impl DataService {
             return Ok(current);
         }
         let (deadline, bound) = wait_deadline(request, self.limits.max_wait);
-        watermark
-            .wait_for(lsn, Some(deadline))
-            .await
-            .map_err(|e| wait_timed_out(e, bound))
+        let mut stopping = self.stopping.clone();
+        tokio::select! {
+            waited = watermark.wait_for(lsn, Some(deadline)) => {
+                waited.map_err(|e| wait_timed_out(e, bound))
+            }
+            // Err: the server is gone, which is stopping too.
+            _ = stopping.wait_for(|s| *s) => Err(stopping_wait(lsn, watermark.current())),
+        }
     }
 
-    async fn write(&self, ops: Vec<WriteOp>) -> Result<u64, WriteError> {
+    async fn submit(&self, ops: Vec<WriteOp>) -> Result<u64, WriteError> {
         self.durable.writes().write(ops).await.map(|o| o.lsn)
     }
 }
@@ -112,7 +128,7 @@ impl UuidMap for DataService {
             key: key("key", &r.key)?,
             value: uuid("value", &r.value)?,
         };
-        let lsn = self.write(vec![op]).await.map_err(write_error)?;
+        let lsn = self.submit(vec![op]).await.map_err(write_error)?;
         Ok(Response::new(pb::PutResponse { lsn }))
     }
 
@@ -123,7 +139,7 @@ impl UuidMap for DataService {
         let op = WriteOp::Delete {
             key: key("key", &request.get_ref().key)?,
         };
-        let lsn = self.write(vec![op]).await.map_err(write_error)?;
+        let lsn = self.submit(vec![op]).await.map_err(write_error)?;
         Ok(Response::new(pb::DeleteResponse { lsn }))
     }
 
@@ -137,7 +153,7 @@ impl UuidMap for DataService {
             expected: optional_uuid("expected", r.expected.as_ref())?,
             new: optional_uuid("new_value", r.new_value.as_ref())?,
         };
-        let response = match self.write(vec![op]).await {
+        let response = match self.submit(vec![op]).await {
             Ok(lsn) => pb::CompareAndSetResponse {
                 applied: true,
                 lsn,
@@ -173,7 +189,7 @@ impl UuidMap for DataService {
             .enumerate()
             .map(|(i, op)| write_op(i, op))
             .collect::<Result<Vec<_>, _>>()?;
-        let response = match DataService::write(self, ops).await {
+        let response = match self.submit(ops).await {
             Ok(lsn) => pb::WriteResponse {
                 applied: true,
                 lsn,

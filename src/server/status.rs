@@ -100,6 +100,14 @@ pub fn wait_timed_out(e: WaitTimedOut, bound: WaitBound) -> Status {
     ))
 }
 
+/// The status for a wait cut short because the server is stopping.
+pub fn stopping_wait(target: u64, current: u64) -> Status {
+    Status::unavailable(format!(
+        "the server is shutting down; LSN {target} was not applied yet (the applied LSN is \
+         {current}); retry the read once the server is back"
+    ))
+}
+
 /// The status for a snapshot that could not be taken.
 pub fn snapshot_error(e: &Arc<StoreError>) -> Status {
     Status::unavailable(format!(
