@@ -18,6 +18,8 @@
 #[doc(hidden)]
 pub mod crashtest;
 pub mod index;
+#[cfg(not(uuidmap_loom))]
+pub mod server;
 pub mod store;
 pub mod sync;
 #[cfg(not(uuidmap_loom))]

@@ -6,7 +6,9 @@
 //! - `check`: recover a data directory the way a restart does, and report
 //!   what was found (snapshot, WAL replayed, damage) and how long it took.
 //!
-//! The server (`uuidmap serve`) arrives with the gRPC layer.
+//! - `serve`: run the gRPC server (see `uuidmap serve --help`) until SIGTERM
+//!   or SIGINT, then stop accepting, finish in-flight calls and shut the index
+//!   down (writes drained, final snapshot).
 
 use std::time::Instant;
 
@@ -20,12 +22,25 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[derive(Parser)]
 #[command(version, about = "uuidmap: a lock-free UUID -> UUID index")]
 struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, env = "UUIDMAP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Run the gRPC server (uuidmap.v1) over a data directory.
+    Serve(uuidmap::server::ServeArgs),
     /// Build an index of random entries, verify it and print its rates.
     Selftest {
         /// Entries to insert.
@@ -54,14 +69,23 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let subscriber = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => subscriber.init(),
+        LogFormat::Json => subscriber.json().init(),
+    }
     match cli.command {
+        Command::Serve(args) => {
+            if let Err(e) = serve(&args) {
+                tracing::error!("uuidmap serve: {e}");
+                std::process::exit(1);
+            }
+        }
         Command::Check {
             data_dir,
             no_verify,
@@ -81,6 +105,35 @@ fn main() {
                 std::process::exit(1);
             }
         }
+    }
+}
+
+fn serve(args: &uuidmap::server::ServeArgs) -> Result<(), String> {
+    let config = args.resolve().map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("uuidmap-rpc")
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime
+        .block_on(uuidmap::server::serve(config, shutdown_signal()))
+        .map_err(|e| e.to_string())
+}
+
+/// Resolves on the first SIGTERM or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
     }
 }
 

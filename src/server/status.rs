@@ -1,0 +1,168 @@
+//! The one place where typed errors become gRPC statuses.
+//!
+//! Codes follow the gRPC status-code guide:
+//! - `INVALID_ARGUMENT`: the request itself is wrong (a UUID that is not 16
+//!   bytes, a packed field that is not whole keys, a reserved key, an empty
+//!   or oversized batch, a write operation with nothing set). Retrying the
+//!   same request cannot succeed.
+//! - `DEADLINE_EXCEEDED`: a wait (for `min_lsn`, or `WaitFor`) reached the
+//!   call's deadline or the server's maximum wait.
+//! - `UNAVAILABLE`: the server is shutting down, or the write-ahead log or a
+//!   snapshot could not be written. Nothing was applied; retrying later
+//!   (elsewhere, or once the disk is fixed) can succeed.
+//! - A compare-and-set that finds another value is not an error at all: the
+//!   services answer OK with `applied = false`. Should one reach this module
+//!   anyway it becomes `FAILED_PRECONDITION`, never `INTERNAL`.
+//!
+//! Messages say what was wrong in the caller's terms (field names as in the
+//! proto, positions in the batch).
+
+use std::sync::Arc;
+
+use tonic::Status;
+
+use crate::index::KeyError;
+use crate::store::StoreError;
+use crate::sync::WaitTimedOut;
+use crate::writer::WriteError;
+
+/// A request that breaks the wire rules or the server's limits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// A UUID field is not 16 bytes.
+    #[error("{field} must be a 16-byte UUID, but it is {len} bytes long")]
+    UuidLength { field: String, len: usize },
+    /// A key is reserved.
+    #[error("{field}: {source}")]
+    Key { field: String, source: KeyError },
+    /// A packed key field is not a whole number of 16-byte keys.
+    #[error("{field} must hold whole 16-byte keys, but its {len} bytes are not a multiple of 16")]
+    PackedLength { field: &'static str, len: usize },
+    /// A batch has no keys.
+    #[error("{field} holds no keys; send at least one")]
+    NoKeys { field: &'static str },
+    /// A batch has more keys than the configured limit.
+    #[error("a batch may hold at most {max} keys; this one holds {len}")]
+    TooManyKeys { len: usize, max: usize },
+    /// A write batch has no operations.
+    #[error("a write batch needs at least one operation")]
+    NoOps,
+    /// A write batch has more operations than the configured limit.
+    #[error("a write batch may hold at most {max} operations; this one holds {len}")]
+    TooManyOps { len: usize, max: usize },
+    /// A write operation has none of put, delete, compare_and_set set.
+    #[error(
+        "ops[{index}] sets no operation: set one of put, delete or compare_and_set \
+         (a client built from an older or newer proto may send an operation this server \
+         does not know)"
+    )]
+    UnknownOp { index: usize },
+}
+
+impl From<RequestError> for Status {
+    fn from(e: RequestError) -> Status {
+        Status::invalid_argument(e.to_string())
+    }
+}
+
+/// The status for a refused write.
+pub fn write_error(e: WriteError) -> Status {
+    match e {
+        WriteError::Empty | WriteError::TooLarge { .. } | WriteError::Key { .. } => {
+            Status::invalid_argument(e.to_string())
+        }
+        WriteError::CasMismatch { .. } => Status::failed_precondition(e.to_string()),
+        WriteError::Wal(_) | WriteError::ShuttingDown => Status::unavailable(e.to_string()),
+    }
+}
+
+/// Where the bound of a wait came from, for the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitBound {
+    /// The call's deadline (`grpc-timeout`).
+    CallDeadline,
+    /// The server's maximum wait (the call had no deadline, or a longer one).
+    ServerMaximum,
+}
+
+/// The status for a wait that reached its bound.
+pub fn wait_timed_out(e: WaitTimedOut, bound: WaitBound) -> Status {
+    let why = match bound {
+        WaitBound::CallDeadline => "the call's deadline is near",
+        WaitBound::ServerMaximum => {
+            "the server's maximum wait passed (set a deadline on the call to wait longer, \
+             up to the server's --max-wait-ms)"
+        }
+    };
+    Status::deadline_exceeded(format!(
+        "LSN {} is not applied yet (the applied LSN is {}) and {why}",
+        e.target, e.current
+    ))
+}
+
+/// The status for a wait cut short because the server is stopping.
+pub fn stopping_wait(target: u64, current: u64) -> Status {
+    Status::unavailable(format!(
+        "the server is shutting down; LSN {target} was not applied yet (the applied LSN is \
+         {current}); retry the read once the server is back"
+    ))
+}
+
+/// The status for a snapshot that could not be taken.
+pub fn snapshot_error(e: &Arc<StoreError>) -> Status {
+    Status::unavailable(format!(
+        "the snapshot was not taken (the previous snapshots are kept): {e}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+    use uuid::Uuid;
+
+    #[test]
+    fn a_cas_mismatch_is_never_internal() {
+        let s = write_error(WriteError::CasMismatch {
+            index: 0,
+            key: Uuid::from_u128(1),
+            expected: None,
+            current: Some(Uuid::from_u128(2)),
+        });
+        assert_eq!(s.code(), Code::FailedPrecondition);
+    }
+
+    #[test]
+    fn disk_and_shutdown_failures_are_unavailable_and_bad_keys_invalid() {
+        assert_eq!(
+            write_error(WriteError::ShuttingDown).code(),
+            Code::Unavailable
+        );
+        let wal = WriteError::Wal(Arc::new(StoreError::io(
+            "appending to",
+            std::path::Path::new("/data/wal"),
+            std::io::Error::other("disk full"),
+        )));
+        assert_eq!(write_error(wal).code(), Code::Unavailable);
+        let key = WriteError::Key {
+            index: 2,
+            source: KeyError::Nil,
+        };
+        let s = write_error(key);
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(s.message().contains("operation 2"), "{}", s.message());
+    }
+
+    #[test]
+    fn a_timed_out_wait_is_deadline_exceeded_and_names_both_lsns() {
+        let s = wait_timed_out(
+            WaitTimedOut {
+                target: 90,
+                current: 7,
+            },
+            WaitBound::CallDeadline,
+        );
+        assert_eq!(s.code(), Code::DeadlineExceeded);
+        assert!(s.message().contains("90") && s.message().contains('7'));
+    }
+}
