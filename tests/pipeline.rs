@@ -234,3 +234,38 @@ fn shutdown_finishes_queued_writes_then_refuses_new_ones() {
         "a final snapshot was taken"
     );
 }
+
+#[test]
+fn a_clean_stop_leaves_a_log_that_is_not_behind_its_snapshot() {
+    // A clean stop takes a final snapshot at the last LSN; the next start
+    // must neither warn that the WAL is behind nor take another snapshot.
+    let io = SimIo::new();
+    let d = open(&io, FsyncPolicy::Always);
+    for i in 0..50 {
+        d.writes().write_blocking(vec![put(i, i)]).unwrap();
+    }
+    d.shutdown();
+    let io = io.restart(1);
+    let d = open(&io, FsyncPolicy::Always);
+    let report = d.recovery_report().clone();
+    assert!(report.snapshot.is_some());
+    assert_eq!(report.last_lsn, 50);
+    assert!(!report.wal_behind_snapshot, "{report:?}");
+    // A snapshot on demand then a stop with no write in between: both
+    // snapshots hold everything, so every WAL file is covered and removed.
+    d.snapshot_now_blocking().unwrap();
+    d.shutdown();
+    let io = io.restart(2);
+    let d = open(&io, FsyncPolicy::Always);
+    let report = d.recovery_report().clone();
+    assert_eq!(report.last_lsn, 50);
+    assert!(!report.wal_behind_snapshot, "{report:?}");
+    assert_eq!(d.index().len(), 50);
+    // Writes continue at the next LSN and survive another restart.
+    let lsn = d.writes().write_blocking(vec![put(99, 1)]).unwrap().lsn;
+    assert_eq!(lsn, 51);
+    d.shutdown();
+    let d = open(&io.restart(3), FsyncPolicy::Always);
+    assert_eq!(d.index().len(), 51);
+    assert!(!d.recovery_report().wal_behind_snapshot);
+}

@@ -136,7 +136,11 @@ pub fn recover(
                 report.records_replayed = outcome.records;
                 let max_capture = captures.iter().copied().max().unwrap_or(0).max(*lsn);
                 let wal_last = outcome.last_lsn.unwrap_or(0);
-                report.wal_behind_snapshot = wal_last < max_capture;
+                // Behind means the log holds records but ends before the
+                // snapshot: the writer's next file would leave a hole. A log
+                // that ends exactly at the snapshot (a clean stop), or holds
+                // nothing (its files were all covered and removed), is not.
+                report.wal_behind_snapshot = outcome.log_end.is_some_and(|end| end < max_capture);
                 report.last_lsn = wal_last.max(max_capture);
                 report.replay_time = started.elapsed();
                 return Ok(Recovered {

@@ -40,6 +40,9 @@ pub struct ReplayOutcome {
     pub first_lsn_seen: Option<u64>,
     /// The last LSN applied, if any.
     pub last_lsn: Option<u64>,
+    /// The last LSN left in the log, applied or skipped (`None` when the log
+    /// holds no record at all).
+    pub log_end: Option<u64>,
     /// Records applied.
     pub records: u64,
     /// Bytes of the records applied.
@@ -89,8 +92,8 @@ pub fn replay(
         }
     };
     let files = cursor.files().to_vec();
-    let log_end = cursor.last_lsn_seen().unwrap_or(0);
-    outcome.next_lsn = after_lsn.max(log_end) + 1;
+    outcome.log_end = cursor.last_lsn_seen();
+    outcome.next_lsn = after_lsn.max(outcome.log_end.unwrap_or(0)) + 1;
 
     if let Some(torn) = cursor.torn_tail() {
         outcome.torn_bytes = torn.file_len - torn.offset;
