@@ -240,4 +240,33 @@ impl UuidMap for DataService {
             queued_batches: s.queued_batches,
         }))
     }
+
+    type ScanStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<pb::ScanResponse, Status>> + Send + 'static>,
+    >;
+
+    async fn scan(
+        &self,
+        _request: Request<pb::ScanRequest>,
+    ) -> Result<Response<Self::ScanStream>, Status> {
+        Err(Status::unimplemented("Scan is not served yet"))
+    }
+
+    type WatchStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<pb::WatchResponse, Status>> + Send + 'static>,
+    >;
+
+    async fn watch(
+        &self,
+        _request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("Watch is not served yet"))
+    }
+
+    async fn ping(
+        &self,
+        _request: Request<pb::PingRequest>,
+    ) -> Result<Response<pb::PingResponse>, Status> {
+        Ok(Response::new(pb::PingResponse {}))
+    }
 }
