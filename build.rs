@@ -22,6 +22,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Keys and values are decoded without a copy out of the request
         // buffer.
         .bytes(".uuidmap.v1")
+        // Undecodable requests are INVALID_ARGUMENT, not INTERNAL.
+        .codec_path("crate::server::codec::UuidMapCodec")
         .compile_fds(compiler.file_descriptor_set())?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! - `proto`: the generated messages, servers and clients.
 //! - `wire`: UUIDs, packed keys, the `found` bitmap, the call's deadline.
 //! - `status`: typed errors to gRPC statuses (the only place).
+//! - `codec`: prost's codec, with undecodable messages as INVALID_ARGUMENT.
 //! - `service`, `admin`: the two services.
 //! - `config`: serve options (flags, environment, TOML).
 //!
@@ -21,6 +22,7 @@
 //! the caller, e.g. on port 0). So it is set on the [`TcpIncoming`] itself.
 
 pub mod admin;
+pub mod codec;
 pub mod config;
 pub mod proto;
 pub mod service;
