@@ -4,7 +4,8 @@
 //! - `proto`: the generated messages, servers and clients.
 //! - `wire`: UUIDs, packed keys, the `found` bitmap, the call's deadline.
 //! - `status`: typed errors to gRPC statuses (the only place).
-//! - `service`, `admin`: the two services.
+//! - `service`, `admin`: the two services; `scan` and `watch`, the data
+//!   service's two streams.
 //! - `config`: serve options (flags, environment, TOML).
 //!
 //! Lifecycle of [`serve_on`]: refuse a non-loopback address unless
@@ -23,6 +24,7 @@
 pub mod admin;
 pub mod config;
 pub mod proto;
+pub mod scan;
 pub mod service;
 pub mod status;
 pub mod wire;
@@ -151,6 +153,7 @@ async fn run(
     // (a write op is at most ~60 bytes on the wire).
     let max_message = (config.limits.max_write_ops * 64)
         .max(config.limits.max_batch_keys * 16 + 1024)
+        .max(config.limits.max_filter_values * 16 + 1024)
         .max(4 << 20);
     let data = UuidMapServer::new(service::DataService::new(
         durable.clone(),

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use tonic::Status;
 
-use crate::index::KeyError;
+use crate::index::{KeyError, ScanError};
 use crate::store::StoreError;
 use crate::sync::WaitTimedOut;
 use crate::writer::WriteError;
@@ -57,6 +57,18 @@ pub enum RequestError {
          does not know)"
     )]
     UnknownOp { index: usize },
+    /// A scan filter is not a whole number of 16-byte values.
+    #[error("values must hold whole 16-byte UUIDs, but its {len} bytes are not a multiple of 16")]
+    FilterLength { len: usize },
+    /// A scan filter has more values than the configured limit.
+    #[error(
+        "a scan filter may hold at most {max} values; this one holds {len} (scan with several \
+         smaller filters instead)"
+    )]
+    TooManyFilterValues { len: usize, max: usize },
+    /// A scan cursor or split that does not fit this index.
+    #[error("{0}")]
+    Scan(#[from] ScanError),
 }
 
 impl From<RequestError> for Status {
