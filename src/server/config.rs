@@ -69,6 +69,9 @@ pub struct ServeConfig {
     pub insecure: bool,
     /// Request limits.
     pub limits: Limits,
+    /// WAL files are rotated at this size (a snapshot lets the files it
+    /// covers be removed, which is how far back `Watch` can start).
+    pub wal_file_bytes: u64,
 }
 
 impl ServeConfig {
@@ -80,6 +83,7 @@ impl ServeConfig {
             fsync: FsyncPolicy::Always,
             insecure: false,
             limits: Limits::default(),
+            wal_file_bytes: 64 << 20,
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod proto;
 pub mod scan;
 pub mod service;
 pub mod status;
+pub mod watch;
 pub mod wire;
 
 use std::future::Future;
@@ -128,6 +129,7 @@ pub async fn serve_on(
 async fn open(config: &ServeConfig) -> Result<Arc<DurableIndex>, ServeError> {
     let mut durable = DurableConfig::new(&config.data_dir);
     durable.pipeline.policy = config.fsync;
+    durable.wal_segment_bytes = config.wal_file_bytes;
     // The service checks the limit first, with the same message; the
     // pipeline's limit must not be lower.
     durable.pipeline.max_batch_ops = durable

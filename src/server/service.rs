@@ -257,15 +257,16 @@ impl UuidMap for DataService {
         Ok(Response::new(stream))
     }
 
-    type WatchStream = std::pin::Pin<
-        Box<dyn tokio_stream::Stream<Item = Result<pb::WatchResponse, Status>> + Send + 'static>,
-    >;
+    type WatchStream = super::watch::WatchStream;
 
+    /// See `server::watch`.
     async fn watch(
         &self,
-        _request: Request<pb::WatchRequest>,
+        request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        Err(Status::unimplemented("Watch is not served yet"))
+        let after_lsn = request.get_ref().after_lsn;
+        let stream = super::watch::start(&self.durable, after_lsn, self.stopping.clone()).await?;
+        Ok(Response::new(stream))
     }
 
     async fn ping(

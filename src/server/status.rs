@@ -120,6 +120,36 @@ pub fn stopping_wait(target: u64, current: u64) -> Status {
     ))
 }
 
+/// The status for a change stream that cannot go on (or start): `after` is
+/// the last LSN the client has (or asked to start after).
+pub fn watch_error(e: &StoreError, after: u64) -> Status {
+    match e {
+        StoreError::WalNotRetained { oldest, .. } => {
+            let oldest = oldest.map_or(String::new(), |o| {
+                format!(" (the oldest change kept is LSN {o})")
+            });
+            Status::failed_precondition(format!(
+                "the changes after LSN {after} are no longer kept{oldest}: a snapshot covered \
+                 them and their WAL files were removed. Rescan with Scan, then watch from its \
+                 applied_lsn"
+            ))
+        }
+        StoreError::WalCorrupt { .. } => Status::data_loss(format!(
+            "the change stream cannot go on after LSN {after}: {e}"
+        )),
+        _ => Status::unavailable(format!(
+            "the change stream cannot go on after LSN {after}: {e}; retry from there"
+        )),
+    }
+}
+
+/// The status for a change stream ended because the server is stopping.
+pub fn stopping_watch() -> Status {
+    Status::unavailable(
+        "the server is shutting down; once it is back, watch again after the last LSN received",
+    )
+}
+
 /// The status for a snapshot that could not be taken.
 pub fn snapshot_error(e: &Arc<StoreError>) -> Status {
     Status::unavailable(format!(
