@@ -10,6 +10,9 @@
 //! - `UNAVAILABLE`: the server is shutting down, or the write-ahead log or a
 //!   snapshot could not be written. Nothing was applied; retrying later
 //!   (elsewhere, or once the disk is fixed) can succeed.
+//! - `FAILED_PRECONDITION`: a `Watch` whose next LSN the WAL no longer holds
+//!   (rescan, then watch from the scan's `applied_lsn`). `DATA_LOSS`: a
+//!   `Watch` met a damaged WAL record.
 //! - A compare-and-set that finds another value is not an error at all: the
 //!   services answer OK with `applied = false`. Should one reach this module
 //!   anyway it becomes `FAILED_PRECONDITION`, never `INTERNAL`.
