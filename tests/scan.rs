@@ -442,3 +442,47 @@ fn scan_of_a_hammered_single_segment_finishes_and_is_complete() {
     check_scan(setup, &full, None);
     check_scan(setup, &paged, None);
 }
+
+/// What the server does with a segment larger than a message: take it whole,
+/// hand it on in key-ordered pieces, and give out `resume_after(greatest key
+/// so far)` as each piece's cursor. Resuming from any such cursor (through
+/// its bytes), with a writer changing the segment in between, returns each
+/// stable key after the cut exactly once and none before it.
+#[test]
+fn a_segment_resumed_after_a_key_returns_exactly_its_greater_stable_keys() {
+    let setup = Setup {
+        stable: 4_000,
+        updated: 0,
+        segments: Some(1),
+    };
+    let (mut w, index) = build(setup);
+    let start = index.scan_cursor(0, 1).unwrap();
+    let mut scanner = Scanner::new(index.clone(), start.clone(), None).unwrap();
+    let mut whole = Vec::new();
+    scanner.next_segment(&mut whole);
+    assert!(scanner.cursor().is_done());
+    let mut keys: Vec<Uuid> = whole.iter().map(|e| e.0).collect();
+    keys.sort_unstable();
+    for (i, cut) in keys.iter().enumerate().step_by(397) {
+        // Churn in the segment between the pieces.
+        for j in 0..50 {
+            w.insert(key(CHURN, (i * 50 + j) as u64), shard(1)).unwrap();
+        }
+        let cursor = ScanCursor::from_bytes(&start.resume_after(*cut).to_bytes()).unwrap();
+        let rest: Vec<(Uuid, Uuid)> = Scanner::new(index.clone(), cursor, None).unwrap().collect();
+        let stable_rest: Vec<Uuid> = rest
+            .iter()
+            .map(|e| e.0)
+            .filter(|k| parse(*k).0 == STABLE)
+            .collect();
+        assert!(
+            rest.iter().all(|e| e.0 > *cut),
+            "nothing at or before the cut"
+        );
+        assert_eq!(
+            stable_rest.len(),
+            keys.len() - i - 1,
+            "every stable key after the cut"
+        );
+    }
+}

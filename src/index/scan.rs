@@ -90,6 +90,28 @@ impl ScanCursor {
         b
     }
 
+    /// The cursor that resumes this one's segment after `key`.
+    ///
+    /// For a caller that takes a segment's remaining entries at this cursor
+    /// in one piece ([`Scanner::next_segment`]) and hands them on in
+    /// several, in key order, with a cursor after each: a scan resumed from
+    /// `resume_after(k)` copies the segment again and returns only keys
+    /// greater than `k`. An entry present throughout has the same key in
+    /// both copies, so it falls on exactly one side of `k`. `key` must be
+    /// greater than the key this cursor already resumes after (every key of
+    /// the remainder is).
+    pub fn resume_after(&self, key: Uuid) -> ScanCursor {
+        debug_assert!(!self.is_done(), "a finished scan has no segment to resume");
+        debug_assert!(
+            self.after.is_none_or(|a| key > a),
+            "cursors only move forward"
+        );
+        ScanCursor {
+            after: Some(key),
+            ..self.clone()
+        }
+    }
+
     /// Decodes [`ScanCursor::to_bytes`]. The result is checked against an
     /// index when a scan resumes from it.
     pub fn from_bytes(b: &[u8]) -> Result<Self, ScanError> {
@@ -205,8 +227,10 @@ pub struct Scanner {
     /// `matching` instead of copying the segment again. Only compared, never
     /// dereferenced. (Should a freed table's address be reused by a new table
     /// at the same version, the remainder is merely stale: every entry present
-    /// throughout the scan is still in it, so the contract holds.)
-    rest_of: Option<(*const Table, u64)>,
+    /// throughout the scan is still in it, so the contract holds.) Kept as an
+    /// address, not a pointer, so that a `Scanner` is `Send`: the server
+    /// moves a scan between threads.
+    rest_of: Option<(usize, u64)>,
     /// Buffered page for the iterator interface, and the position in it.
     page: Vec<(Uuid, Uuid)>,
     page_pos: usize,
@@ -312,7 +336,8 @@ impl Scanner {
         };
         let guard = epoch::pin();
         let current = self.index.shared.segments[self.cursor.next_segment as usize].load(&guard);
-        std::ptr::eq(current, table) && current.seqlock().read_begin() == Some(version)
+        std::ptr::from_ref(current) as usize == table
+            && current.seqlock().read_begin() == Some(version)
     }
 
     /// Copies the current segment and keeps the entries that pass the filter
@@ -338,7 +363,7 @@ impl Scanner {
         }
         self.matching_pos = 0;
         self.rest_sorted = false;
-        self.rest_of = Some((table, version));
+        self.rest_of = Some((table as usize, version));
     }
 
     fn finish_segment(&mut self) {

@@ -14,6 +14,7 @@
 //! max_batch_keys = 65536
 //! max_write_ops = 100000
 //! max_wait_ms = 60000
+//! max_filter_values = 65536
 //! insecure = false
 //! ```
 
@@ -40,6 +41,8 @@ pub struct Limits {
     /// Longest wait for `min_lsn` or `WaitFor`, whatever the call's deadline
     /// (and the bound of a call without one).
     pub max_wait: Duration,
+    /// Most values in one `Scan` filter.
+    pub max_filter_values: usize,
 }
 
 impl Default for Limits {
@@ -48,6 +51,7 @@ impl Default for Limits {
             max_batch_keys: 65_536,
             max_write_ops: 100_000,
             max_wait: Duration::from_secs(60),
+            max_filter_values: 65_536,
         }
     }
 }
@@ -65,6 +69,9 @@ pub struct ServeConfig {
     pub insecure: bool,
     /// Request limits.
     pub limits: Limits,
+    /// WAL files are rotated at this size (a snapshot lets the files it
+    /// covers be removed, which is how far back `Watch` can start).
+    pub wal_file_bytes: u64,
 }
 
 impl ServeConfig {
@@ -76,6 +83,7 @@ impl ServeConfig {
             fsync: FsyncPolicy::Always,
             insecure: false,
             limits: Limits::default(),
+            wal_file_bytes: 64 << 20,
         }
     }
 }
@@ -110,6 +118,9 @@ pub struct ServeArgs {
     /// Longest wait for min_lsn or WaitFor, in ms [default: 60000].
     #[arg(long, env = "UUIDMAP_MAX_WAIT_MS")]
     pub max_wait_ms: Option<u64>,
+    /// Most values in one Scan filter [default: 65536].
+    #[arg(long, env = "UUIDMAP_MAX_FILTER_VALUES")]
+    pub max_filter_values: Option<usize>,
 }
 
 /// The TOML file.
@@ -123,6 +134,7 @@ struct FileConfig {
     max_batch_keys: Option<usize>,
     max_write_ops: Option<usize>,
     max_wait_ms: Option<u64>,
+    max_filter_values: Option<usize>,
 }
 
 /// Options that cannot be used.
@@ -178,12 +190,21 @@ impl ServeArgs {
             .max_write_ops
             .or(file.max_write_ops)
             .unwrap_or(limits.max_write_ops);
+        limits.max_filter_values = self
+            .max_filter_values
+            .or(file.max_filter_values)
+            .unwrap_or(limits.max_filter_values);
         if let Some(ms) = self.max_wait_ms.or(file.max_wait_ms) {
             limits.max_wait = Duration::from_millis(ms);
         }
         if limits.max_batch_keys == 0 {
             return Err(ConfigError::Zero {
                 what: "max_batch_keys",
+            });
+        }
+        if limits.max_filter_values == 0 {
+            return Err(ConfigError::Zero {
+                what: "max_filter_values",
             });
         }
         if limits.max_write_ops == 0 {

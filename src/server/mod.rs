@@ -5,7 +5,8 @@
 //! - `wire`: UUIDs, packed keys, the `found` bitmap, the call's deadline.
 //! - `status`: typed errors to gRPC statuses (the only place).
 //! - `codec`: prost's codec, with undecodable messages as INVALID_ARGUMENT.
-//! - `service`, `admin`: the two services.
+//! - `service`, `admin`: the two services; `scan` and `watch`, the data
+//!   service's two streams.
 //! - `config`: serve options (flags, environment, TOML).
 //!
 //! Lifecycle of [`serve_on`]: refuse a non-loopback address unless
@@ -25,8 +26,10 @@ pub mod admin;
 pub mod codec;
 pub mod config;
 pub mod proto;
+pub mod scan;
 pub mod service;
 pub mod status;
+pub mod watch;
 pub mod wire;
 
 use std::future::Future;
@@ -128,6 +131,7 @@ pub async fn serve_on(
 async fn open(config: &ServeConfig) -> Result<Arc<DurableIndex>, ServeError> {
     let mut durable = DurableConfig::new(&config.data_dir);
     durable.pipeline.policy = config.fsync;
+    durable.wal_segment_bytes = config.wal_file_bytes;
     // The service checks the limit first, with the same message; the
     // pipeline's limit must not be lower.
     durable.pipeline.max_batch_ops = durable
@@ -153,6 +157,7 @@ async fn run(
     // (a write op is at most ~60 bytes on the wire).
     let max_message = (config.limits.max_write_ops * 64)
         .max(config.limits.max_batch_keys * 16 + 1024)
+        .max(config.limits.max_filter_values * 16 + 1024)
         .max(4 << 20);
     let data = UuidMapServer::new(service::DataService::new(
         durable.clone(),

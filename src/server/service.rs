@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use super::config::Limits;
 use super::proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
+use super::scan;
 use super::status::{RequestError, stopping_wait, wait_timed_out, write_error};
 use super::wire::{bytes_of, key, optional_uuid, pack_values, packed_keys, uuid, wait_deadline};
 use crate::writer::{DurableIndex, WriteError, WriteOp};
@@ -241,26 +242,31 @@ impl UuidMap for DataService {
         }))
     }
 
-    type ScanStream = std::pin::Pin<
-        Box<dyn tokio_stream::Stream<Item = Result<pb::ScanResponse, Status>> + Send + 'static>,
-    >;
+    type ScanStream = scan::ScanStream;
 
+    /// See `server::scan`.
     async fn scan(
         &self,
-        _request: Request<pb::ScanRequest>,
+        request: Request<pb::ScanRequest>,
     ) -> Result<Response<Self::ScanStream>, Status> {
-        Err(Status::unimplemented("Scan is not served yet"))
+        let plan = scan::plan(self.durable.index(), request.get_ref(), &self.limits)?;
+        let applied_lsn = self
+            .wait_applied(&request, request.get_ref().min_lsn)
+            .await?;
+        let stream = scan::start(plan, applied_lsn, self.stopping.clone());
+        Ok(Response::new(stream))
     }
 
-    type WatchStream = std::pin::Pin<
-        Box<dyn tokio_stream::Stream<Item = Result<pb::WatchResponse, Status>> + Send + 'static>,
-    >;
+    type WatchStream = super::watch::WatchStream;
 
+    /// See `server::watch`.
     async fn watch(
         &self,
-        _request: Request<pb::WatchRequest>,
+        request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        Err(Status::unimplemented("Watch is not served yet"))
+        let after_lsn = request.get_ref().after_lsn;
+        let stream = super::watch::start(&self.durable, after_lsn, self.stopping.clone()).await?;
+        Ok(Response::new(stream))
     }
 
     async fn ping(

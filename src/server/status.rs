@@ -10,6 +10,9 @@
 //! - `UNAVAILABLE`: the server is shutting down, or the write-ahead log or a
 //!   snapshot could not be written. Nothing was applied; retrying later
 //!   (elsewhere, or once the disk is fixed) can succeed.
+//! - `FAILED_PRECONDITION`: a `Watch` whose next LSN the WAL no longer holds
+//!   (rescan, then watch from the scan's `applied_lsn`). `DATA_LOSS`: a
+//!   `Watch` met a damaged WAL record.
 //! - A compare-and-set that finds another value is not an error at all: the
 //!   services answer OK with `applied = false`. Should one reach this module
 //!   anyway it becomes `FAILED_PRECONDITION`, never `INTERNAL`.
@@ -21,7 +24,7 @@ use std::sync::Arc;
 
 use tonic::Status;
 
-use crate::index::KeyError;
+use crate::index::{KeyError, ScanError};
 use crate::store::StoreError;
 use crate::sync::WaitTimedOut;
 use crate::writer::WriteError;
@@ -57,6 +60,18 @@ pub enum RequestError {
          does not know)"
     )]
     UnknownOp { index: usize },
+    /// A scan filter is not a whole number of 16-byte values.
+    #[error("values must hold whole 16-byte UUIDs, but its {len} bytes are not a multiple of 16")]
+    FilterLength { len: usize },
+    /// A scan filter has more values than the configured limit.
+    #[error(
+        "a scan filter may hold at most {max} values; this one holds {len} (scan with several \
+         smaller filters instead)"
+    )]
+    TooManyFilterValues { len: usize, max: usize },
+    /// A scan cursor or split that does not fit this index.
+    #[error("{0}")]
+    Scan(#[from] ScanError),
 }
 
 impl From<RequestError> for Status {
@@ -106,6 +121,36 @@ pub fn stopping_wait(target: u64, current: u64) -> Status {
         "the server is shutting down; LSN {target} was not applied yet (the applied LSN is \
          {current}); retry the read once the server is back"
     ))
+}
+
+/// The status for a change stream that cannot go on (or start): `after` is
+/// the last LSN the client has (or asked to start after).
+pub fn watch_error(e: &StoreError, after: u64) -> Status {
+    match e {
+        StoreError::WalNotRetained { oldest, .. } => {
+            let oldest = oldest.map_or(String::new(), |o| {
+                format!(" (the oldest change kept is LSN {o})")
+            });
+            Status::failed_precondition(format!(
+                "the changes after LSN {after} are no longer kept{oldest}: a snapshot covered \
+                 them and their WAL files were removed. Rescan with Scan, then watch from its \
+                 applied_lsn"
+            ))
+        }
+        StoreError::WalCorrupt { .. } => Status::data_loss(format!(
+            "the change stream cannot go on after LSN {after}: {e}"
+        )),
+        _ => Status::unavailable(format!(
+            "the change stream cannot go on after LSN {after}: {e}; retry from there"
+        )),
+    }
+}
+
+/// The status for a change stream ended because the server is stopping.
+pub fn stopping_watch() -> Status {
+    Status::unavailable(
+        "the server is shutting down; once it is back, watch again after the last LSN received",
+    )
 }
 
 /// The status for a snapshot that could not be taken.

@@ -46,6 +46,24 @@ pub enum StoreError {
         /// The LSN found instead.
         found: u64,
     },
+    /// A reader of the WAL wants an LSN the WAL no longer holds: a
+    /// snapshot covers it and its file was removed (or it was never logged
+    /// because a snapshot already held it).
+    #[error(
+        "the WAL in {dir} no longer holds LSN {wanted}{oldest}",
+        oldest = match .oldest {
+            Some(o) => format!(" (the oldest LSN it still holds is {o})"),
+            None => String::new(),
+        }
+    )]
+    WalNotRetained {
+        /// The data directory.
+        dir: PathBuf,
+        /// The LSN wanted.
+        wanted: u64,
+        /// The first LSN of the oldest WAL file left, if any.
+        oldest: Option<u64>,
+    },
     /// A snapshot file fails its checks.
     #[error("snapshot {path} is damaged: {reason}")]
     SnapshotCorrupt {

@@ -30,6 +30,14 @@ pub trait Io: Send + Sync + 'static {
     fn create(&self, path: &Path) -> io::Result<Box<dyn IoFile>>;
     /// The whole contents of a file.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// The contents of a file from byte `offset` on (empty if the file is
+    /// shorter): lets a reader that follows a growing file read only what
+    /// is new.
+    fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
+        let mut data = self.read(path)?;
+        data.drain(..data.len().min(offset as usize));
+        Ok(data)
+    }
     /// The length of a file in bytes.
     fn file_len(&self, path: &Path) -> io::Result<u64>;
     /// The whole file, mapped privately: writes to the mapping stay in this
@@ -187,6 +195,15 @@ impl Io for OsIo {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         fs::read(path)
+    }
+
+    fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = File::open(path)?;
+        file.seek(SeekFrom::Start(offset))?;
+        let mut data = Vec::new();
+        file.read_to_end(&mut data)?;
+        Ok(data)
     }
 
     fn file_len(&self, path: &Path) -> io::Result<u64> {

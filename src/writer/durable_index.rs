@@ -167,6 +167,11 @@ impl DurableIndex {
         &self.watermark
     }
 
+    /// The file system the store uses (for readers of the WAL).
+    pub fn io(&self) -> &Arc<dyn Io> {
+        &self.config.io
+    }
+
     /// What recovery found.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report

@@ -1,4 +1,6 @@
 //! The test server and small helpers shared by `tests/server*.rs`.
+// Each test binary uses a different part of these helpers.
+#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -22,6 +24,7 @@ pub struct TestServer {
 
 pub const MAX_BATCH_KEYS: usize = 100;
 pub const MAX_WRITE_OPS: usize = 10;
+pub const MAX_FILTER_VALUES: usize = 64;
 
 pub fn config(dir: &Path) -> ServeConfig {
     let mut c = ServeConfig::new(dir);
@@ -29,15 +32,21 @@ pub fn config(dir: &Path) -> ServeConfig {
     c.limits.max_batch_keys = MAX_BATCH_KEYS;
     c.limits.max_write_ops = MAX_WRITE_OPS;
     c.limits.max_wait = Duration::from_millis(300);
+    c.limits.max_filter_values = MAX_FILTER_VALUES;
     c
 }
 
 impl TestServer {
     pub async fn start(dir: &Path) -> TestServer {
+        TestServer::start_with(config(dir)).await
+    }
+
+    /// A server with its own configuration (its `listen` is ignored).
+    pub async fn start_with(config: ServeConfig) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_on(listener, config(dir), async {
+        let task = tokio::spawn(serve_on(listener, config, async {
             let _ = stopped.await;
         }));
         TestServer { addr, stop, task }

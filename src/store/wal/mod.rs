@@ -10,7 +10,7 @@
 //! the log; then a new writer starts a new file at the next LSN. Once a
 //! snapshot covers LSN `n`, [`remove_covered`] deletes the files that hold
 //! nothing after `n`. [`WalCursor`] reads records from any LSN without
-//! changing a file (for change streams).
+//! changing a file; [`WalFollower`] follows the live log for change streams.
 //!
 //! # Invariants
 //!
@@ -29,14 +29,18 @@
 //! - `writer`: [`WalWriter`], group commit, rollback, rotation.
 //! - `reader`: [`WalCursor`], the checks and the torn-tail rule.
 //! - `replay`: recovery, [`replay`].
+//! - `follow`: [`WalFollower`], reading a live log as it grows (change
+//!   streams).
 
 mod files;
+mod follow;
 mod reader;
 mod record;
 mod replay;
 mod writer;
 
 pub use files::{WalFile, list_wal_files, parse_wal_file_name, remove_covered, wal_file_name};
+pub use follow::WalFollower;
 pub use reader::{TornTail, WalCursor, WalRecord};
 pub use record::{HEADER_LEN, MAX_BATCH_OPS, MAX_RECORD_LEN};
 pub use replay::{ReplayOptions, ReplayOutcome, replay};

@@ -1,0 +1,351 @@
+//! [`WalFollower`]: reads the records of a live WAL, in LSN order, as the
+//! writer commits them (for change streams). Read-only.
+//!
+//! # Protocol
+//!
+//! The caller asks for the records up to an LSN `upto` that it knows is
+//! committed (in the server: applied, so at most the watermark). The writer
+//! writes a group to its file before applying it, so every record up to
+//! `upto` is whole in some file by then. The follower reads only what is new
+//! in its file (from its byte offset on), decodes records up to `upto`, and
+//! moves to the next file when its file holds nothing more.
+//!
+//! # Invariants
+//!
+//! - Bytes read past the records up to `upto` (known at the time of the
+//!   read) are never trusted later: a group the writer failed to commit is
+//!   rolled back and its LSNs reused, so bytes once seen there may be
+//!   replaced. A record is returned only from a read made after its LSN
+//!   was known committed.
+//! - An LSN the WAL no longer holds (its file removed after a snapshot, or
+//!   never logged because a snapshot held it) is
+//!   [`StoreError::WalNotRetained`], never skipped: a follower returns every
+//!   LSN from its start, consecutively, or fails.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::files::{WalFile, list_wal_files};
+use super::record::{HEADER_LEN, check_header, decode_record};
+use crate::store::{Io, Op, StoreError};
+
+/// A reader that follows the WAL from an LSN on.
+pub struct WalFollower {
+    /// The file system.
+    io: Arc<dyn Io>,
+    /// The data directory.
+    dir: PathBuf,
+    /// The file being read (`None` until the first record is wanted).
+    file: Option<WalFile>,
+    /// Bytes of `file` from byte `buf_start` on, as read last.
+    buf: Vec<u8>,
+    /// Offset in the file of `buf[0]`.
+    buf_start: u64,
+    /// Offset in `buf` of the next record of the file.
+    pos: usize,
+    /// The LSN the record at `pos` has (records of a file are consecutive).
+    file_next: u64,
+    /// Records of `buf` up to this LSN are trusted (see module docs).
+    trusted_upto: u64,
+    /// The next LSN to return.
+    next_lsn: u64,
+    /// Decoded ops of the last record; reused.
+    ops: Vec<Op>,
+}
+
+impl WalFollower {
+    /// A follower that returns the records from `from_lsn` on. Fails with
+    /// [`StoreError::WalNotRetained`] if the oldest WAL file starts after
+    /// `from_lsn` (the records before it are gone).
+    pub fn open(io: Arc<dyn Io>, dir: &Path, from_lsn: u64) -> Result<Self, StoreError> {
+        let files = list_wal_files(io.as_ref(), dir)?;
+        if let Some(oldest) = files.first()
+            && oldest.first_lsn > from_lsn
+        {
+            return Err(StoreError::WalNotRetained {
+                dir: dir.to_path_buf(),
+                wanted: from_lsn,
+                oldest: Some(oldest.first_lsn),
+            });
+        }
+        Ok(WalFollower {
+            io,
+            dir: dir.to_path_buf(),
+            file: None,
+            buf: Vec::new(),
+            buf_start: 0,
+            pos: 0,
+            file_next: 0,
+            trusted_upto: 0,
+            next_lsn: from_lsn,
+            ops: Vec::new(),
+        })
+    }
+
+    /// The LSN the next record returned will have.
+    pub fn next_lsn(&self) -> u64 {
+        self.next_lsn
+    }
+
+    /// The next record, if its LSN is at most `upto`, which the caller
+    /// guarantees is committed (module docs).
+    ///
+    /// Errors: [`StoreError::WalNotRetained`] if the record's file is gone;
+    /// [`StoreError::WalCorrupt`] if a committed record is damaged or
+    /// missing; [`StoreError::Io`].
+    pub fn next_record(&mut self, upto: u64) -> Result<Option<(u64, &[Op])>, StoreError> {
+        if self.next_lsn > upto {
+            return Ok(None);
+        }
+        let mut refilled = false;
+        loop {
+            if self.file.is_none() {
+                self.enter(self.locate()?, upto)?;
+                refilled = true;
+            }
+            if self.file_next <= self.trusted_upto && self.pos < self.buf.len() {
+                match decode_record(&self.buf[self.pos..], &mut self.ops) {
+                    Ok(rec) => {
+                        if rec.lsn != self.file_next {
+                            return Err(self.corrupt(format!(
+                                "the record has LSN {}, expected {}",
+                                rec.lsn, self.file_next
+                            )));
+                        }
+                        self.pos += rec.len as usize;
+                        self.file_next += 1;
+                        if rec.lsn < self.next_lsn {
+                            continue;
+                        }
+                        self.next_lsn += 1;
+                        return Ok(Some((rec.lsn, &self.ops)));
+                    }
+                    // Cut off: more of it may have been written since.
+                    Err(bad) if self.pos as u64 + bad.extent > self.buf.len() as u64 => {}
+                    Err(bad) => return Err(self.corrupt(bad.reason)),
+                }
+            }
+            if !refilled {
+                self.refill(upto)?;
+                refilled = true;
+                continue;
+            }
+            // Read after `upto` was committed, and still not there: the
+            // record is in the next file.
+            if self.pos < self.buf.len() {
+                return Err(self.corrupt(format!(
+                    "LSN {} is committed, but its record here is cut off",
+                    self.file_next
+                )));
+            }
+            let next = self.next_file()?;
+            self.enter(next, upto)?;
+        }
+    }
+
+    /// The file that holds `next_lsn`: the newest one starting at or
+    /// before it.
+    fn locate(&self) -> Result<WalFile, StoreError> {
+        let files = list_wal_files(self.io.as_ref(), &self.dir)?;
+        files
+            .iter()
+            .rev()
+            .find(|f| f.first_lsn <= self.next_lsn)
+            .cloned()
+            .ok_or_else(|| self.not_retained(files.first()))
+    }
+
+    /// The file after the current one, which must continue it.
+    fn next_file(&self) -> Result<WalFile, StoreError> {
+        let current = self.file.as_ref().expect("a file is being read");
+        let files = list_wal_files(self.io.as_ref(), &self.dir)?;
+        let Some(next) = files.iter().find(|f| f.first_lsn > current.first_lsn) else {
+            return Err(self.corrupt(format!(
+                "LSN {} is committed, but the log ends before it",
+                self.file_next
+            )));
+        };
+        if next.first_lsn > self.next_lsn {
+            // A hole a snapshot covers: those LSNs were never logged here.
+            return Err(self.not_retained(Some(next)));
+        }
+        if next.first_lsn < self.file_next {
+            return Err(self.corrupt(format!(
+                "the next file starts at LSN {}, but this one already holds LSN {}",
+                next.first_lsn,
+                self.file_next - 1
+            )));
+        }
+        Ok(next.clone())
+    }
+
+    /// Starts reading `file` from its beginning.
+    fn enter(&mut self, file: WalFile, upto: u64) -> Result<(), StoreError> {
+        self.buf = self.read(&file.path, 0)?;
+        self.trusted_upto = upto;
+        if let Err(bad) = check_header(&self.buf, file.first_lsn) {
+            return Err(StoreError::WalCorrupt {
+                path: file.path,
+                offset: 0,
+                reason: bad.reason,
+            });
+        }
+        self.buf_start = 0;
+        self.pos = HEADER_LEN;
+        self.file_next = file.first_lsn;
+        self.file = Some(file);
+        Ok(())
+    }
+
+    /// Reads what the current file holds from the next record on.
+    fn refill(&mut self, upto: u64) -> Result<(), StoreError> {
+        let offset = self.buf_start + self.pos as u64;
+        let path = self
+            .file
+            .as_ref()
+            .expect("a file is being read")
+            .path
+            .clone();
+        self.buf = self.read(&path, offset)?;
+        self.buf_start = offset;
+        self.pos = 0;
+        self.trusted_upto = upto;
+        Ok(())
+    }
+
+    /// Reads `path` from `offset`; a file that is gone is not retained.
+    fn read(&self, path: &Path, offset: u64) -> Result<Vec<u8>, StoreError> {
+        match self.io.read_from(path, offset) {
+            Ok(data) => Ok(data),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let files = list_wal_files(self.io.as_ref(), &self.dir)?;
+                Err(self.not_retained(files.first()))
+            }
+            Err(e) => Err(StoreError::io("reading the WAL file", path, e)),
+        }
+    }
+
+    fn not_retained(&self, oldest: Option<&WalFile>) -> StoreError {
+        StoreError::WalNotRetained {
+            dir: self.dir.clone(),
+            wanted: self.next_lsn,
+            oldest: oldest.map(|f| f.first_lsn),
+        }
+    }
+
+    fn corrupt(&self, reason: String) -> StoreError {
+        let file = self.file.as_ref().expect("a file is being read");
+        StoreError::WalCorrupt {
+            path: file.path.clone(),
+            offset: self.buf_start + self.pos as u64,
+            reason,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SimIo;
+    use crate::store::wal::{WalOptions, WalWriter, remove_covered};
+    use uuid::Uuid;
+
+    fn put(k: u128) -> Op {
+        Op::Put {
+            key: Uuid::from_u128(k),
+            value: Uuid::from_u128(k + 1000),
+        }
+    }
+
+    fn setup(segment_bytes: u64) -> (Arc<dyn Io>, PathBuf, WalWriter) {
+        let io: Arc<dyn Io> = Arc::new(SimIo::new());
+        let dir = PathBuf::from("/data");
+        io.create_dir_all(&dir).unwrap();
+        let w = WalWriter::create(io.clone(), &dir, 1, WalOptions { segment_bytes }).unwrap();
+        (io, dir, w)
+    }
+
+    fn commit(w: &mut WalWriter, lsns: std::ops::RangeInclusive<u64>) {
+        for lsn in lsns {
+            w.append(lsn, &[put(lsn as u128)]);
+        }
+        w.commit(false).unwrap();
+    }
+
+    fn read_all(f: &mut WalFollower, upto: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        while let Some((lsn, ops)) = f.next_record(upto).unwrap() {
+            assert_eq!(ops, &[put(lsn as u128)]);
+            out.push(lsn);
+        }
+        out
+    }
+
+    #[test]
+    fn follows_new_records_across_file_rotations_and_stops_at_upto() {
+        // Small files: a rotation every few records.
+        let (io, dir, mut w) = setup(200);
+        let mut f = WalFollower::open(io.clone(), &dir, 1).unwrap();
+        assert_eq!(read_all(&mut f, 0), Vec::<u64>::new());
+        commit(&mut w, 1..=3);
+        assert_eq!(read_all(&mut f, 2), vec![1, 2], "never past upto");
+        assert_eq!(read_all(&mut f, 3), vec![3]);
+        for group in 0..10 {
+            let first = 4 + group * 3;
+            commit(&mut w, first..=first + 2);
+        }
+        assert!(list_wal_files(io.as_ref(), &dir).unwrap().len() > 3);
+        assert_eq!(read_all(&mut f, 33), (4..=33).collect::<Vec<_>>());
+        // A follower started in the middle skips what is before it.
+        let mut g = WalFollower::open(io, &dir, 20).unwrap();
+        assert_eq!(read_all(&mut g, 33), (20..=33).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_lsn_whose_file_was_removed_is_not_retained_never_skipped() {
+        let (io, dir, mut w) = setup(200);
+        for group in 0..10 {
+            let first = 1 + group * 3;
+            commit(&mut w, first..=first + 2);
+        }
+        let mut slow = WalFollower::open(io.clone(), &dir, 1).unwrap();
+        assert_eq!(read_all(&mut slow, 2), vec![1, 2]);
+        remove_covered(io.as_ref(), &dir, 20).unwrap();
+        let oldest = list_wal_files(io.as_ref(), &dir).unwrap()[0].first_lsn;
+        assert!(oldest > 3 && oldest <= 21);
+        match slow.next_record(30) {
+            Err(StoreError::WalNotRetained {
+                wanted: 3,
+                oldest: Some(o),
+                ..
+            }) => assert_eq!(o, oldest),
+            other => panic!("expected WalNotRetained, got {other:?}"),
+        }
+        match WalFollower::open(io.clone(), &dir, 1) {
+            Err(StoreError::WalNotRetained { wanted: 1, .. }) => {}
+            other => panic!("expected WalNotRetained, got {:?}", other.err()),
+        }
+        let mut fresh = WalFollower::open(io, &dir, oldest).unwrap();
+        assert_eq!(read_all(&mut fresh, 30), (oldest..=30).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn bytes_read_past_upto_are_not_trusted_later() {
+        let (io, dir, mut w) = setup(1 << 20);
+        commit(&mut w, 1..=2);
+        drop(w);
+        let mut f = WalFollower::open(io.clone(), &dir, 1).unwrap();
+        // The follower reads LSN 1 while LSN 2 is in the file but (as far
+        // as it knows) not committed: then LSN 2's bytes change, as when a
+        // failed group is rolled back and its LSN reused.
+        assert_eq!(read_all(&mut f, 1), vec![1]);
+        let path = list_wal_files(io.as_ref(), &dir).unwrap()[0].path.clone();
+        let mut data = io.read(&path).unwrap();
+        data.truncate(data.len() - 53); // record 2: 20 + 33 bytes
+        super::super::record::encode_record(&mut data, 2, &[put(77)]);
+        io.remove(&path).unwrap();
+        io.create(&path).unwrap().write_all(&data).unwrap();
+        let (lsn, ops) = f.next_record(2).unwrap().unwrap();
+        assert_eq!((lsn, ops), (2, &[put(77)][..]), "the record as it is now");
+    }
+}
