@@ -197,17 +197,16 @@ impl LifoSemaphore {
     }
 
     /// [`acquire`](Self::acquire) for callers that need a `'static` permit
-    /// (tonic handlers).
-    pub fn acquire_owned(
-        self: &Arc<Self>,
-        deadline: Option<Instant>,
-    ) -> impl Future<Output = Result<OwnedPermit, AcquireError>> + Send + 'static {
-        let sem = Arc::clone(self);
-        async move {
-            let permit = sem.acquire(deadline).await?;
-            // The owned permit takes over the release.
-            std::mem::forget(permit);
-            Ok(OwnedPermit { sem })
+    /// (tonic handlers, tower layers). The future is a named type, so that a
+    /// tower service can hold it without boxing.
+    pub fn acquire_owned(self: &Arc<Self>, deadline: Option<Instant>) -> AcquireOwned {
+        AcquireOwned {
+            wait: OwnedWait {
+                sem: Arc::clone(self),
+                state: WaitState::default(),
+            },
+            deadline,
+            timer: None,
         }
     }
 
@@ -216,6 +215,14 @@ impl LifoSemaphore {
         // `then`, not `then_some`: an eagerly built Permit would be dropped,
         // and so released, when no permit was taken.
         self.try_take_permit().then(|| Permit { sem: self })
+    }
+
+    /// [`try_acquire`](Self::try_acquire) for callers that need a
+    /// `'static` permit.
+    pub fn try_acquire_owned(self: &Arc<Self>) -> Option<OwnedPermit> {
+        self.try_take_permit().then(|| OwnedPermit {
+            sem: Arc::clone(self),
+        })
     }
 
     /// Free permits now, for metrics.
@@ -234,8 +241,7 @@ impl LifoSemaphore {
         Wait {
             sem: self,
             deadline,
-            slot: None,
-            waker: None,
+            state: WaitState::default(),
         }
     }
 
@@ -478,75 +484,59 @@ impl Drop for OwnedPermit {
     }
 }
 
-/// A wait for a permit; gives up its slot (and any permit granted to it)
-/// when dropped.
-pub(crate) struct Wait<'a> {
-    sem: &'a LifoSemaphore,
-    /// Checked when a permit arrives: a waiter past its deadline passes the
-    /// permit on rather than doing work nobody waits for.
-    deadline: Option<Instant>,
+/// The part of a wait that is not the semaphore handle: which slot it
+/// owns, and the waker stored there. Shared by [`Wait`] (borrowed) and
+/// [`AcquireOwned`] (owned), which poll it through
+/// [`LifoSemaphore::poll_wait`].
+#[derive(Default)]
+pub(crate) struct WaitState {
     /// `(slot, ticket)` while the wait owns a slot.
     slot: Option<(usize, u64)>,
     /// A copy of the waker in our slot, to compare without touching the slot.
     waker: Option<Waker>,
 }
 
-impl<'a> Wait<'a> {
-    /// Gives up the wait now (what dropping does); `None` if it held no
-    /// slot.
-    pub(crate) fn cancel(&mut self) -> Option<Cancelled> {
-        let (index, ticket) = self.slot.take()?;
-        let outcome = self.sem.cancel(index, ticket);
-        if outcome == Cancelled::PassedOn {
-            self.sem.release();
-        }
-        Some(outcome)
-    }
-
-    /// The outcome once a permit is ours.
-    fn granted(&self) -> Result<Permit<'a>, AcquireError> {
-        let permit = Permit { sem: self.sem };
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
-            drop(permit); // passes it on
-            return Err(AcquireError::DeadlineExceeded);
-        }
-        Ok(permit)
-    }
-}
-
-impl<'a> Future for Wait<'a> {
-    type Output = Result<Permit<'a>, AcquireError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        let sem = this.sem;
-        let (index, ticket) = match this.slot {
+impl LifoSemaphore {
+    /// Advances a wait: `Ready(Ok(()))` once a permit belongs to the caller
+    /// (the deadline is the caller's business), `Ready(Err(QueueFull))` when
+    /// it could not queue.
+    fn poll_wait(
+        &self,
+        wait: &mut WaitState,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), AcquireError>> {
+        // `will_wake` may answer false even for a clone of the same waker
+        // (it is best-effort), so a poll stores its waker at most once: a
+        // second comparison could otherwise re-store it forever.
+        let mut stored = false;
+        let (index, ticket) = match wait.slot {
             Some(registered) => registered,
             None => {
-                if sem.try_take_permit() {
-                    return Poll::Ready(this.granted());
+                if self.try_take_permit() {
+                    return Poll::Ready(Ok(()));
                 }
-                match sem.register(cx.waker()) {
+                match self.register(cx.waker()) {
                     Ok(registered) => {
-                        this.slot = Some(registered);
-                        this.waker = Some(cx.waker().clone());
+                        wait.slot = Some(registered);
+                        wait.waker = Some(cx.waker().clone());
+                        stored = true;
                         registered
                     }
                     Err(e) => return Poll::Ready(Err(e)),
                 }
             }
         };
-        let slot = &sem.slots[index];
+        let slot = &self.slots[index];
         loop {
             let s = slot.state.load(Ordering::SeqCst);
             match tag(s) {
                 GRANTED => {
-                    this.slot = None;
-                    sem.free_slot(index);
-                    return Poll::Ready(this.granted());
+                    wait.slot = None;
+                    self.free_slot(index);
+                    return Poll::Ready(Ok(()));
                 }
                 WAITING => {
-                    if this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    if stored || wait.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                         return Poll::Pending;
                     }
                     // Polled by another task: take the slot back to swap the
@@ -557,15 +547,16 @@ impl<'a> Future for Wait<'a> {
                         .compare_exchange(s, claimed, Ordering::SeqCst, Ordering::SeqCst)
                         .is_ok()
                     {
-                        this.waker = Some(cx.waker().clone());
-                        sem.publish(index, ticket, cx.waker());
+                        wait.waker = Some(cx.waker().clone());
+                        stored = true;
+                        self.publish(index, ticket, cx.waker());
                     }
                 }
                 WAKING => {
                     // A releaser is about to grant us and wake the stored
                     // waker. If that one is stale, poll again soon (the
                     // releaser's window is a few instructions long).
-                    if !this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    if !stored && !wait.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                         cx.waker().wake_by_ref();
                     }
                     return Poll::Pending;
@@ -574,10 +565,146 @@ impl<'a> Future for Wait<'a> {
             }
         }
     }
+
+    /// Gives up a wait (what dropping it does); `None` if it held no slot.
+    /// A permit granted meanwhile is passed on.
+    fn cancel_wait(&self, wait: &mut WaitState) -> Option<Cancelled> {
+        let (index, ticket) = wait.slot.take()?;
+        let outcome = self.cancel(index, ticket);
+        if outcome == Cancelled::PassedOn {
+            self.release();
+        }
+        Some(outcome)
+    }
+}
+
+/// Whether `deadline` has passed.
+fn passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// A wait for a permit; gives up its slot (and any permit granted to it)
+/// when dropped.
+pub(crate) struct Wait<'a> {
+    sem: &'a LifoSemaphore,
+    /// Checked when a permit arrives: a waiter past its deadline passes the
+    /// permit on rather than doing work nobody waits for.
+    deadline: Option<Instant>,
+    /// The slot and waker.
+    state: WaitState,
+}
+
+impl Wait<'_> {
+    /// Gives up the wait now (what dropping does); `None` if it held no
+    /// slot.
+    pub(crate) fn cancel(&mut self) -> Option<Cancelled> {
+        self.sem.cancel_wait(&mut self.state)
+    }
+}
+
+impl<'a> Future for Wait<'a> {
+    type Output = Result<Permit<'a>, AcquireError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let sem = this.sem;
+        match sem.poll_wait(&mut this.state, cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Ready(Ok(())) => {
+                let permit = Permit { sem };
+                if passed(this.deadline) {
+                    drop(permit); // passes it on
+                    return Poll::Ready(Err(AcquireError::DeadlineExceeded));
+                }
+                Poll::Ready(Ok(permit))
+            }
+        }
+    }
 }
 
 impl Drop for Wait<'_> {
     fn drop(&mut self) {
         self.cancel();
+    }
+}
+
+/// The owned half of [`AcquireOwned`]: gives up its slot when dropped.
+struct OwnedWait {
+    sem: Arc<LifoSemaphore>,
+    state: WaitState,
+}
+
+impl Drop for OwnedWait {
+    fn drop(&mut self) {
+        self.sem.cancel_wait(&mut self.state);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`LifoSemaphore::acquire_owned`]: the same semantics
+    /// as [`acquire`](LifoSemaphore::acquire) (free permit at once, else
+    /// wait newest-first until the deadline, else fail), as a named type.
+    /// Dropping it gives up the wait without losing a permit. It allocates
+    /// nothing: the timer is created in place, and only when the request
+    /// has to wait.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct AcquireOwned {
+        wait: OwnedWait,
+        deadline: Option<Instant>,
+        // The deadline's timer, armed on the first poll that has to wait.
+        #[pin]
+        timer: Option<tokio::time::Sleep>,
+    }
+}
+
+impl std::fmt::Debug for AcquireOwned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireOwned")
+            .field("queued", &self.wait.state.slot.is_some())
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+impl Future for AcquireOwned {
+    type Output = Result<OwnedPermit, AcquireError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let deadline = *this.deadline;
+        let wait = &mut *this.wait;
+        if wait.state.slot.is_none() && passed(deadline) {
+            return Poll::Ready(Err(AcquireError::DeadlineExceeded));
+        }
+        // The wait first, the timer second: a permit that arrived in time
+        // wins over a timer that fired in the same instant (`granted`
+        // checks the deadline anyway).
+        match wait.sem.poll_wait(&mut wait.state, cx) {
+            Poll::Ready(Ok(())) => {
+                let permit = OwnedPermit {
+                    sem: Arc::clone(&wait.sem),
+                };
+                if passed(deadline) {
+                    drop(permit); // passes it on
+                    return Poll::Ready(Err(AcquireError::DeadlineExceeded));
+                }
+                return Poll::Ready(Ok(permit));
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => {}
+        }
+        let Some(deadline) = deadline else {
+            return Poll::Pending;
+        };
+        if this.timer.is_none() {
+            this.timer.set(Some(tokio::time::sleep_until(deadline)));
+        }
+        let timer = this.timer.as_pin_mut().expect("armed above");
+        if timer.poll(cx).is_ready() {
+            wait.sem.cancel_wait(&mut wait.state);
+            return Poll::Ready(Err(AcquireError::DeadlineExceeded));
+        }
+        Poll::Pending
     }
 }

@@ -19,5 +19,5 @@ mod lsn_watermark;
 #[cfg(all(test, uuidmap_loom))]
 mod loom_models;
 
-pub use lifo_semaphore::{AcquireError, LifoSemaphore, OwnedPermit, Permit};
+pub use lifo_semaphore::{AcquireError, AcquireOwned, LifoSemaphore, OwnedPermit, Permit};
 pub use lsn_watermark::{LsnWatermark, WaitTimedOut};
