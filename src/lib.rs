@@ -15,8 +15,11 @@
 //! ```
 
 #[cfg(not(uuidmap_loom))]
+pub mod client;
+#[cfg(not(uuidmap_loom))]
 #[doc(hidden)]
 pub mod crashtest;
+pub mod error_chain;
 pub mod index;
 #[cfg(not(uuidmap_loom))]
 pub mod server;

@@ -9,6 +9,8 @@
 //! - `serve`: run the gRPC server (see `uuidmap serve --help`) until SIGTERM
 //!   or SIGINT, then stop accepting, finish in-flight calls and shut the index
 //!   down (writes drained, final snapshot).
+//! - `get`, `put`, `del`, `scan`, `stats`, `snapshot`: a client of a
+//!   running server (`uuidmap::client::cli`; exit codes there).
 
 use std::time::Instant;
 
@@ -50,6 +52,8 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
     },
+    #[command(flatten)]
+    Client(uuidmap::client::cli::ClientCommand),
     /// Recover a data directory as a restart would, and report what was
     /// found. Repairs what a restart repairs (cuts a torn WAL tail, sets a
     /// damaged snapshot aside); writes nothing else.
@@ -88,6 +92,7 @@ fn main() {
                 std::process::exit(1);
             }
         }
+        Command::Client(command) => std::process::exit(uuidmap::client::cli::run(command)),
         Command::Check {
             data_dir,
             no_verify,

@@ -257,6 +257,15 @@ async fn a_wait_for_an_lsn_far_ahead_ends_with_deadline_exceeded_at_the_deadline
         Code::DeadlineExceeded
     );
 
+    let mut req = Request::new(pb::ScanRequest {
+        min_lsn: 1_000_000,
+        ..Default::default()
+    });
+    req.set_timeout(Duration::from_millis(200));
+    let status = c.scan(req).await.unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(status.message().contains("1000000"), "{}", status.message());
+
     // Without a deadline the server's maximum wait (300 ms here) bounds it.
     let t = Instant::now();
     let status = c
@@ -474,7 +483,7 @@ async fn a_graceful_stop_under_concurrent_writes_loses_no_acknowledged_write() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stop_ends_long_polls_at_once_with_unavailable() {
+async fn a_stop_ends_every_wait_at_once_with_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path()).await;
     let mut c = server.client().await;
@@ -484,11 +493,42 @@ async fn a_stop_ends_long_polls_at_once_with_unavailable() {
     })
     .await
     .unwrap();
-    let poll = tokio::spawn(async move {
-        let mut req = Request::new(pb::WaitForRequest { lsn: 1_000 });
-        req.set_timeout(Duration::from_secs(10));
-        c.wait_for(req).await
-    });
+    // Every kind of wait: WaitFor, and Get, BatchGet and Scan with min_lsn.
+    let far = 1_000;
+    fn with_deadline<T>(m: T) -> Request<T> {
+        let mut r = Request::new(m);
+        r.set_timeout(Duration::from_secs(10));
+        r
+    }
+    let mut polls = Vec::new();
+    let mut client = c.clone();
+    polls.push(tokio::spawn(async move {
+        let r = with_deadline(pb::WaitForRequest { lsn: far });
+        client.wait_for(r).await.map(drop)
+    }));
+    let mut client = c.clone();
+    polls.push(tokio::spawn(async move {
+        let r = with_deadline(pb::GetRequest {
+            key: b(u(1)),
+            min_lsn: far,
+        });
+        client.get(r).await.map(drop)
+    }));
+    let mut client = c.clone();
+    polls.push(tokio::spawn(async move {
+        let r = with_deadline(pb::BatchGetRequest {
+            keys: b(u(1)),
+            min_lsn: far,
+        });
+        client.batch_get(r).await.map(drop)
+    }));
+    polls.push(tokio::spawn(async move {
+        let r = with_deadline(pb::ScanRequest {
+            min_lsn: far,
+            ..Default::default()
+        });
+        c.scan(r).await.map(drop)
+    }));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let t = Instant::now();
     server.stop().await.unwrap();
@@ -497,11 +537,13 @@ async fn a_stop_ends_long_polls_at_once_with_unavailable() {
         "the stop waited {:?} for a long-poll",
         t.elapsed()
     );
-    let status = poll.await.unwrap().unwrap_err();
-    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    assert!(
-        status.message().contains("shutting down"),
-        "{}",
-        status.message()
-    );
+    for (rpc, poll) in ["WaitFor", "Get", "BatchGet", "Scan"].iter().zip(polls) {
+        let status = poll.await.unwrap().unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{rpc}: {status:?}");
+        assert!(
+            status.message().contains("shutting down"),
+            "{rpc}: {}",
+            status.message()
+        );
+    }
 }

@@ -18,24 +18,7 @@ cd "$(dirname "$0")/.."
 out=target/bench-logs
 mkdir -p "$out"
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then
-    "$@"
-  elif command -v sudo >/dev/null; then
-    sudo "$@"
-  else
-    echo "not root and no sudo: cannot run $*" >&2
-    return 1
-  fi
-}
-
-if ! command -v redis-server >/dev/null; then
-  echo "== installing redis-server and redis-tools (Debian packages)"
-  if ! { as_root apt-get update -qq &&
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools; }; then
-    echo "could not install redis-server: the bench runs without the Redis figures" >&2
-  fi
-fi
+. tools/install-redis.sh
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

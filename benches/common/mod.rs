@@ -75,7 +75,7 @@ pub fn bench_sizes(bench: &str, default: &[usize]) -> Vec<usize> {
 }
 
 /// Parses `1000000`, `1_000_000`, `1M`, `250k`.
-fn parse_count(s: &str) -> Option<usize> {
+pub fn parse_count(s: &str) -> Option<usize> {
     let s = s.trim().replace('_', "");
     let (digits, scale) = match s.chars().last()? {
         'k' | 'K' => (&s[..s.len() - 1], 1_000),

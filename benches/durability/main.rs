@@ -48,6 +48,7 @@ use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, PipelineConfig, 
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/redis.rs"]
 mod redis;
 
 use common::{label, random_keys, shuffled, value_for};

@@ -3,7 +3,8 @@
 //!
 //! Precedence, highest first: a flag, its environment variable, the TOML
 //! file (`--config` / `UUIDMAP_CONFIG`), the default. Defaults: listen on
-//! `127.0.0.1:7878`, data in `./uuidmap-data`, fsync `always`.
+//! `127.0.0.1:7878`, data in `./uuidmap-data`, fsync `always`, metrics on
+//! `127.0.0.1:7879` (`ServeConfig::new`, used by tests: metrics off).
 //!
 //! The TOML file uses the flags' names with underscores, for example:
 //!
@@ -16,14 +17,30 @@
 //! max_wait_ms = 60000
 //! max_filter_values = 65536
 //! insecure = false
+//! tls_cert = "/etc/uuidmap/server.pem"
+//! tls_key = "/etc/uuidmap/server.key"
+//! tls_client_ca = "/etc/uuidmap/clients-ca.pem"
+//! tokens_file = "/etc/uuidmap/tokens"
+//! read_permits = 1024
+//! read_queue = 512
+//! write_permits = 256
+//! write_queue = 512
+//! scan_permits = 4
+//! scan_queue = 64
+//! max_long_polls = 100000
+//! metrics_listen = "127.0.0.1:7879"   # or "off"
 //! ```
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::metrics::{DEFAULT_METRICS_LISTEN, MetricsListen};
+use super::tls::TlsFiles;
+use crate::store::{Io, OsIo};
 use crate::writer::FsyncPolicy;
 
 /// The default listen address.
@@ -56,6 +73,63 @@ impl Default for Limits {
     }
 }
 
+/// Admission control (see `admission.rs`): how many requests of each class
+/// run at once (*permits*), how many more may wait for one (*queue*), and
+/// how many long polls may be open.
+///
+/// Why the defaults:
+/// - A queue is scanned by every release that finds waiters
+///   (`O(queue)` loads), and a request queued behind hundreds of others
+///   under overload will miss any sensible deadline anyway: keep queues in
+///   the hundreds. Overload beyond permits + queue is refused at once with
+///   RESOURCE_EXHAUSTED, which a client can back off from.
+/// - Reads (Get, BatchGet, Stats, Ping): 1024 running, 512 waiting. A point
+///   read takes about a microsecond, so the permits only bite when many
+///   large BatchGets pile up: they bound the answers being built at once
+///   (1024 × a 65,536-key BatchGet's 1 MiB answer at worst).
+/// - Writes (Put, Delete, CompareAndSet, Write, admin Snapshot): 256
+///   running, 512 waiting. Writes funnel into one writer thread that
+///   commits them in groups; 256 in flight fills a group and keeps the
+///   memory of queued batches bounded.
+/// - Scans: 4 running, 64 waiting. Each scan runs a producer on a blocking
+///   thread that copies segments at memory speed; on a small machine more
+///   than a few at once would starve the point reads of CPU.
+/// - Long polls (WaitFor, Watch): 100,000 open. They hold no read or scan
+///   permit while they wait (they cost a small waiter and no CPU), so they
+///   get a plain cap instead, far above what a fleet of services waiting
+///   for their own writes needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmissionLimits {
+    /// Reads running at once.
+    pub read_permits: usize,
+    /// Reads waiting for a permit; more are refused.
+    pub read_queue: usize,
+    /// Writes running at once.
+    pub write_permits: usize,
+    /// Writes waiting for a permit; more are refused.
+    pub write_queue: usize,
+    /// Scans streaming at once.
+    pub scan_permits: usize,
+    /// Scans waiting for a permit; more are refused.
+    pub scan_queue: usize,
+    /// WaitFor and Watch calls open at once; more are refused.
+    pub max_long_polls: usize,
+}
+
+impl Default for AdmissionLimits {
+    fn default() -> Self {
+        AdmissionLimits {
+            read_permits: 1024,
+            read_queue: 512,
+            write_permits: 256,
+            write_queue: 512,
+            scan_permits: 4,
+            scan_queue: 64,
+            max_long_polls: 100_000,
+        }
+    }
+}
+
 /// Everything `serve` needs.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -67,11 +141,41 @@ pub struct ServeConfig {
     pub fsync: FsyncPolicy,
     /// Allow a non-loopback listen address without TLS and auth.
     pub insecure: bool,
+    /// TLS (and mTLS when `client_ca` is set); `None`: plaintext.
+    pub tls: Option<TlsFiles>,
+    /// Bearer tokens (see `auth.rs`); `None`: no token needed.
+    pub tokens_file: Option<PathBuf>,
     /// Request limits.
     pub limits: Limits,
+    /// Admission control: permits and queues per request class.
+    pub admission: AdmissionLimits,
     /// WAL files are rotated at this size (a snapshot lets the files it
     /// covers be removed, which is how far back `Watch` can start).
     pub wal_file_bytes: u64,
+    /// The file system under `data_dir`: the real one (no flag sets it).
+    pub disk: DataDisk,
+    /// Prometheus `GET /metrics` on this address; `None`: off (the
+    /// default of [`ServeConfig::new`], so tests do not share a port).
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// The file system the data directory lives on: the operating system's,
+/// or in tests a simulated disk that can fill up or fail
+/// (`store::SimIo`), so that the server's answers to a failing disk can be
+/// tested end to end.
+#[derive(Clone)]
+pub struct DataDisk(pub Arc<dyn Io>);
+
+impl Default for DataDisk {
+    fn default() -> Self {
+        DataDisk(Arc::new(OsIo))
+    }
+}
+
+impl std::fmt::Debug for DataDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DataDisk")
+    }
 }
 
 impl ServeConfig {
@@ -82,8 +186,13 @@ impl ServeConfig {
             data_dir: data_dir.into(),
             fsync: FsyncPolicy::Always,
             insecure: false,
+            tls: None,
+            tokens_file: None,
             limits: Limits::default(),
+            admission: AdmissionLimits::default(),
             wal_file_bytes: 64 << 20,
+            disk: DataDisk::default(),
+            metrics_listen: None,
         }
     }
 }
@@ -109,6 +218,19 @@ pub struct ServeArgs {
     /// reach the port can read and change every entry.
     #[arg(long, env = "UUIDMAP_INSECURE")]
     pub insecure: bool,
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "UUIDMAP_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "UUIDMAP_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mTLS.
+    #[arg(long, env = "UUIDMAP_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Require bearer tokens: a file of `read <token>` / `write <token>`
+    /// lines (see the README).
+    #[arg(long, env = "UUIDMAP_TOKENS_FILE")]
+    pub tokens_file: Option<PathBuf>,
     /// Most keys in one BatchGet [default: 65536].
     #[arg(long, env = "UUIDMAP_MAX_BATCH_KEYS")]
     pub max_batch_keys: Option<usize>,
@@ -121,6 +243,33 @@ pub struct ServeArgs {
     /// Most values in one Scan filter [default: 65536].
     #[arg(long, env = "UUIDMAP_MAX_FILTER_VALUES")]
     pub max_filter_values: Option<usize>,
+    /// Reads (Get, BatchGet, Stats, Ping) running at once [default: 1024].
+    #[arg(long, env = "UUIDMAP_READ_PERMITS")]
+    pub read_permits: Option<usize>,
+    /// Reads waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 512].
+    #[arg(long, env = "UUIDMAP_READ_QUEUE")]
+    pub read_queue: Option<usize>,
+    /// Writes (Put, Delete, CompareAndSet, Write, Snapshot) running at once
+    /// [default: 256].
+    #[arg(long, env = "UUIDMAP_WRITE_PERMITS")]
+    pub write_permits: Option<usize>,
+    /// Writes waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 512].
+    #[arg(long, env = "UUIDMAP_WRITE_QUEUE")]
+    pub write_queue: Option<usize>,
+    /// Scans streaming at once [default: 4].
+    #[arg(long, env = "UUIDMAP_SCAN_PERMITS")]
+    pub scan_permits: Option<usize>,
+    /// Scans waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 64].
+    #[arg(long, env = "UUIDMAP_SCAN_QUEUE")]
+    pub scan_queue: Option<usize>,
+    /// WaitFor and Watch calls open at once; beyond, RESOURCE_EXHAUSTED
+    /// [default: 100000].
+    #[arg(long, env = "UUIDMAP_MAX_LONG_POLLS")]
+    pub max_long_polls: Option<usize>,
+    /// Serve Prometheus metrics (plain HTTP, GET /metrics) on this address,
+    /// or `off` [default: 127.0.0.1:7879]. Only loopback unless --insecure.
+    #[arg(long, env = "UUIDMAP_METRICS_LISTEN")]
+    pub metrics_listen: Option<MetricsListen>,
 }
 
 /// The TOML file.
@@ -131,10 +280,22 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     fsync: Option<String>,
     insecure: Option<bool>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    tokens_file: Option<PathBuf>,
     max_batch_keys: Option<usize>,
     max_write_ops: Option<usize>,
     max_wait_ms: Option<u64>,
     max_filter_values: Option<usize>,
+    read_permits: Option<usize>,
+    read_queue: Option<usize>,
+    write_permits: Option<usize>,
+    write_queue: Option<usize>,
+    scan_permits: Option<usize>,
+    scan_queue: Option<usize>,
+    max_long_polls: Option<usize>,
+    metrics_listen: Option<String>,
 }
 
 /// Options that cannot be used.
@@ -149,6 +310,18 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("{what} must be at least 1")]
     Zero { what: &'static str },
+    #[error(
+        "--{flag} must be at least 1 (it is 0: {why}); set it with --{flag}, \
+         UUIDMAP_{env} or `{key} = ...` in the config file"
+    )]
+    ZeroAdmission {
+        flag: &'static str,
+        env: &'static str,
+        key: &'static str,
+        why: &'static str,
+    },
+    #[error("{0}")]
+    Tls(&'static str),
 }
 
 impl ServeArgs {
@@ -170,6 +343,11 @@ impl ServeArgs {
                 ))
             })?;
         }
+        let metrics = match &file.metrics_listen {
+            Some(m) => m.parse().map_err(|e| bad(format!("metrics_listen: {e}")))?,
+            None => DEFAULT_METRICS_LISTEN.parse().expect("the default parses"),
+        };
+        config.metrics_listen = self.metrics_listen.unwrap_or(metrics).0;
         if let Some(fsync) = &file.fsync {
             config.fsync = fsync.parse().map_err(|e| bad(format!("fsync: {e}")))?;
         }
@@ -181,6 +359,12 @@ impl ServeArgs {
         config.listen = self.listen.unwrap_or(config.listen);
         config.fsync = self.fsync.unwrap_or(config.fsync);
         config.insecure = self.insecure || file.insecure.unwrap_or(false);
+        config.tokens_file = self.tokens_file.clone().or(file.tokens_file);
+        config.tls = tls_files(
+            self.tls_cert.clone().or(file.tls_cert),
+            self.tls_key.clone().or(file.tls_key),
+            self.tls_client_ca.clone().or(file.tls_client_ca),
+        )?;
         let limits = &mut config.limits;
         limits.max_batch_keys = self
             .max_batch_keys
@@ -212,7 +396,110 @@ impl ServeArgs {
                 what: "max_write_ops",
             });
         }
+        // The flag, else the file, else the default; never 0.
+        let pick = |flag: Option<usize>,
+                    from_file: Option<usize>,
+                    default: usize,
+                    name: &'static str,
+                    why: &'static str| {
+            match flag.or(from_file).unwrap_or(default) {
+                0 => Err(admission_zero(name, why)),
+                n => Ok(n),
+            }
+        };
+        let a = &mut config.admission;
+        a.read_permits = pick(
+            self.read_permits,
+            file.read_permits,
+            a.read_permits,
+            "read-permits",
+            "no read could ever run",
+        )?;
+        a.read_queue = pick(
+            self.read_queue,
+            file.read_queue,
+            a.read_queue,
+            "read-queue",
+            "no read could wait for a permit",
+        )?;
+        a.write_permits = pick(
+            self.write_permits,
+            file.write_permits,
+            a.write_permits,
+            "write-permits",
+            "no write could ever run",
+        )?;
+        a.write_queue = pick(
+            self.write_queue,
+            file.write_queue,
+            a.write_queue,
+            "write-queue",
+            "no write could wait for a permit",
+        )?;
+        a.scan_permits = pick(
+            self.scan_permits,
+            file.scan_permits,
+            a.scan_permits,
+            "scan-permits",
+            "no scan could ever run",
+        )?;
+        a.scan_queue = pick(
+            self.scan_queue,
+            file.scan_queue,
+            a.scan_queue,
+            "scan-queue",
+            "no scan could wait for a permit",
+        )?;
+        a.max_long_polls = pick(
+            self.max_long_polls,
+            file.max_long_polls,
+            a.max_long_polls,
+            "max-long-polls",
+            "every WaitFor and Watch would be refused",
+        )?;
         Ok(config)
+    }
+}
+
+/// The error for an admission setting of 0, naming its three spellings.
+fn admission_zero(flag: &'static str, why: &'static str) -> ConfigError {
+    let (env, key) = match flag {
+        "read-permits" => ("READ_PERMITS", "read_permits"),
+        "read-queue" => ("READ_QUEUE", "read_queue"),
+        "write-permits" => ("WRITE_PERMITS", "write_permits"),
+        "write-queue" => ("WRITE_QUEUE", "write_queue"),
+        "scan-permits" => ("SCAN_PERMITS", "scan_permits"),
+        "scan-queue" => ("SCAN_QUEUE", "scan_queue"),
+        _ => ("MAX_LONG_POLLS", "max_long_polls"),
+    };
+    ConfigError::ZeroAdmission {
+        flag,
+        env,
+        key,
+        why,
+    }
+}
+
+/// The TLS files, when the combination makes sense.
+fn tls_files(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+) -> Result<Option<TlsFiles>, ConfigError> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert,
+            key,
+            client_ca,
+        })),
+        (None, None) if client_ca.is_some() => Err(ConfigError::Tls(
+            "--tls-client-ca needs TLS on: give --tls-cert and --tls-key too",
+        )),
+        (None, None) => Ok(None),
+        _ => Err(ConfigError::Tls(
+            "--tls-cert and --tls-key go together: give both (the certificate chain and its \
+             private key, PEM) or neither",
+        )),
     }
 }
 
@@ -238,6 +525,30 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("uuidmap-data"));
         assert_eq!(c.fsync, FsyncPolicy::Always);
         assert!(!c.insecure);
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:7879".parse().unwrap()));
+    }
+
+    #[test]
+    fn metrics_listen_comes_from_the_flag_or_the_file_and_can_be_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(&path, "metrics_listen = \"off\"\n").unwrap();
+        let from_file = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        };
+        assert_eq!(from_file.resolve().unwrap().metrics_listen, None);
+        let flag: MetricsListen = "127.0.0.1:9100".parse().unwrap();
+        let flag_wins = ServeArgs {
+            config: Some(path.clone()),
+            metrics_listen: Some(flag),
+            ..ServeArgs::default()
+        };
+        assert_eq!(flag_wins.resolve().unwrap().metrics_listen, flag.0);
+        std::fs::write(&path, "metrics_listen = \"nowhere\"\n").unwrap();
+        let e = from_file.resolve().unwrap_err().to_string();
+        assert!(e.contains("metrics_listen") && e.contains("`off`"), "{e}");
+        assert_eq!(ServeConfig::new("d").metrics_listen, None);
     }
 
     #[test]
@@ -259,6 +570,112 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("/from/flag"));
         assert_eq!(c.fsync, FsyncPolicy::Never);
         assert_eq!(c.limits.max_batch_keys, 10);
+    }
+
+    #[test]
+    fn tls_needs_both_cert_and_key_and_client_ca_needs_tls() {
+        let only_cert = ServeArgs {
+            tls_cert: Some("c.pem".into()),
+            ..ServeArgs::default()
+        };
+        let e = only_cert.resolve().unwrap_err().to_string();
+        assert!(e.contains("go together"), "{e}");
+        let only_ca = ServeArgs {
+            tls_client_ca: Some("ca.pem".into()),
+            ..ServeArgs::default()
+        };
+        let e = only_ca.resolve().unwrap_err().to_string();
+        assert!(e.contains("needs TLS on"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(
+            &path,
+            "tls_cert = \"c.pem\"\ntls_key = \"k.pem\"\ntokens_file = \"t\"\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            tls_client_ca: Some("ca.pem".into()),
+            ..ServeArgs::default()
+        };
+        let c = args.resolve().unwrap();
+        let tls = c.tls.unwrap();
+        assert_eq!(tls.cert, PathBuf::from("c.pem"));
+        assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
+        assert_eq!(c.tokens_file, Some(PathBuf::from("t")));
+    }
+
+    #[test]
+    fn admission_limits_come_from_flags_then_file_then_defaults_and_zero_is_refused() {
+        let defaults = ServeArgs::default().resolve().unwrap().admission;
+        assert_eq!(defaults, AdmissionLimits::default());
+        assert!(defaults.max_long_polls >= 50_000);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(
+            &path,
+            "read_permits = 8\nread_queue = 9\nwrite_permits = 10\nwrite_queue = 11\n\
+             scan_permits = 2\nscan_queue = 3\nmax_long_polls = 70000\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path.clone()),
+            scan_permits: Some(5),
+            max_long_polls: Some(60_000),
+            ..ServeArgs::default()
+        };
+        let a = args.resolve().unwrap().admission;
+        assert_eq!(
+            a,
+            AdmissionLimits {
+                read_permits: 8,
+                read_queue: 9,
+                write_permits: 10,
+                write_queue: 11,
+                scan_permits: 5,
+                scan_queue: 3,
+                max_long_polls: 60_000,
+            }
+        );
+        // Clap reads the flags and the environment variables.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "serve",
+            "--read-queue",
+            "100",
+            "--write-permits",
+            "7",
+            "--scan-queue",
+            "1",
+        ])
+        .unwrap();
+        let a = cli.serve.resolve().unwrap().admission;
+        assert_eq!((a.read_queue, a.write_permits, a.scan_queue), (100, 7, 1));
+        // Zero is refused, by name and with the way to set it.
+        let zero = ServeArgs {
+            scan_permits: Some(0),
+            ..ServeArgs::default()
+        };
+        let e = zero.resolve().unwrap_err().to_string();
+        assert!(
+            e.contains("--scan-permits must be at least 1")
+                && e.contains("UUIDMAP_SCAN_PERMITS")
+                && e.contains("scan_permits = "),
+            "{e}"
+        );
+        std::fs::write(&path, "read_queue = 0\n").unwrap();
+        let e = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--read-queue must be at least 1"), "{e}");
     }
 
     #[test]

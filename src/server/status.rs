@@ -13,6 +13,13 @@
 //! - `FAILED_PRECONDITION`: a `Watch` whose next LSN the WAL no longer holds
 //!   (rescan, then watch from the scan's `applied_lsn`). `DATA_LOSS`: a
 //!   `Watch` met a damaged WAL record.
+//! - `RESOURCE_EXHAUSTED`: admission refused the call at once (its class's
+//!   queue is full, or too many long polls are open); nothing was run.
+//!   `DEADLINE_EXCEEDED` also answers a call whose deadline passed while it
+//!   waited for admission (see `admission.rs`); it was not run either.
+//! - `UNAUTHENTICATED`: no bearer token, or one the server does not know;
+//!   `PERMISSION_DENIED`: a valid token whose role is too low (see
+//!   `auth.rs`). Messages never repeat the token.
 //! - A compare-and-set that finds another value is not an error at all: the
 //!   services answer OK with `applied = false`. Should one reach this module
 //!   anyway it becomes `FAILED_PRECONDITION`, never `INTERNAL`.
@@ -24,6 +31,8 @@ use std::sync::Arc;
 
 use tonic::Status;
 
+use super::admission::AdmissionError;
+use super::auth::AuthError;
 use crate::index::{KeyError, ScanError};
 use crate::store::StoreError;
 use crate::sync::WaitTimedOut;
@@ -151,6 +160,32 @@ pub fn stopping_watch() -> Status {
     Status::unavailable(
         "the server is shutting down; once it is back, watch again after the last LSN received",
     )
+}
+
+/// The status that ends a reflection stream still open when the server
+/// stops (see `end_on_stop`).
+pub fn stopping_stream() -> Status {
+    Status::unavailable("the server is shutting down; reconnect once it is back")
+}
+
+/// The status for a call the bearer-token check refused.
+pub fn auth_error(e: &AuthError) -> Status {
+    match e {
+        AuthError::WrongRole { .. } => Status::permission_denied(e.to_string()),
+        AuthError::Missing | AuthError::NotBearer | AuthError::UnknownToken => {
+            Status::unauthenticated(e.to_string())
+        }
+    }
+}
+
+/// The status for a call admission control refused (it was not run).
+pub fn admission_error(e: &AdmissionError) -> Status {
+    match e {
+        AdmissionError::QueueFull { .. } | AdmissionError::LongPolls { .. } => {
+            Status::resource_exhausted(e.to_string())
+        }
+        AdmissionError::Deadline { .. } => Status::deadline_exceeded(e.to_string()),
+    }
 }
 
 /// The status for a snapshot that could not be taken.

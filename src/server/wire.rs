@@ -145,6 +145,26 @@ pub fn wait_deadline<T>(request: &tonic::Request<T>, max_wait: Duration) -> (Ins
                 timeout,
             })
         });
+    bound_wait(call, now, max_wait)
+}
+
+/// [`wait_deadline`] for a layer below [`stamp_deadline`], which sees the
+/// HTTP request: the stamp is there whenever the call has a deadline.
+pub(crate) fn http_wait_deadline(
+    extensions: &http::Extensions,
+    max_wait: Duration,
+) -> (Instant, WaitBound) {
+    let call = extensions.get::<CallDeadline>().copied();
+    bound_wait(call, Instant::now(), max_wait)
+}
+
+/// The earlier of the call's deadline (less its margin) and `max_wait`
+/// from `now`.
+fn bound_wait(
+    call: Option<CallDeadline>,
+    now: Instant,
+    max_wait: Duration,
+) -> (Instant, WaitBound) {
     // A configured maximum too large to add to now: a year is as good.
     let cap = now
         .checked_add(max_wait)

@@ -13,11 +13,13 @@ use tonic::transport::Channel;
 use uuid::Uuid;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
-use uuidmap::server::{ServeConfig, ServeError, serve_on};
+use uuidmap::server::{ServeConfig, ServeError, serve_with};
 use uuidmap::writer::FsyncPolicy;
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// Where `GET /metrics` answers, when the config turned metrics on.
+    pub metrics_addr: Option<SocketAddr>,
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), ServeError>>,
 }
@@ -41,15 +43,26 @@ impl TestServer {
         TestServer::start_with(config(dir)).await
     }
 
-    /// A server with its own configuration (its `listen` is ignored).
+    /// A server with its own configuration (its `listen` is ignored; its
+    /// `metrics_listen`, e.g. `127.0.0.1:0`, is bound here).
     pub async fn start_with(config: ServeConfig) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let metrics = match config.metrics_listen {
+            Some(a) => Some(TcpListener::bind(a).await.unwrap()),
+            None => None,
+        };
+        let metrics_addr = metrics.as_ref().map(|m| m.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_on(listener, config, async {
+        let task = tokio::spawn(serve_with(listener, metrics, config, async {
             let _ = stopped.await;
         }));
-        TestServer { addr, stop, task }
+        TestServer {
+            addr,
+            metrics_addr,
+            stop,
+            task,
+        }
     }
 
     pub async fn channel(&self) -> Channel {
@@ -85,5 +98,87 @@ pub fn put_op(k: Uuid, v: Uuid) -> pb::WriteOp {
             key: b(k),
             value: b(v),
         })),
+    }
+}
+
+/// The path of every RPC of both services.
+pub const RPCS: [&str; 12] = [
+    "/uuidmap.v1.UuidMap/Get",
+    "/uuidmap.v1.UuidMap/BatchGet",
+    "/uuidmap.v1.UuidMap/Put",
+    "/uuidmap.v1.UuidMap/Delete",
+    "/uuidmap.v1.UuidMap/CompareAndSet",
+    "/uuidmap.v1.UuidMap/Write",
+    "/uuidmap.v1.UuidMap/Scan",
+    "/uuidmap.v1.UuidMap/WaitFor",
+    "/uuidmap.v1.UuidMap/Watch",
+    "/uuidmap.v1.UuidMap/Stats",
+    "/uuidmap.v1.UuidMap/Ping",
+    "/uuidmap.v1.UuidMapAdmin/Snapshot",
+];
+
+/// Calls `path` with `request`'s bytes as the request message (empty bytes
+/// are the default message of every request type); the first response
+/// message's bytes. A streaming RPC is called the same way: its status
+/// ends the call as for a unary one.
+pub async fn raw_call(
+    channel: &Channel,
+    path: &'static str,
+    request: tonic::Request<Vec<u8>>,
+) -> Result<Vec<u8>, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    grpc.unary::<Vec<u8>, Vec<u8>, _>(
+        request,
+        tonic::codegen::http::uri::PathAndQuery::from_static(path),
+        RawCodec,
+    )
+    .await
+    .map(|r| r.into_inner())
+}
+
+/// Sends raw bytes as the request message, so that the server sees bytes
+/// that are not a protobuf encoding at all.
+#[derive(Clone, Default)]
+pub struct RawCodec;
+
+pub struct RawEncoder;
+pub struct RawDecoder;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        prost::bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawDecoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let n = prost::bytes::Buf::remaining(src);
+        Ok(Some(prost::bytes::Buf::copy_to_bytes(src, n).to_vec()))
     }
 }

@@ -5,6 +5,11 @@
 //! Every server listens on a free loopback port, keeps its files in a
 //! directory the caller owns (a temporary one), and is killed when dropped,
 //! so a failed bench leaves no server behind.
+//!
+//! Shared by the durability and server benches, each of which includes it
+//! with `#[path = "../common/redis.rs"] mod redis;` and uses a subset of it,
+//! hence the `dead_code` allowance below.
+#![allow(dead_code)]
 
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -74,6 +79,11 @@ impl Server {
         let started = Instant::now();
         let conn = self.wait_ready(started)?;
         Ok((started.elapsed(), conn))
+    }
+
+    /// The server's process id (for its CPU time in `/proc/<pid>/stat`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// A new connection.
