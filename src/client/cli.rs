@@ -72,6 +72,7 @@ impl ConnectArgs {
 pub enum ClientCommand {
     /// Print the value of KEY (exit code 1 if it has none).
     Get {
+        /// The file id, as a UUID (e.g. 67e55044-10b1-426f-9247-bb680e5fe0c8).
         #[arg(value_parser = uuid_arg)]
         key: Uuid,
         #[command(flatten)]
@@ -79,8 +80,10 @@ pub enum ClientCommand {
     },
     /// Set KEY to VALUE; prints the write's LSN.
     Put {
+        /// The file id, as a UUID (e.g. 67e55044-10b1-426f-9247-bb680e5fe0c8).
         #[arg(value_parser = uuid_arg)]
         key: Uuid,
+        /// Its location, as a UUID.
         #[arg(value_parser = uuid_arg)]
         value: Uuid,
         #[command(flatten)]
@@ -88,6 +91,7 @@ pub enum ClientCommand {
     },
     /// Remove KEY (whether or not it has an entry); prints the LSN.
     Del {
+        /// The file id, as a UUID (e.g. 67e55044-10b1-426f-9247-bb680e5fe0c8).
         #[arg(value_parser = uuid_arg)]
         key: Uuid,
         #[command(flatten)]
