@@ -61,6 +61,8 @@ pub struct Report {
     pub load_ours: Duration,
     pub load_redis: Option<Duration>,
     pub rss_ours: Option<u64>,
+    /// Resident again after this long idle since the load ended.
+    pub rss_ours_idle: (Duration, Option<u64>),
     pub rss_redis: Option<u64>,
     pub redis_version: Option<String>,
     pub loadavg_before: String,
@@ -98,10 +100,12 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "**Load:** uuidmap {n} entries by `Write` batches in {:.2} s ({:.2} M/s), resident {}; Redis{} by pipelined `SET`s in {}, resident {}.\n",
+            "**Load:** uuidmap {n} entries by `Write` batches in {:.2} s ({:.2} M/s), resident {} right after and {} after {:.0} s idle; Redis{} by pipelined `SET`s in {}, resident {}.\n",
             self.load_ours.as_secs_f64(),
             self.entries as f64 / self.load_ours.as_secs_f64() / 1e6,
             mib(self.rss_ours),
+            mib(self.rss_ours_idle.1),
+            self.rss_ours_idle.0.as_secs_f64(),
             self.redis_version
                 .as_deref()
                 .map(|v| {
