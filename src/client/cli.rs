@@ -218,31 +218,38 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
         ClientCommand::Stats { connect } => {
             let mut c = Client::connect(&connect.options()).await?;
             let s = c.stats().await?;
-            println!("entries                    {}", s.entries);
-            println!("table_bytes                {}", s.table_bytes);
-            println!("applied_lsn                {}", s.applied_lsn);
-            println!("wal_bytes                  {}", s.wal_bytes);
-            println!("wal_failures               {}", s.wal_failures);
-            println!("queued_batches             {}", s.queued_batches);
-            println!("snapshots_taken            {}", s.snapshots_taken);
-            println!("snapshots_failed           {}", s.snapshots_failed);
-            println!("last_snapshot_lsn          {}", s.last_snapshot_lsn);
-            match s.snapshot_age_ms {
-                Some(ms) => println!("snapshot_age_ms            {ms}"),
-                None => println!("snapshot_age_ms            none"),
-            }
-            println!("last_snapshot_duration_us  {}", s.last_snapshot_duration_us);
+            print_fields(&[
+                ("entries", s.entries.to_string()),
+                ("table_bytes", s.table_bytes.to_string()),
+                ("applied_lsn", s.applied_lsn.to_string()),
+                ("wal_bytes", s.wal_bytes.to_string()),
+                ("wal_failures", s.wal_failures.to_string()),
+                ("queued_batches", s.queued_batches.to_string()),
+                ("snapshots_taken", s.snapshots_taken.to_string()),
+                ("snapshots_failed", s.snapshots_failed.to_string()),
+                ("last_snapshot_lsn", s.last_snapshot_lsn.to_string()),
+                (
+                    "snapshot_age_ms",
+                    s.snapshot_age_ms.map_or("none".into(), |ms| ms.to_string()),
+                ),
+                (
+                    "last_snapshot_duration_us",
+                    s.last_snapshot_duration_us.to_string(),
+                ),
+            ]);
             Ok(EXIT_OK)
         }
         ClientCommand::Snapshot { connect } => {
             let mut c = Client::connect(&connect.options()).await?;
             let s = c.snapshot().await?;
-            println!("path             {}", s.path);
-            println!("lsn              {}", s.lsn);
-            println!("min_capture_lsn  {}", s.min_capture_lsn);
-            println!("entries          {}", s.entries);
-            println!("bytes            {}", s.bytes);
-            println!("duration_us      {}", s.duration_us);
+            print_fields(&[
+                ("path", s.path),
+                ("lsn", s.lsn.to_string()),
+                ("min_capture_lsn", s.min_capture_lsn.to_string()),
+                ("entries", s.entries.to_string()),
+                ("bytes", s.bytes.to_string()),
+                ("duration_us", s.duration_us.to_string()),
+            ]);
             Ok(EXIT_OK)
         }
         ClientCommand::Scan(args) => scan(args).await,
@@ -310,6 +317,15 @@ async fn scan(args: ScanArgs) -> Result<i32, CliError> {
         );
     }
     Ok(EXIT_OK)
+}
+
+/// One `name  value` line per field, the values aligned two spaces after
+/// the longest name.
+fn print_fields(fields: &[(&str, String)]) {
+    let width = fields.iter().map(|(name, _)| name.len()).max().unwrap_or(0) + 2;
+    for (name, value) in fields {
+        println!("{name:width$}{value}");
+    }
 }
 
 fn flush(out: &mut impl Write) -> Result<(), CliError> {
