@@ -3,8 +3,12 @@
 //! - `selftest`: build an index of random entries in this process, check
 //!   every entry reads back, and print insert and lookup rates and memory per
 //!   entry — a quick way to see what the index does on this machine.
-//! - `check`: recover a data directory the way a restart does, and report
-//!   what was found (snapshot, WAL replayed, damage) and how long it took.
+//! - `check`: recover a data directory the way a restart does, without
+//!   changing a file, and report what was found (snapshot, WAL replayed,
+//!   damage, what a start would cut) and how long it took.
+//! - `repair`: cut a damaged WAL back to its last good record and set aside
+//!   the snapshots past it, after a dry run (`--dry-run`) that says what
+//!   would be lost.
 //!
 //! - `serve`: run the gRPC server (see `uuidmap serve --help`) until SIGTERM
 //!   or SIGINT, then stop accepting, finish in-flight calls and shut the index
@@ -54,9 +58,10 @@ enum Command {
     },
     #[command(flatten)]
     Client(uuidmap::client::cli::ClientCommand),
-    /// Recover a data directory as a restart would, and report what was
-    /// found. Repairs what a restart repairs (cuts a torn WAL tail, sets a
-    /// damaged snapshot aside); writes nothing else.
+    /// Recover a data directory as a restart would, without changing any
+    /// file, and report what was found and what a start would do (cut a
+    /// torn WAL tail, set a damaged snapshot aside). Safe to run next to a
+    /// running server.
     Check {
         /// The data directory.
         #[arg(long, env = "UUIDMAP_DATA_DIR", default_value = "uuidmap-data")]
@@ -64,10 +69,20 @@ enum Command {
         /// Skip the snapshot checksum pass (faster; trusts the segment bytes).
         #[arg(long)]
         no_verify: bool,
-        /// Cut the WAL at a corrupt record instead of refusing (losing the
-        /// records from there on).
+    },
+    /// Repair a data directory whose WAL is damaged: cut the log back to its
+    /// last good record (removing what follows) and set aside the snapshots
+    /// that hold writes past the cut (renamed *.beyond-log), so that the
+    /// server can start. Acknowledged writes after the cut are lost: run
+    /// with --dry-run first to see what would be cut and lost. The server
+    /// must be stopped.
+    Repair {
+        /// The data directory.
+        #[arg(long, env = "UUIDMAP_DATA_DIR", default_value = "uuidmap-data")]
+        data_dir: std::path::PathBuf,
+        /// Change nothing; report what a repair would cut and lose.
         #[arg(long)]
-        wal_truncate_corrupt: bool,
+        dry_run: bool,
     },
 }
 
@@ -96,10 +111,16 @@ fn main() {
         Command::Check {
             data_dir,
             no_verify,
-            wal_truncate_corrupt,
         } => {
-            if let Err(e) = check(&data_dir, !no_verify, wal_truncate_corrupt) {
+            if let Err(e) = check(&data_dir, !no_verify, Mode::Inspect) {
                 eprintln!("uuidmap check: {e}");
+                std::process::exit(1);
+            }
+        }
+        Command::Repair { data_dir, dry_run } => {
+            let mode = if dry_run { Mode::RepairDryRun } else { Mode::Repair };
+            if let Err(e) = check(&data_dir, true, mode) {
+                eprintln!("uuidmap repair: {e}");
                 std::process::exit(1);
             }
         }
@@ -117,6 +138,7 @@ fn main() {
 
 fn serve(args: &uuidmap::server::ServeArgs) -> Result<(), String> {
     let config = args.resolve().map_err(|e| e.to_string())?;
+    let dir = config.data_dir.clone();
     return_freed_memory_while_idle();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -125,7 +147,10 @@ fn serve(args: &uuidmap::server::ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime
         .block_on(uuidmap::server::serve(config, shutdown_signal()))
-        .map_err(|e| e.to_string())
+        .map_err(|e| match &e {
+            uuidmap::server::ServeError::Open(store) => format!("{e}{}", repair_hint(store, &dir)),
+            _ => e.to_string(),
+        })
 }
 
 /// Lets jemalloc's background threads hand freed pages back to the kernel.
@@ -223,49 +248,156 @@ fn selftest(entries: usize, threads: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn check(dir: &std::path::Path, verify: bool, truncate_corrupt: bool) -> Result<(), String> {
+/// What `check` and `repair` do.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Read only, as a start would see it.
+    Inspect,
+    /// Read only, as a repair would see it.
+    RepairDryRun,
+    /// Cut and set aside.
+    Repair,
+}
+
+/// The operator's next step after a refusal a repair can get past.
+fn repair_hint(e: &uuidmap::store::StoreError, dir: &std::path::Path) -> String {
+    if e.repairable() {
+        format!(
+            "\n\nTo see what a repair would cut and lose:  uuidmap repair --data-dir {d} \
+             --dry-run\nTo repair (losing that):                uuidmap repair --data-dir {d}",
+            d = dir.display()
+        )
+    } else {
+        String::new()
+    }
+}
+
+fn check(dir: &std::path::Path, verify: bool, mode: Mode) -> Result<(), String> {
     if !dir.is_dir() {
         return Err(format!("{} is not a directory", dir.display()));
     }
     let options = uuidmap::store::recovery::RecoveryOptions {
         verify_checksums: verify,
-        truncate_corrupt_wal: truncate_corrupt,
+        truncate_corrupt_wal: mode != Mode::Inspect,
+        read_only: mode != Mode::Repair,
         capacity_hint: 0,
     };
     let t = Instant::now();
     let recovered = uuidmap::store::recovery::recover(&uuidmap::store::OsIo, dir, &options)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| {
+            let hint = if mode == Mode::Inspect {
+                repair_hint(&e, dir)
+            } else {
+                String::new()
+            };
+            format!("{e}{hint}")
+        })?;
     let r = &recovered.report;
     let snapshot = r
         .snapshot
         .as_ref()
         .map_or("none".to_string(), |p| p.display().to_string());
-    println!("data directory    {}", dir.display());
-    println!("snapshot          {snapshot}");
+    let mut out = Fields::default();
+    out.field("data directory", dir.display());
+    out.field("snapshot", snapshot);
     for why in &r.rejected {
-        println!("rejected          {why}");
+        out.field("rejected", why);
     }
-    println!("entries           {}", recovered.index.len());
-    println!("last LSN          {}", r.last_lsn);
-    println!("WAL records read  {}", r.records_replayed);
-    println!(
-        "open + verify     {:.1} ms{}",
-        r.open_time.as_secs_f64() * 1e3,
-        if verify {
-            ""
-        } else {
-            " (checksums not verified)"
+    out.field("entries", recovered.index.len());
+    out.field("last LSN", r.last_lsn);
+    out.field("WAL records read", r.records_replayed);
+    if r.torn_bytes > 0 {
+        let verb = if mode == Mode::Repair { "cut" } else { "a start cuts" };
+        out.field(
+            "torn WAL tail",
+            format!(
+                "{} bytes written after the last fsync ({verb} them; never acknowledged as \
+                 durable)",
+                r.torn_bytes
+            ),
+        );
+    }
+    let would = if mode == Mode::Repair { "" } else { "would be " };
+    if let Some(cut) = &r.cut {
+        out.field(
+            "WAL damage",
+            format!("{} at byte {}: {}", cut.path.display(), cut.offset, cut.reason),
+        );
+        out.field(
+            "WAL cut",
+            format!(
+                "{} bytes {would}removed; every record from LSN {} on {would}lost",
+                cut.bytes, cut.first_lsn_lost
+            ),
+        );
+    }
+    for aside in &r.set_aside {
+        out.field(
+            "snapshot set aside",
+            format!("{} {would}renamed *.beyond-log", aside.display()),
+        );
+    }
+    if mode != Mode::Inspect {
+        let lost_to = r
+            .cut
+            .as_ref()
+            .and_then(|c| c.last_readable_lsn)
+            .into_iter()
+            .chain(r.set_aside.iter().filter_map(|p| snapshot_lsn(p)))
+            .max();
+        match (r.cut.is_some() || !r.set_aside.is_empty(), lost_to) {
+            (false, _) => out.field("repair", "nothing to repair: the server can start as it is"),
+            (true, Some(to)) if to > r.last_lsn => out.field(
+                "acknowledged writes lost",
+                format!(
+                    "at least {} batches (LSN {}..={to}), and any after them that no file \
+                     still shows",
+                    to - r.last_lsn,
+                    r.last_lsn + 1
+                ),
+            ),
+            (true, _) => out.field(
+                "acknowledged writes lost",
+                format!(
+                    "every batch after LSN {} that was acknowledged (none can still be read)",
+                    r.last_lsn
+                ),
+            ),
         }
+    }
+    out.field(
+        "open + verify",
+        format!(
+            "{:.1} ms{}",
+            r.open_time.as_secs_f64() * 1e3,
+            if verify { "" } else { " (checksums not verified)" }
+        ),
     );
-    println!(
-        "WAL replay        {:.1} ms",
-        r.replay_time.as_secs_f64() * 1e3
-    );
-    println!(
-        "total             {:.1} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    out.field("WAL replay", format!("{:.1} ms", r.replay_time.as_secs_f64() * 1e3));
+    out.field("total", format!("{:.1} ms", t.elapsed().as_secs_f64() * 1e3));
+    out.print();
     Ok(())
+}
+
+/// `name  value` lines, the values aligned.
+#[derive(Default)]
+struct Fields(Vec<(&'static str, String)>);
+
+impl Fields {
+    fn field(&mut self, name: &'static str, value: impl std::fmt::Display) {
+        self.0.push((name, value.to_string()));
+    }
+
+    fn print(&self) {
+        let fields: Vec<(&str, String)> = self.0.iter().map(|(n, v)| (*n, v.clone())).collect();
+        uuidmap::client::cli::print_fields(&fields);
+    }
+}
+
+/// The LSN in a snapshot file's name.
+fn snapshot_lsn(path: &std::path::Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    name.strip_prefix("snapshot-")?.strip_suffix(".snap")?.parse().ok()
 }
 
 /// `n` distinct-looking random v4 UUIDs, fast: a splitmix64 stream seeded once

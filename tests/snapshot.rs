@@ -73,7 +73,7 @@ fn filled(segments: usize, n: u64) -> (IndexWriter, Index, u64) {
 fn a_restored_snapshot_holds_every_entry_and_later_writes_never_reach_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let (_writer, index, lsn) = filled(8, 30_000);
-    let info = write_snapshot(&OsIo, dir.path(), &index, &|| lsn).unwrap();
+    let info = write_snapshot(&OsIo, dir.path(), &index, &|| lsn, &|_| Ok(())).unwrap();
     assert_eq!(info.lsn, lsn);
     assert_eq!(info.entries, index.len() as u64);
     assert_eq!(info.segments, 8);
@@ -264,7 +264,7 @@ fn a_snapshot_taken_under_writes_plus_the_log_after_each_capture_is_the_final_st
             }
             applied.load(Ordering::Acquire)
         };
-        let info = write_snapshot(&OsIo, dir.path(), &index, &watermark).unwrap();
+        let info = write_snapshot(&OsIo, dir.path(), &index, &watermark, &|_| Ok(())).unwrap();
         // Open at once: the file is removed by a later snapshot, the mapping
         // stays.
         let opened = open_snapshot(&OsIo, &info.path, &verify(true)).unwrap();
@@ -306,7 +306,7 @@ fn a_snapshot_taken_under_writes_plus_the_log_after_each_capture_is_the_final_st
 /// A small snapshot's bytes, and where its header starts.
 fn small_snapshot(dir: &Path) -> (PathBuf, Vec<u8>, usize) {
     let (_w, index, lsn) = filled(4, 2_000);
-    let info = write_snapshot(&OsIo, dir, &index, &|| lsn).unwrap();
+    let info = write_snapshot(&OsIo, dir, &index, &|| lsn, &|_| Ok(())).unwrap();
     let bytes = std::fs::read(&info.path).unwrap();
     let end = bytes.len() - 16;
     let header_at = u64::from_le_bytes(bytes[end..end + 8].try_into().unwrap()) as usize;
@@ -376,7 +376,7 @@ fn damage_anywhere_is_reported_as_a_corrupt_snapshot_naming_the_file() {
 fn a_build_that_hashes_differently_rebuilds_the_same_map_and_replays_uniformly() {
     let dir = tempfile::tempdir().unwrap();
     let (_w, index, lsn) = filled(8, 10_000);
-    let info = write_snapshot(&OsIo, dir.path(), &index, &|| lsn).unwrap();
+    let info = write_snapshot(&OsIo, dir.path(), &index, &|| lsn, &|_| Ok(())).unwrap();
     let opened = open_snapshot(&OsIo, &info.path, &verify(true)).unwrap();
     let options = OpenOptions {
         verify: true,
@@ -405,7 +405,7 @@ fn writing_keeps_the_two_newest_snapshots_and_removes_leftover_temp_files() {
         writer.set_stamp(lsn);
         writer.insert(key(lsn), value(lsn)).unwrap();
         std::fs::write(&debris, b"half a snapshot").unwrap();
-        let info = write_snapshot(&OsIo, dir.path(), &index, &|| lsn).unwrap();
+        let info = write_snapshot(&OsIo, dir.path(), &index, &|| lsn, &|_| Ok(())).unwrap();
         written.push(info.path.clone());
         let listed = list_snapshots(&OsIo, dir.path()).unwrap();
         let want: Vec<(u64, PathBuf)> = (lsn.saturating_sub(1).max(1)..=lsn)
@@ -421,7 +421,7 @@ fn writing_keeps_the_two_newest_snapshots_and_removes_leftover_temp_files() {
     assert!(unrelated.exists());
     // Nothing changed since LSN 4: the existing file is returned, untouched.
     let modified = std::fs::metadata(&written[3]).unwrap().modified().unwrap();
-    let again = write_snapshot(&OsIo, dir.path(), &index, &|| 4).unwrap();
+    let again = write_snapshot(&OsIo, dir.path(), &index, &|| 4, &|_| Ok(())).unwrap();
     assert_eq!(again.path, written[3]);
     assert_eq!(again.entries, 4);
     assert_eq!(
@@ -486,6 +486,9 @@ impl IoFile for FullFile {
         }
         self.inner.write_all(buf)
     }
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.inner.write_at(offset, buf)
+    }
     fn sync(&mut self) -> io::Result<()> {
         self.inner.sync()
     }
@@ -501,10 +504,10 @@ impl IoFile for FullFile {
 fn a_failed_write_leaves_no_temp_file_and_the_previous_snapshots_intact() {
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, index, lsn) = filled(4, 3_000);
-    let first = write_snapshot(&OsIo, dir.path(), &index, &|| lsn).unwrap();
+    let first = write_snapshot(&OsIo, dir.path(), &index, &|| lsn, &|_| Ok(())).unwrap();
     writer.set_stamp(lsn + 1);
     writer.insert(key(1), value(2)).unwrap();
-    let second = write_snapshot(&OsIo, dir.path(), &index, &|| lsn + 1).unwrap();
+    let second = write_snapshot(&OsIo, dir.path(), &index, &|| lsn + 1, &|_| Ok(())).unwrap();
     let names = || {
         let mut n: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
@@ -517,7 +520,7 @@ fn a_failed_write_leaves_no_temp_file_and_the_previous_snapshots_intact() {
     writer.set_stamp(lsn + 2);
     writer.insert(key(2), value(3)).unwrap();
     for budget in [0, 100, 5_000, first.bytes - 10] {
-        let err = write_snapshot(&FullDisk { budget }, dir.path(), &index, &|| lsn + 2)
+        let err = write_snapshot(&FullDisk { budget }, dir.path(), &index, &|| lsn + 2, &|_| Ok(()))
             .expect_err("the disk is full");
         assert!(err.is_disk_full(), "{err}");
         let message = err.to_string();
@@ -530,7 +533,7 @@ fn a_failed_write_leaves_no_temp_file_and_the_previous_snapshots_intact() {
     }
     // A directory that does not exist: an error naming it, nothing created.
     let missing = dir.path().join("missing");
-    let err = write_snapshot(&OsIo, &missing, &index, &|| lsn + 2)
+    let err = write_snapshot(&OsIo, &missing, &index, &|| lsn + 2, &|_| Ok(()))
         .err()
         .unwrap();
     assert!(err.to_string().contains("missing"), "{err}");
@@ -541,20 +544,20 @@ fn a_failed_write_leaves_no_temp_file_and_the_previous_snapshots_intact() {
 fn a_damaged_snapshot_of_the_same_lsn_is_replaced_and_an_older_state_is_kept() {
     let dir = tempfile::tempdir().unwrap();
     let (_w, index, lsn) = filled(2, 500);
-    let info = write_snapshot(&OsIo, dir.path(), &index, &|| lsn).unwrap();
+    let info = write_snapshot(&OsIo, dir.path(), &index, &|| lsn, &|_| Ok(())).unwrap();
     let mut bytes = std::fs::read(&info.path).unwrap();
     let end = bytes.len() - 1;
     bytes[end] ^= 1;
     std::fs::write(&info.path, &bytes).unwrap();
     assert!(open_snapshot(&OsIo, &info.path, &verify(true)).is_err());
-    let again = write_snapshot(&OsIo, dir.path(), &index, &|| lsn).unwrap();
+    let again = write_snapshot(&OsIo, dir.path(), &index, &|| lsn, &|_| Ok(())).unwrap();
     assert_eq!(again.path, info.path);
     restore(&again.path, &verify(true)).unwrap();
     // Two newer snapshots exist; a snapshot of an older state is still kept.
     for newer in [lsn + 10, lsn + 20] {
-        write_snapshot(&OsIo, dir.path(), &index, &|| newer).unwrap();
+        write_snapshot(&OsIo, dir.path(), &index, &|| newer, &|_| Ok(())).unwrap();
     }
-    let older = write_snapshot(&OsIo, dir.path(), &index, &|| lsn + 5).unwrap();
+    let older = write_snapshot(&OsIo, dir.path(), &index, &|| lsn + 5, &|_| Ok(())).unwrap();
     assert!(older.path.exists());
     restore(&older.path, &verify(true)).unwrap();
 }

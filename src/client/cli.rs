@@ -321,7 +321,7 @@ async fn scan(args: ScanArgs) -> Result<i32, CliError> {
 
 /// One `name  value` line per field, the values aligned two spaces after
 /// the longest name.
-fn print_fields(fields: &[(&str, String)]) {
+pub fn print_fields(fields: &[(&str, String)]) {
     let width = fields.iter().map(|(name, _)| name.len()).max().unwrap_or(0) + 2;
     for (name, value) in fields {
         println!("{name:width$}{value}");

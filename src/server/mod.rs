@@ -111,6 +111,10 @@ pub enum ServeError {
     /// The data directory could not be recovered.
     #[error("cannot open the data directory: {0}")]
     Open(#[from] StoreError),
+    /// The WAL failed for good while serving (a failed fsync): the server
+    /// stopped so that a restart recovers from what is on disk.
+    #[error("stopped because the WAL failed: {0}")]
+    WalFailed(Arc<StoreError>),
     /// The gRPC transport failed.
     #[error("the gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -233,8 +237,16 @@ pub async fn serve_with(
     let security = Security::load(&config)?;
     let durable = open(&config).await?;
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let failing = durable.clone();
     let shutdown = async move {
-        shutdown.await;
+        tokio::select! {
+            () = shutdown => {}
+            e = failing.wal_failed() => tracing::error!(
+                "stopping: the WAL failed and no more writes can be acknowledged ({e}); \
+                 restart the server to recover from what is on disk"
+            ),
+        }
+        drop(failing);
         // Wakes every wait in progress (see `DataService::wait_applied`).
         let _ = stopping_tx.send(true);
     };
@@ -249,8 +261,13 @@ pub async fn serve_with(
         shutdown,
     )
     .await;
+    let failure = durable.wal_failure();
     close(durable).await?;
-    result
+    result?;
+    match failure {
+        Some(e) => Err(ServeError::WalFailed(e)),
+        None => Ok(()),
+    }
 }
 
 async fn open(config: &ServeConfig) -> Result<Arc<DurableIndex>, ServeError> {

@@ -96,7 +96,9 @@ pub fn write_error(e: WriteError) -> Status {
             Status::invalid_argument(e.to_string())
         }
         WriteError::CasMismatch { .. } => Status::failed_precondition(e.to_string()),
-        WriteError::Wal(_) | WriteError::ShuttingDown => Status::unavailable(e.to_string()),
+        WriteError::Wal(_) | WriteError::WalFailed(_) | WriteError::ShuttingDown => {
+            Status::unavailable(e.to_string())
+        }
     }
 }
 

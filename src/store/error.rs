@@ -19,11 +19,12 @@ pub enum StoreError {
         /// The OS error.
         source: io::Error,
     },
-    /// A WAL record before the end of the log fails its checks.
+    /// A WAL record that was written whole (or that the file's header
+    /// vouches for as synced) fails its checks, or synced records are gone.
     #[error(
-        "WAL file {path} is corrupt at byte offset {offset}: {reason}. Refusing to start, \
-         because the records after it cannot be trusted. To cut the log there (losing every \
-         record from that offset on), restart with --wal-truncate-corrupt"
+        "WAL file {path} is damaged at byte offset {offset}: {reason}. Refusing to start: \
+         acknowledged writes from there on would be lost or wrong. A repair can cut the log \
+         back to the last good record (losing what follows)"
     )]
     WalCorrupt {
         /// The WAL file.
@@ -35,8 +36,19 @@ pub enum StoreError {
     },
     /// The WAL does not continue where the state before it ends.
     #[error(
-        "the WAL in {dir} is missing records: expected LSN {expected} next, but the log \
-         continues at LSN {found}"
+        "the WAL in {dir} is missing records: LSN {expected} is needed next, but {where_}",
+        where_ = match .ends_early {
+            Some(file) => format!(
+                "WAL file {} ends before it and the next file, {}, starts at LSN {found} \
+                 (the file lost its last records). A repair can cut the log back to the end \
+                 of {} (losing what follows)",
+                file.display(), next_file.display(), file.display()
+            ),
+            None => format!(
+                "the oldest WAL file, {}, starts at LSN {found}",
+                next_file.display()
+            ),
+        }
     )]
     WalGap {
         /// The data directory.
@@ -45,6 +57,45 @@ pub enum StoreError {
         expected: u64,
         /// The LSN found instead.
         found: u64,
+        /// The WAL file that should have held `expected` but ends before
+        /// it (`None`: the log starts after it).
+        ends_early: Option<PathBuf>,
+        /// The file that starts at `found`.
+        next_file: PathBuf,
+    },
+    /// A failed fsync ended the WAL writer (see `wal::writer`).
+    #[error(
+        "the WAL can no longer be written: {cause}. A failed fsync may have dropped written \
+         data without a trace, so this process accepts no more writes; restart it to recover \
+         from what is on disk"
+    )]
+    WalFailed {
+        /// The WAL file.
+        path: PathBuf,
+        /// The failure, in words.
+        cause: String,
+    },
+    /// The newest snapshot holds writes the WAL no longer has.
+    #[error(
+        "snapshot {snapshot} holds writes up to LSN {snapshot_lsn}, but the WAL ends at LSN \
+         {log_end}{in_file}: records that were synced before the snapshot was written are gone. \
+         Refusing to start, because the snapshot cannot be rolled back to the log's end. A \
+         repair can set the snapshot aside and recover from an older one plus the log (losing \
+         the writes after LSN {log_end})",
+        in_file = match .last_file {
+            Some(f) => format!(" (in {})", f.display()),
+            None => String::new(),
+        }
+    )]
+    WalBehindSnapshot {
+        /// The snapshot.
+        snapshot: PathBuf,
+        /// Its LSN.
+        snapshot_lsn: u64,
+        /// The last LSN in the log.
+        log_end: u64,
+        /// The last WAL file.
+        last_file: Option<PathBuf>,
     },
     /// A reader of the WAL wants an LSN the WAL no longer holds: a
     /// snapshot covers it and its file was removed (or it was never logged
@@ -93,6 +144,48 @@ impl StoreError {
             path: path.into(),
             source,
         }
+    }
+
+    /// An owned error standing for a shared one (its message, and its kind
+    /// where that matters to callers: a full disk stays a full disk).
+    pub fn clone_shared(e: &std::sync::Arc<StoreError>) -> StoreError {
+        match &**e {
+            StoreError::Io {
+                action,
+                path,
+                source,
+            } => StoreError::Io {
+                action,
+                path: path.clone(),
+                source: match source.raw_os_error() {
+                    Some(code) => io::Error::from_raw_os_error(code),
+                    None => io::Error::new(source.kind(), source.to_string()),
+                },
+            },
+            StoreError::WalFailed { path, cause } => StoreError::WalFailed {
+                path: path.clone(),
+                cause: cause.clone(),
+            },
+            other => StoreError::io(
+                "making the WAL durable",
+                PathBuf::new(),
+                io::Error::other(other.to_string()),
+            ),
+        }
+    }
+
+    /// Whether a repair (`uuidmap repair`) can get past this error, by
+    /// cutting the log or setting a snapshot aside.
+    pub fn repairable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::WalCorrupt { .. }
+                | StoreError::WalGap {
+                    ends_early: Some(_),
+                    ..
+                }
+                | StoreError::WalBehindSnapshot { .. }
+        )
     }
 
     /// Whether this is the disk running out of space.

@@ -6,7 +6,12 @@
 //!
 //! - `IoFile::sync` (fdatasync) makes the file's bytes written so far durable.
 //!   Bytes written but not synced may be lost, or survive in part, after a
-//!   crash: any prefix of them may remain.
+//!   power loss: each unsynced write may be lost, land whole, or land in
+//!   part, independently of the others (the page cache writes pages back in
+//!   any order). A `kill -9` loses nothing written: the kernel has it.
+//! - A failed fsync may have dropped the dirty pages it was to write and
+//!   marked them clean (Linux does): a later fsync that succeeds proves
+//!   nothing about them. So a failed WAL fsync is fatal for that file.
 //! - Creating, renaming or removing a directory entry is durable only after
 //!   `Io::sync_dir` on that directory. `rename` itself is atomic: after a crash
 //!   the name refers to the old file or the new one, never to a mix.
@@ -57,6 +62,11 @@ pub trait Io: Send + Sync + 'static {
 pub trait IoFile: Send {
     /// Appends all of `buf` at the end of the file.
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Overwrites `buf.len()` bytes at `offset`, which must lie within the
+    /// file (the WAL's synced-end slots in its header). Not durable until
+    /// `sync`; after a crash before it, the old bytes, the new ones or (for
+    /// a write that crosses a sector) a mix may be there.
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Makes every byte written so far durable (fdatasync).
     fn sync(&mut self) -> io::Result<()>;
     /// Cuts (or extends with zeros) the file to `len` bytes; the next write
@@ -260,6 +270,12 @@ impl IoFile for OsFile {
                 Err(e)
             }
         }
+    }
+
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        debug_assert!(offset + buf.len() as u64 <= self.len);
+        self.file.write_all_at(buf, offset)
     }
 
     fn sync(&mut self) -> io::Result<()> {

@@ -3,9 +3,14 @@
 //!
 //! 1. Try the snapshots newest first. A snapshot is used if it opens (its
 //!    header and, with verification, every segment checksum are right) and
-//!    the WAL holds every record after its smallest capture LSN. A damaged
-//!    one is renamed `*.damaged` (kept for inspection, never used again) and
-//!    the previous one is tried, with the longer WAL it needs.
+//!    the WAL holds every record after its smallest capture LSN *up to its
+//!    LSN*: the writer makes the WAL durable through a snapshot's LSN before
+//!    the snapshot itself, so a log that ends earlier lost synced records,
+//!    and the snapshot (which may hold parts of the lost batches) cannot be
+//!    rolled back to it: recovery refuses ([`StoreError::WalBehindSnapshot`])
+//!    rather than serve a mix. A damaged snapshot is renamed `*.damaged`
+//!    (kept for inspection, never used again) and the previous one is tried,
+//!    with the longer WAL it needs.
 //! 2. Without a usable snapshot, the WAL alone must start at LSN 1 (or be
 //!    empty in an empty directory); otherwise recovery stops with an error
 //!    that says why each candidate was rejected. It never serves a state it
@@ -27,8 +32,13 @@ use crate::store::{Io, Op, StoreError};
 pub struct RecoveryOptions {
     /// Check every snapshot segment's checksum (default: yes).
     pub verify_checksums: bool,
-    /// Cut the WAL at a corrupt record instead of refusing to start.
+    /// The repair: cut the WAL at a corrupt record (or at a file that lost
+    /// its last records) instead of refusing to start, and set aside the
+    /// snapshots that hold writes past the cut (renamed `*.beyond-log`).
     pub truncate_corrupt_wal: bool,
+    /// Change no file (inspection, and the repair's dry run): report what a
+    /// start or a repair would cut, set aside or rename.
+    pub read_only: bool,
     /// Presize a new, empty index for this many entries.
     pub capacity_hint: usize,
 }
@@ -38,6 +48,7 @@ impl Default for RecoveryOptions {
         RecoveryOptions {
             verify_checksums: true,
             truncate_corrupt_wal: false,
+            read_only: false,
             capacity_hint: 0,
         }
     }
@@ -64,10 +75,13 @@ pub struct RecoveryReport {
     pub open_time: Duration,
     /// Time to replay the WAL.
     pub replay_time: Duration,
-    /// Whether a fresh snapshot should be taken at once: the WAL ends before
-    /// the snapshot's LSN (writes acknowledged under `never`/`interval` lost
-    /// their log records in a crash, but the snapshot holds them).
-    pub wal_behind_snapshot: bool,
+    /// Bytes of a torn WAL tail cut off (or, read-only, to be cut).
+    pub torn_bytes: u64,
+    /// The repair's cut of the WAL, made or (read-only) planned.
+    pub cut: Option<wal::WalCut>,
+    /// Snapshots set aside (or, read-only, to be) because they hold writes
+    /// past the end of the repaired log.
+    pub set_aside: Vec<PathBuf>,
 }
 
 /// A recovered index.
@@ -90,6 +104,7 @@ pub fn recover(
     let mut report = RecoveryReport::default();
     let replay_options = ReplayOptions {
         truncate_corrupt: options.truncate_corrupt_wal,
+        read_only: options.read_only,
     };
     let snapshots = snapshot::list_snapshots(io, dir)?;
     for (lsn, path) in &snapshots {
@@ -101,14 +116,14 @@ pub fn recover(
         let opened = match snapshot::open_snapshot(io, path, &open_options) {
             Ok(o) => o,
             Err(e) => {
-                reject(io, path, &e, &mut report);
+                reject(io, path, &e, options, &mut report);
                 continue;
             }
         };
         let restored = match opened.into_index() {
             Ok(r) => r,
             Err(e) => {
-                reject(io, path, &e, &mut report);
+                reject(io, path, &e, options, &mut report);
                 continue;
             }
         };
@@ -127,33 +142,38 @@ pub fn recover(
             min_capture,
             |seg| captures[seg],
         );
-        match replayed {
-            Ok(outcome) => {
-                report.snapshot = Some(path.clone());
-                report.snapshot_lsn = *lsn;
-                report.min_capture_lsn = min_capture;
-                report.rebuilt = matches!(restored.how, snapshot::Restored::Rebuilt { .. });
-                report.records_replayed = outcome.records;
-                let max_capture = captures.iter().copied().max().unwrap_or(0).max(*lsn);
-                let wal_last = outcome.last_lsn.unwrap_or(0);
-                // Behind means the log holds records but ends before the
-                // snapshot: the writer's next file would leave a hole. A log
-                // that ends exactly at the snapshot (a clean stop), or holds
-                // nothing (its files were all covered and removed), is not.
-                report.wal_behind_snapshot = outcome.log_end.is_some_and(|end| end < max_capture);
-                report.last_lsn = wal_last.max(max_capture);
-                report.replay_time = started.elapsed();
-                return Ok(Recovered {
-                    writer,
-                    index,
-                    next_lsn: report.last_lsn + 1,
-                    report,
-                });
+        let outcome = replayed.map_err(|e| with_rejections(e, &report))?;
+        note_repairs(&outcome, &mut report);
+        let log_end = outcome.log_end.unwrap_or(0);
+        if log_end < *lsn {
+            let behind = StoreError::WalBehindSnapshot {
+                snapshot: path.clone(),
+                snapshot_lsn: *lsn,
+                log_end,
+                last_file: wal::list_wal_files(io, dir)?.pop().map(|f| f.path),
+            };
+            if !options.truncate_corrupt_wal {
+                return Err(behind);
             }
-            // A gap means this snapshot needs WAL that is gone; an older
-            // snapshot cannot need less. Corruption is fatal either way.
-            Err(e) => return Err(with_rejections(e, &report)),
+            // The repair cut the log (or found it cut) before this
+            // snapshot's writes: set it aside and try the one before it.
+            set_aside(io, dir, path, options, &mut report)?;
+            report.rejected.push(behind.to_string());
+            continue;
         }
+        report.snapshot = Some(path.clone());
+        report.snapshot_lsn = *lsn;
+        report.min_capture_lsn = min_capture;
+        report.rebuilt = matches!(restored.how, snapshot::Restored::Rebuilt { .. });
+        report.records_replayed = outcome.records;
+        report.last_lsn = log_end;
+        report.replay_time = started.elapsed();
+        return Ok(Recovered {
+            writer,
+            index,
+            next_lsn: report.last_lsn + 1,
+            report,
+        });
     }
     // No usable snapshot: the WAL must be the whole history.
     let files = wal::list_wal_files(io, dir)?;
@@ -177,6 +197,7 @@ pub fn recover(
     let started = Instant::now();
     let outcome = replay_into(io, dir, &replay_options, &mut writer, &index, 0, |_| 0)
         .map_err(|e| with_rejections(e, &report))?;
+    note_repairs(&outcome, &mut report);
     report.records_replayed = outcome.records;
     report.last_lsn = outcome.last_lsn.unwrap_or(0);
     report.replay_time = started.elapsed();
@@ -219,12 +240,55 @@ fn replay_into(
     })
 }
 
+/// Records what replay cut (a torn tail, a repair's cut).
+fn note_repairs(outcome: &wal::ReplayOutcome, report: &mut RecoveryReport) {
+    report.torn_bytes += outcome.torn_bytes;
+    if outcome.cut.is_some() && report.cut.is_none() {
+        report.cut.clone_from(&outcome.cut);
+    }
+}
+
+/// Renames a snapshot that holds writes past the repaired log's end to
+/// `*.beyond-log`, durably: were it left, a later start would take it with
+/// a log whose new records reuse its LSNs for other writes.
+fn set_aside(
+    io: &dyn Io,
+    dir: &Path,
+    path: &Path,
+    options: &RecoveryOptions,
+    report: &mut RecoveryReport,
+) -> Result<(), StoreError> {
+    report.set_aside.push(path.to_path_buf());
+    if options.read_only {
+        return Ok(());
+    }
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".beyond-log");
+    io.rename(path, Path::new(&aside))
+        .map_err(|e| StoreError::io("setting aside the snapshot", path, e))?;
+    io.sync_dir(dir)
+        .map_err(|e| StoreError::io("syncing the data directory", dir, e))?;
+    tracing::error!(
+        "repair: set snapshot {} aside (renamed *.beyond-log): it holds writes past the end \
+         of the repaired log",
+        path.display()
+    );
+    Ok(())
+}
+
 /// Logs a rejected snapshot, remembers why, and moves it aside.
-fn reject(io: &dyn Io, path: &Path, error: &StoreError, report: &mut RecoveryReport) {
+fn reject(
+    io: &dyn Io,
+    path: &Path,
+    error: &StoreError,
+    options: &RecoveryOptions,
+    report: &mut RecoveryReport,
+) {
     tracing::error!("not using snapshot {}: {error}", path.display());
     report.rejected.push(error.to_string());
-    if !matches!(error, StoreError::SnapshotCorrupt { .. }) {
-        // Not proven damaged (an I/O error, say): leave it where it is.
+    if !matches!(error, StoreError::SnapshotCorrupt { .. }) || options.read_only {
+        // Not proven damaged (an I/O error, say), or only looking: leave it
+        // where it is.
         return;
     }
     let mut aside = path.as_os_str().to_owned();
@@ -250,6 +314,8 @@ fn with_rejections(e: StoreError, report: &RecoveryReport) -> StoreError {
             dir,
             expected,
             found,
+            ends_early: None,
+            ..
         } if !report.rejected.is_empty() => StoreError::NoValidState {
             dir,
             reason: format!(

@@ -13,13 +13,13 @@
 //!   entries of `dir` that are gone). A new file's name is durable only after
 //!   `sync_dir`, however often the file itself was synced.
 //!
-//! Each inode has **current** bytes (what reads see) and **durable** bytes.
-//! `IoFile::sync` and `Io::truncate` make the current bytes durable. After a
-//! power loss ([`SimIo::restart`]) a file holds its durable bytes plus, if
-//! everything since the last sync was appended after them, a pseudo-random
-//! prefix (none, some, or all) of the appended bytes: a torn write. Any
-//! other unsynced change (a `set_len` that shrank the file, an overwrite) is
-//! lost entirely.
+//! Each inode has **current** bytes (what reads see), **durable** bytes,
+//! and the list of changes made since its last sync (writes at an offset,
+//! and length changes), in order. `IoFile::sync` and `Io::truncate` make the
+//! current bytes durable. After a power loss ([`SimIo::restart`]) a file
+//! holds its durable bytes with each pending change applied or not,
+//! independently, and a pending write possibly torn to a prefix: the page
+//! cache writes pages back in any order, and a crash can cut a write.
 //!
 //! Directories exist once `create_dir_all` made them and are durable at once
 //! (the store creates its data directory before anything else, and the
@@ -33,6 +33,10 @@
 //!   with "simulated crash": the process is dead. The write that crashes
 //!   lands in the current bytes (unsynced), so a restart may keep a prefix
 //!   of it, as a power cut in the middle of a write would.
+//! - **Failed fsync**: [`SimIo::set_sync_failure_after`]`(Some(k))` lets `k`
+//!   more `IoFile::sync` calls succeed; the next one fails with `EIO` and,
+//!   as Linux may, forgets the file's pending writes: reads still see them,
+//!   but no later sync will make them durable (PostgreSQL's "fsyncgate").
 //! - **Disk full**: [`SimIo::set_capacity`] bounds the total length of the
 //!   files in the current namespace. A write or extension that would exceed
 //!   it changes nothing and fails with `ENOSPC`. Reads, shrinking and
@@ -74,6 +78,9 @@ struct Disk {
     crashed: bool,
     /// Bound on the total length of current files; `None`: unbounded.
     capacity: Option<u64>,
+    /// `IoFile::sync` calls still allowed to succeed before one fails with
+    /// EIO; `None`: none planned.
+    sync_failure_after: Option<u64>,
     /// Mutating or syncing calls made so far (including failed ones).
     ops: u64,
 }
@@ -83,39 +90,97 @@ struct Disk {
 struct Inode {
     /// What reads see.
     current: Vec<u8>,
-    /// What survives a power loss (before torn-write effects).
+    /// What survives a power loss (before the pending changes).
     durable: Vec<u8>,
-    /// Whether `current` is `durable` followed by appended bytes, so that a
-    /// power loss may keep a prefix of the appended bytes. False once an
-    /// unsynced change touched the durable part (shrink or overwrite).
-    appended_only: bool,
+    /// Changes since the last sync, in order; a power loss applies each or
+    /// not (a write possibly torn to a prefix).
+    pending: Vec<Change>,
+}
+
+/// An unsynced change to a file.
+#[derive(Clone)]
+enum Change {
+    /// `bytes` written at offset `at`.
+    Write { at: usize, bytes: Vec<u8> },
+    /// The length set to this.
+    Resize(usize),
 }
 
 impl Inode {
     fn empty() -> Inode {
-        Inode {
-            appended_only: true,
-            ..Inode::default()
-        }
+        Inode::default()
     }
 
     /// Makes the current bytes durable.
     fn sync(&mut self) {
-        if self.appended_only {
-            let done = self.durable.len();
-            self.durable.extend_from_slice(&self.current[done..]);
-        } else {
-            self.durable.clone_from(&self.current);
+        for change in self.pending.drain(..) {
+            apply(&mut self.durable, &change, usize::MAX);
         }
-        self.appended_only = true;
+    }
+
+    /// A failed fsync: the pending writes will never reach the disk, though
+    /// reads still see them.
+    fn forget_pending(&mut self) {
+        self.pending.clear();
     }
 
     /// Changes the length of the current bytes (zero-filling growth).
     fn resize(&mut self, len: usize) {
-        if len < self.durable.len() {
-            self.appended_only = false;
-        }
         self.current.resize(len, 0);
+        self.pending.push(Change::Resize(len));
+    }
+
+    /// Writes `buf` at `at` into the current bytes (zero-filling a gap).
+    fn write(&mut self, at: usize, buf: &[u8]) {
+        let end = at + buf.len();
+        if self.current.len() < end {
+            self.current.resize(end, 0);
+        }
+        self.current[at..end].copy_from_slice(buf);
+        self.pending.push(Change::Write {
+            at,
+            bytes: buf.to_vec(),
+        });
+    }
+
+    /// The bytes a power loss leaves, with choices drawn from `rng`.
+    fn after_power_loss(&self, rng: &mut SplitMix64) -> Vec<u8> {
+        let mut bytes = self.durable.clone();
+        for change in &self.pending {
+            let keep = match change {
+                Change::Resize(_) => {
+                    if rng.next() % 2 == 0 {
+                        0
+                    } else {
+                        usize::MAX
+                    }
+                }
+                Change::Write { bytes: b, .. } => match rng.next() % 4 {
+                    0 => 0,
+                    1 => usize::MAX,
+                    _ => (rng.next() % (b.len() as u64 + 1)) as usize,
+                },
+            };
+            if keep > 0 {
+                apply(&mut bytes, change, keep);
+            }
+        }
+        bytes
+    }
+}
+
+/// Applies `change` to `bytes`, a write only for its first `keep` bytes.
+fn apply(bytes: &mut Vec<u8>, change: &Change, keep: usize) {
+    match change {
+        Change::Resize(len) => bytes.resize(*len, 0),
+        Change::Write { at, bytes: b } => {
+            let b = &b[..keep.min(b.len())];
+            let end = at + b.len();
+            if bytes.len() < end {
+                bytes.resize(end, 0);
+            }
+            bytes[*at..end].copy_from_slice(b);
+        }
     }
 }
 
@@ -163,6 +228,13 @@ impl SimIo {
         self.lock().crashed
     }
 
+    /// Plans a failed fsync: `Some(k)` lets `k` more `IoFile::sync` calls
+    /// succeed; the next one fails with EIO and forgets the file's unsynced
+    /// writes (module docs). `None` cancels the plan.
+    pub fn set_sync_failure_after(&self, syncs: Option<u64>) {
+        self.lock().sync_failure_after = syncs;
+    }
+
     /// Bounds the total bytes of all files in the current namespace
     /// (`None`: unbounded).
     pub fn set_capacity(&self, bytes: Option<u64>) {
@@ -191,21 +263,11 @@ impl SimIo {
         let mut inodes = HashMap::new();
         let live: BTreeSet<u64> = disk.durable.values().copied().collect();
         for ino in live {
-            let old = &disk.inodes[&ino];
-            let mut bytes = old.durable.clone();
-            if old.appended_only {
-                let unsynced = &old.current[old.durable.len()..];
-                let keep = match rng.next() % 4 {
-                    0 => 0,
-                    1 => unsynced.len(),
-                    _ => (rng.next() % (unsynced.len() as u64 + 1)) as usize,
-                };
-                bytes.extend_from_slice(&unsynced[..keep]);
-            }
+            let bytes = disk.inodes[&ino].after_power_loss(&mut rng);
             let inode = Inode {
                 current: bytes.clone(),
                 durable: bytes,
-                appended_only: true,
+                pending: Vec::new(),
             };
             inodes.insert(ino, inode);
         }
@@ -218,6 +280,7 @@ impl SimIo {
             crash_after: None,
             crashed: false,
             capacity: disk.capacity,
+            sync_failure_after: None,
             ops: 0,
         };
         SimIo {
@@ -437,13 +500,43 @@ impl IoFile for SimFile {
         Ok(())
     }
 
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        let mut disk = lock(&self.disk);
+        let was_dead = disk.crashed;
+        if let Err(e) = disk.step() {
+            if !was_dead {
+                place(&mut disk, self.inode, offset, buf);
+            }
+            return Err(e);
+        }
+        let end = offset + buf.len() as u64;
+        let old = disk.inodes[&self.inode].current.len() as u64;
+        disk.reserve(end.saturating_sub(old))?;
+        place(&mut disk, self.inode, offset, buf);
+        self.len = self.len.max(end);
+        Ok(())
+    }
+
     fn sync(&mut self) -> io::Result<()> {
         let mut disk = lock(&self.disk);
         disk.step()?;
-        disk.inodes
-            .get_mut(&self.inode)
-            .expect("an open file's inode")
-            .sync();
+        let fail = match disk.sync_failure_after {
+            Some(0) => {
+                disk.sync_failure_after = None;
+                true
+            }
+            Some(k) => {
+                disk.sync_failure_after = Some(k - 1);
+                false
+            }
+            None => false,
+        };
+        let inode = disk.inodes.get_mut(&self.inode).expect("an open file's inode");
+        if fail {
+            inode.forget_pending();
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        inode.sync();
         Ok(())
     }
 
@@ -465,20 +558,12 @@ impl IoFile for SimFile {
     }
 }
 
-/// Writes `buf` at offset `at` into the current bytes of inode `ino` (no
-/// checks); returns the offset after it.
+/// Writes `buf` at offset `at` into inode `ino` (no checks); returns the
+/// offset after it.
 fn place(disk: &mut Disk, ino: u64, at: u64, buf: &[u8]) -> u64 {
     let inode = disk.inodes.get_mut(&ino).expect("an open file's inode");
-    let start = at as usize;
-    let end = start + buf.len();
-    if start < inode.durable.len() {
-        inode.appended_only = false;
-    }
-    if inode.current.len() < end {
-        inode.current.resize(end, 0);
-    }
-    inode.current[start..end].copy_from_slice(buf);
-    end as u64
+    inode.write(at as usize, buf);
+    at + buf.len() as u64
 }
 
 /// splitmix64: a tiny deterministic generator for the torn-write choices.
@@ -595,19 +680,61 @@ mod tests {
     }
 
     #[test]
-    fn an_unsynced_set_len_is_lost_and_a_synced_one_kept() {
+    fn unsynced_changes_land_independently_and_synced_ones_are_kept() {
         let (sim, dir) = disk_with_dir();
         let mut f = durable_file(&sim, &dir, "a", b"abcdef");
         f.set_len(2).unwrap();
         f.write_all(b"XY").unwrap();
         assert_eq!(sim.read(&dir.join("a")).unwrap(), b"abXY");
-        for seed in 0..20 {
-            assert_eq!(sim.restart(seed).read(&dir.join("a")).unwrap(), b"abcdef");
+        let outcomes: BTreeSet<Vec<u8>> = (0..200)
+            .map(|seed| sim.restart(seed).read(&dir.join("a")).unwrap())
+            .collect();
+        // Each unsynced change lands or not, independently (the write
+        // possibly torn).
+        for possible in [&b"abcdef"[..], b"ab", b"abXY", b"abXYef"] {
+            assert!(outcomes.contains(possible), "{possible:?} in {outcomes:?}");
+        }
+        for outcome in &outcomes {
+            assert!(outcome.starts_with(b"ab"), "{outcome:?}");
         }
         f.sync().unwrap();
         assert_eq!(sim.restart(0).read(&dir.join("a")).unwrap(), b"abXY");
         sim.truncate(&dir.join("a"), 1).unwrap();
         assert_eq!(sim.restart(0).read(&dir.join("a")).unwrap(), b"a");
+    }
+
+    #[test]
+    fn a_failed_fsync_forgets_the_pending_writes_for_ever() {
+        let (sim, dir) = disk_with_dir();
+        let mut f = durable_file(&sim, &dir, "a", b"one");
+        f.write_all(b"two").unwrap();
+        sim.set_sync_failure_after(Some(0));
+        let err = f.sync().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+        assert_eq!(sim.read(&dir.join("a")).unwrap(), b"onetwo", "reads see it");
+        f.write_all(b"three").unwrap();
+        f.sync().unwrap();
+        for seed in 0..20 {
+            let after = sim.restart(seed).read(&dir.join("a")).unwrap();
+            assert_eq!(after, b"one\0\0\0three", "the failed bytes never land");
+        }
+    }
+
+    #[test]
+    fn an_overwrite_lands_or_not_after_a_power_loss() {
+        let (sim, dir) = disk_with_dir();
+        let mut f = durable_file(&sim, &dir, "a", b"0000");
+        f.write_at(1, b"ab").unwrap();
+        f.write_all(b"xy").unwrap();
+        assert_eq!(sim.read(&dir.join("a")).unwrap(), b"0ab0xy");
+        let outcomes: BTreeSet<Vec<u8>> = (0..200)
+            .map(|seed| sim.restart(seed).read(&dir.join("a")).unwrap())
+            .collect();
+        assert!(outcomes.contains(&b"0000"[..].to_vec()));
+        assert!(outcomes.contains(&b"0ab0xy"[..].to_vec()));
+        assert!(outcomes.contains(&b"0000xy"[..].to_vec()), "the later write alone");
+        f.sync().unwrap();
+        assert_eq!(sim.restart(0).read(&dir.join("a")).unwrap(), b"0ab0xy");
     }
 
     #[test]

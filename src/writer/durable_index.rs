@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::pipeline::{Pipeline, PipelineConfig, PipelineStats, WriteHandle};
+use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure, PipelineStats, WriteHandle};
 use super::snapshotter::{SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger};
 use crate::index::Index;
 use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
@@ -58,6 +58,8 @@ pub struct DurableIndex {
     watermark: Arc<LsnWatermark>,
     pipeline: Option<Pipeline>,
     writes: WriteHandle,
+    /// Set when the WAL failed for good (a failed fsync).
+    failure: PipelineFailure,
     snapshotter: Snapshotter,
     snapshot_tx: std::sync::mpsc::Sender<Trigger>,
     report: RecoveryReport,
@@ -108,19 +110,8 @@ impl DurableIndex {
                 segment_bytes: config.wal_segment_bytes,
             },
         )?;
-        let snapshotter = Snapshotter::start(SnapshotterConfig {
-            io: io.clone(),
-            dir: config.dir.clone(),
-            index: recovered.index.clone(),
-            watermark: watermark.clone(),
-            every: config.snapshot_every,
-            recovered_from: report
-                .snapshot
-                .as_ref()
-                .map(|_| (report.snapshot_lsn, report.min_capture_lsn)),
-        })
-        .map_err(|e| StoreError::io("starting the snapshot thread", &config.dir, e))?;
-        let snapshot_tx = snapshotter.sender();
+        let channel = Snapshotter::channel();
+        let snapshot_tx = channel.0.clone();
         let nudge = snapshot_tx.clone();
         let pipeline = Pipeline::start(
             config.pipeline.clone(),
@@ -132,24 +123,58 @@ impl DurableIndex {
             })),
         )
         .map_err(|e| StoreError::io("starting the writer thread", &config.dir, e))?;
+        let writes = pipeline.handle();
+        let log = writes.clone();
+        let snapshotter = Snapshotter::start(
+            SnapshotterConfig {
+                io: io.clone(),
+                dir: config.dir.clone(),
+                index: recovered.index.clone(),
+                watermark: watermark.clone(),
+                every: config.snapshot_every,
+                recovered_from: report
+                    .snapshot
+                    .as_ref()
+                    .map(|_| (report.snapshot_lsn, report.min_capture_lsn)),
+                make_log_durable: Box::new(move |lsn| log.make_durable_blocking(lsn)),
+            },
+            channel,
+        )
+        .map_err(|e| StoreError::io("starting the snapshot thread", &config.dir, e))?;
         let durable = DurableIndex {
             index: recovered.index,
             watermark,
-            writes: pipeline.handle(),
+            failure: pipeline.failure(),
+            writes,
             pipeline: Some(pipeline),
             snapshotter,
             snapshot_tx,
             report,
             config,
         };
-        if durable.report.wal_behind_snapshot {
-            tracing::warn!(
-                "the WAL ends before the snapshot's LSN (records written without fsync were \
-                 lost in a crash, but the snapshot holds them); taking a fresh snapshot"
-            );
-            let _ = durable.snapshot_tx.send(Trigger::WalBytes);
-        }
         Ok(durable)
+    }
+
+    /// Resolves once the WAL has failed for good (a failed fsync; see
+    /// `writer::pipeline`), with the error: the process should then stop, so
+    /// that a restart recovers from what is on disk. Never resolves while
+    /// the WAL works.
+    pub async fn wal_failed(&self) -> Arc<StoreError> {
+        let mut failure = self.failure.clone();
+        loop {
+            if let Some(e) = failure.borrow_and_update().clone() {
+                return e;
+            }
+            if failure.changed().await.is_err() {
+                // The pipeline is gone without failing: never resolve.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// The WAL's failure, if it failed for good.
+    pub fn wal_failure(&self) -> Option<Arc<StoreError>> {
+        self.failure.borrow().clone()
     }
 
     /// The read handle.

@@ -13,7 +13,10 @@ mod request;
 mod snapshotter;
 
 pub use durable_index::{DurableConfig, DurableIndex, DurableStats};
-pub use pipeline::{Pipeline, PipelineConfig, PipelineExit, PipelineStats, WriteHandle};
+pub use pipeline::{
+    Pipeline, PipelineConfig, PipelineExit, PipelineFailure, PipelineStats, VOUCH_AFTER_IDLE,
+    WriteHandle,
+};
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
 pub use request::{WriteError, WriteOp, WriteOutcome};
 pub use snapshotter::{SnapshotResult, SnapshotStats};

@@ -23,10 +23,23 @@
 //! only once it is as durable as the policy promises, and a caller that
 //! gets its LSN can read its own write at once.
 //!
-//! If the WAL write or sync fails (full disk), the WAL rolls the file back
-//! to the group's start, the group's LSNs are reused, nothing is applied,
-//! and every caller of the group gets [`WriteError::Wal`]. Reads are not
-//! affected, and the next group tries the disk again.
+//! If the WAL write fails (full disk), the WAL rolls the file back to the
+//! group's start, the group's LSNs are reused, nothing is applied, and every
+//! caller of the group gets [`WriteError::Wal`]. Reads are not affected,
+//! and the next group tries the disk again.
+//!
+//! If a WAL **fsync** fails, the WAL is failed for good (a failed fsync may
+//! have dropped the data silently; see `wal::writer`): the group's callers
+//! and every later caller get [`WriteError::WalFailed`], nothing more is
+//! applied, and [`PipelineFailure`] tells the owner, which should stop the
+//! process so that a restart recovers from what is really on disk.
+//!
+//! When the queue has been empty for [`VOUCH_AFTER_IDLE`] (under `always`
+//! and `interval`), the thread asks the WAL to vouch for its synced end
+//! (one fsync), so that a quiet log is fully covered by its header's
+//! synced-end mark. [`Message::Sync`] makes the WAL durable through an LSN
+//! (for snapshots: the WAL before the snapshot). At stop the WAL is synced
+//! and vouched for under every policy.
 //!
 //! **Architecture Invariant:** only this thread mutates the index, and it
 //! applies a batch only after its WAL record is written (and synced, under
@@ -36,16 +49,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
 use super::policy::FsyncPolicy;
 use super::request::{WriteError, WriteOp, WriteOutcome};
 use crate::index::{IndexWriter, slot::check_key};
-use crate::store::Op;
 use crate::store::wal::WalWriter;
+use crate::store::{Op, StoreError};
 use crate::sync::LsnWatermark;
 
 /// Limits and policy of the pipeline.
@@ -76,6 +89,13 @@ impl Default for PipelineConfig {
     }
 }
 
+/// How long the queue must be empty before the thread has the WAL vouch
+/// for its synced end (module docs).
+pub const VOUCH_AFTER_IDLE: Duration = Duration::from_millis(10);
+
+/// Whether the WAL failed (`Some`), watched by the pipeline's owner.
+pub type PipelineFailure = watch::Receiver<Option<Arc<StoreError>>>;
+
 /// Counters the pipeline keeps for metrics and snapshot triggers.
 #[derive(Debug, Default)]
 pub struct PipelineStats {
@@ -89,6 +109,8 @@ pub struct PipelineStats {
     pub wal_failures: AtomicU64,
     /// Batches waiting in the queue (approximate).
     pub queued: AtomicU64,
+    /// Every batch up to this LSN is durable in the WAL.
+    pub synced_lsn: AtomicU64,
 }
 
 /// A caller's batch and where to send its answer.
@@ -99,6 +121,8 @@ struct Request {
 
 enum Message {
     Write(Request),
+    /// Make the WAL durable through this LSN (which must be committed).
+    Sync(u64, oneshot::Sender<Result<(), Arc<StoreError>>>),
     /// Finish what is queued, sync, and stop.
     Stop,
 }
@@ -124,6 +148,7 @@ pub struct PipelineExit {
 pub struct Pipeline {
     handle: WriteHandle,
     thread: Option<JoinHandle<PipelineExit>>,
+    failure: PipelineFailure,
 }
 
 impl Pipeline {
@@ -140,6 +165,10 @@ impl Pipeline {
     ) -> std::io::Result<Pipeline> {
         let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
         let stats = Arc::new(PipelineStats::default());
+        stats
+            .synced_lsn
+            .store(wal.synced_lsn(), Ordering::Relaxed);
+        let (failed_tx, failure) = watch::channel(None);
         let handle = WriteHandle {
             tx,
             closed: Arc::new(AtomicBool::new(false)),
@@ -163,6 +192,9 @@ impl Pipeline {
             unsynced_since: None,
             wal_bytes_at_nudge: 0,
             stats,
+            failed: None,
+            failed_tx,
+            idle_since: None,
         };
         let thread = std::thread::Builder::new()
             .name("uuidmap-writer".into())
@@ -170,7 +202,13 @@ impl Pipeline {
         Ok(Pipeline {
             handle,
             thread: Some(thread),
+            failure,
         })
+    }
+
+    /// Watches for a failure of the WAL (see the module docs).
+    pub fn failure(&self) -> PipelineFailure {
+        self.failure.clone()
     }
 
     /// A handle for submitting writes.
@@ -239,6 +277,35 @@ impl WriteHandle {
             .unwrap_or(Err(WriteError::ShuttingDown))
     }
 
+    /// Makes the WAL durable through `lsn`, which must be committed (for
+    /// snapshots; blocking, from a thread outside the async runtime). Fast
+    /// when it already is. After the pipeline stopped, only what its final
+    /// sync covered is durable.
+    pub fn make_durable_blocking(&self, lsn: u64) -> Result<(), Arc<StoreError>> {
+        if self.stats.synced_lsn.load(Ordering::Acquire) >= lsn {
+            return Ok(());
+        }
+        let (reply, answer) = oneshot::channel();
+        let not_durable = || {
+            Arc::new(StoreError::io(
+                "making the WAL durable for a snapshot",
+                "the WAL",
+                std::io::Error::other(format!(
+                    "the writer stopped before LSN {lsn} was durable"
+                )),
+            ))
+        };
+        if self.tx.blocking_send(Message::Sync(lsn, reply)).is_err() {
+            // Stopped: its final sync is all there is.
+            return if self.stats.synced_lsn.load(Ordering::Acquire) >= lsn {
+                Ok(())
+            } else {
+                Err(not_durable())
+            };
+        }
+        answer.blocking_recv().unwrap_or_else(|_| Err(not_durable()))
+    }
+
     /// The pipeline's counters.
     pub fn stats(&self) -> &PipelineStats {
         &self.stats
@@ -301,6 +368,12 @@ struct WriterThread {
     unsynced_since: Option<Instant>,
     wal_bytes_at_nudge: u64,
     stats: Arc<PipelineStats>,
+    /// Set once a WAL fsync failed: every later batch gets it.
+    failed: Option<Arc<StoreError>>,
+    /// Tells the owner about `failed`.
+    failed_tx: watch::Sender<Option<Arc<StoreError>>>,
+    /// When the queue became empty after the last group (for the idle vouch).
+    idle_since: Option<Instant>,
 }
 
 impl WriterThread {
@@ -311,7 +384,7 @@ impl WriterThread {
             .expect("building the writer thread's timer runtime");
         let mut stopping = false;
         while !stopping {
-            let first = match self.sync_deadline() {
+            let first = match self.wake_deadline() {
                 None => runtime.block_on(rx.recv()),
                 Some(deadline) => {
                     let wait = deadline.saturating_duration_since(Instant::now());
@@ -320,7 +393,7 @@ impl WriterThread {
                     match next {
                         Ok(m) => m,
                         Err(_elapsed) => {
-                            self.interval_sync();
+                            self.on_deadline();
                             continue;
                         }
                     }
@@ -333,6 +406,7 @@ impl WriterThread {
                     group_ops += r.ops.len();
                     self.decide(r);
                 }
+                Some(Message::Sync(lsn, reply)) => self.sync_through(lsn, reply),
             }
             // Drain what else is queued into the same group. After `Stop`,
             // keep draining: those batches were accepted before it.
@@ -342,6 +416,13 @@ impl WriterThread {
                         group_ops += r.ops.len();
                         self.decide(r);
                     }
+                    Ok(Message::Sync(lsn, reply)) => {
+                        // After the group: the LSN may be one of its.
+                        if !self.group.is_empty() {
+                            self.commit_group();
+                        }
+                        self.sync_through(lsn, reply);
+                    }
                     Ok(Message::Stop) => stopping = true,
                     Err(_) => break,
                 }
@@ -349,14 +430,109 @@ impl WriterThread {
             if !self.group.is_empty() {
                 self.commit_group();
             }
+            self.idle_since = Some(Instant::now());
         }
-        if self.unsynced_since.is_some() {
-            self.interval_sync();
+        // Whatever the policy, a stop leaves the log synced and vouched for.
+        if self.failed.is_none() {
+            match self.wal.vouch() {
+                Ok(()) => self.note_synced(),
+                Err(e) => tracing::error!("the final WAL fsync failed: {e}"),
+            }
         }
         PipelineExit {
             writer: self.writer,
             next_lsn: self.next_lsn,
         }
+    }
+
+    /// When the thread must wake without a message: the `interval` sync,
+    /// or the idle vouch.
+    fn wake_deadline(&self) -> Option<Instant> {
+        if self.failed.is_some() {
+            return None;
+        }
+        let vouch = match self.policy {
+            FsyncPolicy::Never => None,
+            _ => self.idle_since.map(|t| t + VOUCH_AFTER_IDLE),
+        };
+        match (self.sync_deadline(), vouch) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn on_deadline(&mut self) {
+        if self
+            .sync_deadline()
+            .is_some_and(|d| d <= Instant::now())
+        {
+            self.interval_sync();
+        }
+        if self
+            .idle_since
+            .is_some_and(|t| t + VOUCH_AFTER_IDLE <= Instant::now())
+        {
+            self.idle_since = None;
+            if self.failed.is_none() {
+                let vouched = self.wal.vouch();
+                self.after_sync(vouched, "the idle WAL fsync failed");
+            }
+        }
+    }
+
+    /// Answers a [`Message::Sync`].
+    fn sync_through(&mut self, lsn: u64, reply: oneshot::Sender<Result<(), Arc<StoreError>>>) {
+        let result = match &self.failed {
+            Some(e) => Err(e.clone()),
+            None if self.wal.synced_lsn() >= lsn => Ok(()),
+            None => {
+                let synced = self.wal.sync();
+                self.after_sync(synced, "the WAL fsync before a snapshot failed");
+                match &self.failed {
+                    Some(e) => Err(e.clone()),
+                    None if self.wal.synced_lsn() >= lsn => Ok(()),
+                    None => Err(Arc::new(StoreError::io(
+                        "making the WAL durable for a snapshot",
+                        self.wal.current_path(),
+                        std::io::Error::other(format!(
+                            "LSN {lsn} is not in the log (the snapshot is ahead of the writer)"
+                        )),
+                    ))),
+                }
+            }
+        };
+        let _ = reply.send(result);
+    }
+
+    /// After a sync: publish the synced LSN, or note that the WAL failed.
+    fn after_sync(&mut self, result: Result<(), StoreError>, what: &str) {
+        match result {
+            Ok(()) => self.note_synced(),
+            Err(e) => {
+                tracing::error!("{what}: {e}");
+                self.check_wal_failed();
+            }
+        }
+    }
+
+    fn note_synced(&self) {
+        self.stats
+            .synced_lsn
+            .store(self.wal.synced_lsn(), Ordering::Release);
+    }
+
+    /// If the WAL is failed for good, remembers it and tells the owner.
+    fn check_wal_failed(&mut self) {
+        if self.failed.is_some() || !self.wal.is_failed() {
+            return;
+        }
+        let error = Arc::new(
+            self.wal
+                .sync()
+                .expect_err("a failed WAL refuses every call"),
+        );
+        self.failed = Some(error.clone());
+        let _ = self.failed_tx.send(Some(error));
     }
 
     /// Under `interval`, when the unsynced writes must be synced.
@@ -368,14 +544,15 @@ impl WriterThread {
     }
 
     fn interval_sync(&mut self) {
-        match self.wal.sync() {
-            Ok(()) => self.unsynced_since = None,
-            Err(e) => {
-                // Retried at the next deadline; the acknowledged writes are
-                // in the OS's cache, so only a power loss could lose them.
-                tracing::error!("periodic WAL fsync failed (will retry): {e}");
-                self.unsynced_since = Some(Instant::now());
-            }
+        let synced = self.wal.sync();
+        let failed = synced.is_err();
+        self.after_sync(synced, "the periodic WAL fsync failed");
+        if failed && self.failed.is_none() {
+            // Not an fsync failure (a rollback still pending): retried at
+            // the next deadline.
+            self.unsynced_since = Some(Instant::now());
+        } else {
+            self.unsynced_since = None;
         }
     }
 
@@ -461,6 +638,9 @@ impl WriterThread {
                 self.fail_group(first_lsn, e);
                 return;
             }
+            if sync {
+                self.note_synced();
+            }
             if let FsyncPolicy::Interval(_) = self.policy {
                 self.unsynced_since.get_or_insert_with(Instant::now);
             }
@@ -513,17 +693,30 @@ impl WriterThread {
 
     /// The WAL refused the group: nothing is applied, the LSNs are reused,
     /// every caller learns why.
-    fn fail_group(&mut self, first_lsn: u64, error: crate::store::StoreError) {
-        tracing::error!("a write group failed and was not applied: {error}");
+    fn fail_group(&mut self, first_lsn: u64, error: StoreError) {
         self.stats.wal_failures.fetch_add(1, Ordering::Relaxed);
-        self.next_lsn = first_lsn;
-        debug_assert_eq!(self.wal.next_lsn(), first_lsn);
-        let error = Arc::new(error);
+        self.check_wal_failed();
+        let make_error: Box<dyn Fn() -> WriteError> = match &self.failed {
+            Some(failed) => {
+                // The WAL is gone for good; its LSNs stay where they are (a
+                // failed group may be on disk, and nothing follows it).
+                self.next_lsn = self.wal.next_lsn();
+                let failed = failed.clone();
+                Box::new(move || WriteError::WalFailed(failed.clone()))
+            }
+            None => {
+                tracing::error!("a write group failed and was not applied: {error}");
+                self.next_lsn = first_lsn;
+                debug_assert_eq!(self.wal.next_lsn(), first_lsn);
+                let error = Arc::new(error);
+                Box::new(move || WriteError::Wal(error.clone()))
+            }
+        };
         self.overlay.clear();
         self.overlay_upto = 0;
         self.ops.clear();
         for pending in self.group.drain(..) {
-            let _ = pending.reply.send(Err(WriteError::Wal(error.clone())));
+            let _ = pending.reply.send(Err(make_error()));
         }
     }
 

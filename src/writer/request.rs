@@ -74,6 +74,16 @@ pub enum WriteError {
     /// disk). The batch was not applied; retry once the disk is fixed.
     #[error("the write-ahead log is unavailable, the batch was not applied: {0}")]
     Wal(#[source] std::sync::Arc<StoreError>),
+    /// A WAL fsync failed: this process accepts no more writes (see
+    /// `wal::writer`). The batches of the failing group were written to the
+    /// log but not made durable: whether they survive the restart is
+    /// unknown. Later batches are refused without being logged.
+    #[error(
+        "the write-ahead log failed and this server accepts no more writes; a batch in \
+         flight when it failed may or may not survive the restart (read the key after it to \
+         find out): {0}"
+    )]
+    WalFailed(#[source] std::sync::Arc<StoreError>),
     /// The writer is shutting down or has stopped.
     #[error("the server is shutting down and accepts no more writes")]
     ShuttingDown,

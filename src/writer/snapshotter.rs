@@ -72,12 +72,23 @@ pub(crate) struct SnapshotterConfig {
     pub every: Option<Duration>,
     /// The snapshot the store was recovered from: (LSN, smallest capture).
     pub recovered_from: Option<(u64, u64)>,
+    /// Makes the WAL durable through an LSN, before a snapshot is published
+    /// (see `store::snapshot`'s write module: the WAL before the snapshot).
+    pub make_log_durable: Box<dyn Fn(u64) -> Result<(), Arc<StoreError>> + Send>,
 }
 
 impl Snapshotter {
-    /// Starts the thread; returns it and the sender the writer nudges.
-    pub(crate) fn start(config: SnapshotterConfig) -> std::io::Result<Snapshotter> {
-        let (tx, rx) = mpsc::channel();
+    /// A channel for [`Snapshotter::start`]: its sender may be handed out
+    /// (to the writer's nudge) before the thread starts.
+    pub(crate) fn channel() -> (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>) {
+        mpsc::channel()
+    }
+
+    /// Starts the thread on a channel made by [`Snapshotter::channel`].
+    pub(crate) fn start(
+        config: SnapshotterConfig,
+        (tx, rx): (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
+    ) -> std::io::Result<Snapshotter> {
         let stats = Arc::new(SnapshotStats::default());
         let thread_stats = stats.clone();
         let thread = std::thread::Builder::new()
@@ -88,10 +99,6 @@ impl Snapshotter {
             thread: Some(thread),
             stats,
         })
-    }
-
-    pub(crate) fn sender(&self) -> mpsc::Sender<Trigger> {
-        self.tx.clone()
     }
 
     pub(crate) fn stats(&self) -> &Arc<SnapshotStats> {
@@ -157,7 +164,15 @@ fn take(
 ) -> SnapshotResult {
     let started = Instant::now();
     let applied = || config.watermark.current();
-    match write_snapshot(config.io.as_ref(), &config.dir, &config.index, &applied) {
+    let make_log_durable =
+        |lsn| (config.make_log_durable)(lsn).map_err(|e| StoreError::clone_shared(&e));
+    match write_snapshot(
+        config.io.as_ref(),
+        &config.dir,
+        &config.index,
+        &applied,
+        &make_log_durable,
+    ) {
         Ok(info) => {
             stats.taken.fetch_add(1, Ordering::Relaxed);
             stats

@@ -191,11 +191,11 @@ impl OpenedSnapshot {
     /// If the file was written by a build that hashes like this one (equal
     /// fingerprints), the mapped slot arrays become the tables as they are
     /// (no copy; pages are read on first touch and copied only when
-    /// written). Each table is stamped `capture_lsn + 1`, so a later
-    /// snapshot that copies it before any write computes
-    /// `max(applied, stamp - 1) = max(applied, capture_lsn)`: still exact,
-    /// since the table holds every batch up to its capture LSN and may hold
-    /// part of the next.
+    /// written). Each table is stamped `capture_lsn`, so a later snapshot
+    /// that copies it before any write computes
+    /// `max(applied, capture_lsn - 1) = applied` (recovery starts the
+    /// watermark at the log's end, which is at least every capture): still
+    /// exact, and the stamp never claims an LSN the log may not hold.
     ///
     /// Otherwise (another CPU or ahash version) the map is rebuilt by
     /// inserting every entry into fresh tables with the same seeds and
@@ -235,7 +235,7 @@ impl OpenedSnapshot {
                     slots,
                     len: s.len as usize,
                     generation: s.generation,
-                    stamp: s.capture_lsn.saturating_add(1),
+                    stamp: s.capture_lsn,
                 }
             })
             .collect();
@@ -273,7 +273,7 @@ impl OpenedSnapshot {
             .build()?;
         // Later copies of a table nothing has touched since then must not
         // claim more than the uniform capture (see `into_index`).
-        writer.set_stamp(min_capture.saturating_add(1));
+        writer.set_stamp(min_capture);
         let file = self.map.as_slice();
         for (i, s) in self.segments.iter().enumerate() {
             let bytes = &file[s.offset as usize..(s.offset + s.capacity * SLOT_BYTES) as usize];

@@ -1,6 +1,17 @@
 //! Writing a snapshot while the writer goes on: one segment at a time, each
 //! copied consistently into a reused buffer, checksummed and appended; the
-//! header last; then sync, rename into place, sync the directory.
+//! header last; then sync, make the WAL durable through the snapshot's LSN,
+//! rename into place, sync the directory.
+//!
+//! **The WAL before the snapshot.** The copies may hold writes of batches
+//! whose WAL records were written but not yet fsynced (under `never` and
+//! `interval`, or the group being synced under `always`). Were the snapshot
+//! durable and those records lost in a power cut, recovery could not roll
+//! the snapshot back: some segments would hold a batch and others not. So
+//! before the rename, the caller's `make_log_durable(lsn)` must fsync the
+//! WAL through the snapshot's LSN, which is at least the LSN of every write
+//! in any copy (the segments' stamps). Recovery then requires the log to
+//! reach that LSN, and refuses a log that does not.
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -41,8 +52,10 @@ pub struct SnapshotInfo {
 /// ([`crate::IndexWriter::set_stamp`]). See the module docs of `snapshot`
 /// for why the result is exact.
 ///
-/// The file is written as a `.tmp` file, synced, renamed into place, and the
-/// directory synced: once this returns `Ok`, the snapshot is durable. Then
+/// The file is written as a `.tmp` file, synced, `make_log_durable(lsn)` is
+/// called (it must fsync the WAL through the snapshot's LSN; see the module
+/// docs), then the file is renamed into place and the directory synced:
+/// once this returns `Ok`, the snapshot is durable. Then
 /// every snapshot but the two newest (and the one just written, should an
 /// older state be snapshotted into a directory holding newer ones), and every
 /// leftover `.tmp` file, is removed (best effort).
@@ -60,6 +73,7 @@ pub fn write_snapshot(
     dir: &Path,
     index: &Index,
     applied_lsn: &dyn Fn() -> u64,
+    make_log_durable: &dyn Fn(u64) -> Result<(), StoreError>,
 ) -> Result<SnapshotInfo, StoreError> {
     let started = Instant::now();
     let existing = list_snapshots(io, dir)?;
@@ -93,6 +107,10 @@ pub fn write_snapshot(
             let _ = io.remove(&temp);
             return Ok(info);
         }
+    }
+    if let Err(e) = make_log_durable(header.lsn) {
+        let _ = io.remove(&temp);
+        return Err(e);
     }
     if let Err(e) = io.rename(&temp, &path) {
         let _ = io.remove(&temp);
@@ -151,12 +169,14 @@ fn write_temp(
     let mut words: Vec<u64> = Vec::new();
     let mut offset = PROLOGUE_LEN;
     let mut entries = 0u64;
+    let mut max_stamp = 0u64;
     for segment in 0..count {
         // Read the watermark BEFORE copying: every batch it covers was fully
         // applied before the copy began (see the module docs).
         let applied = applied_lsn();
         let image = index.copy_segment_raw(segment, &mut words);
         let capture_lsn = applied.max(image.stamp.saturating_sub(1));
+        max_stamp = max_stamp.max(image.stamp);
         let bytes: &[u8] = bytemuck::cast_slice(&words);
         let aligned = offset.next_multiple_of(PAGE);
         write_zeros(&mut *file, aligned - offset).map_err(writing)?;
@@ -177,9 +197,10 @@ fn write_temp(
     let header = Header {
         seeds: index.seeds(),
         fingerprint: index.hash_fingerprint(),
-        // A capture LSN can pass the watermark (batches applied but not yet
-        // published); the name must cover every segment.
-        lsn: applied_lsn().max(max_capture_lsn),
+        // A copy can hold writes past the watermark (batches applied but
+        // not yet published): the name covers every write in the file, so
+        // that the WAL is made durable through it (module docs).
+        lsn: applied_lsn().max(max_capture_lsn).max(max_stamp),
         min_capture_lsn,
         max_capture_lsn,
         created_unix_millis: SystemTime::now()

@@ -120,8 +120,9 @@ impl WalFollower {
                         self.next_lsn += 1;
                         return Ok(Some((rec.lsn, &self.ops)));
                     }
-                    // Cut off: more of it may have been written since.
-                    Err(bad) if self.pos as u64 + bad.extent > self.buf.len() as u64 => {}
+                    // Cut off (or not yet whole): more of it may have been
+                    // written since; re-read once before calling it damage.
+                    Err(bad) if !bad.written_so => {}
                     Err(bad) => return Err(self.corrupt(bad.reason)),
                 }
             }
@@ -341,7 +342,7 @@ mod tests {
         assert_eq!(read_all(&mut f, 1), vec![1]);
         let path = list_wal_files(io.as_ref(), &dir).unwrap()[0].path.clone();
         let mut data = io.read(&path).unwrap();
-        data.truncate(data.len() - 53); // record 2: 20 + 33 bytes
+        data.truncate(data.len() - 57); // record 2: 24 + 33 bytes
         super::super::record::encode_record(&mut data, 2, &[put(77)]);
         io.remove(&path).unwrap();
         io.create(&path).unwrap().write_all(&data).unwrap();

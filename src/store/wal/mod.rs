@@ -42,6 +42,6 @@ mod writer;
 pub use files::{WalFile, list_wal_files, parse_wal_file_name, remove_covered, wal_file_name};
 pub use follow::WalFollower;
 pub use reader::{TornTail, WalCursor, WalRecord};
-pub use record::{HEADER_LEN, MAX_BATCH_OPS, MAX_RECORD_LEN};
-pub use replay::{ReplayOptions, ReplayOutcome, replay};
+pub use record::{HEADER_LEN, MAX_BATCH_OPS, MAX_OPS_LEN};
+pub use replay::{ReplayOptions, ReplayOutcome, WalCut, replay};
 pub use writer::{WalOptions, WalWriter};

@@ -11,30 +11,30 @@
 //!
 //! # Torn tails and corruption
 //!
-//! A record that fails its checks ("bad") is a **torn tail** if it is in the
-//! last file and either its declared extent runs past the end of the file
-//! (or its length field itself is cut off), or every byte after its declared
-//! extent is zero (the file was extended but the data never landed; when the
-//! record ends exactly at the end of the file, its own last byte must be
-//! zero: a complete record that fails its checks is damage, not a tear). These
-//! are the traces a crash leaves in bytes that were never fsynced, so they
-//! were never acknowledged as durable; the log ends before them. The same
-//! rule applies to a bad header (whose extent is the header's 24 bytes), so
-//! a last file that is empty or all zeros is an empty tail.
+//! Every file but the last was fsynced whole before the writer left it, and
+//! every file has its whole header (files are renamed into place), so any
+//! bad record or header there is **corruption**.
 //!
-//! Any other bad record — in a file that is not the last, or followed by
-//! non-zero bytes — is **corruption**: records after it exist and cannot be
-//! trusted, so reading stops with [`StoreError::WalCorrupt`].
+//! In the last file, the header's synced-end slots vouch for a prefix of
+//! the records (up to an LSN and a byte offset) that was fsynced. A record
+//! that fails its checks is **corruption** if it starts inside that prefix,
+//! if its checksums match (it was written so: an unknown tag, a reserved
+//! key, a wrong LSN), or if the file is shorter than the prefix (truncated).
+//! Otherwise it is a **torn tail**: bytes written after the last fsync the
+//! header knows of, which a power loss can leave torn, zeroed or landed out
+//! of order (so valid records after a bad one there prove nothing). The log
+//! ends before it; those bytes were never acknowledged as durable except,
+//! under `always`, the last group, which the header learns of at the next
+//! fsync (or the writer's idle fsync): a synced last group that is damaged
+//! later is the one loss this cannot see.
 //!
-//! A bit flip in a length field of the last file that makes the record
-//! claim bytes past the end of the file is indistinguishable from a torn
-//! write and is treated as one (the records after it in that file are
-//! dropped, with a warning).
+//! Corruption stops reading with [`StoreError::WalCorrupt`], which names
+//! the file and offset.
 
 use std::path::{Path, PathBuf};
 
 use super::files::{WalFile, list_wal_files};
-use super::record::{BadRecord, HEADER_LEN, check_header, decode_record};
+use super::record::{BadRecord, HEADER_LEN, SyncedEnd, check_header, decode_record, read_synced_end};
 use crate::store::{Io, Op, StoreError};
 
 /// A record read from the WAL. The ops borrow the cursor's buffer.
@@ -90,6 +90,9 @@ pub struct WalCursor<'io> {
     expect_lsn: u64,
     /// Records read so far from the current file.
     file_records: u64,
+    /// What the current file's header vouches for as synced (the whole
+    /// file for every file but the last).
+    vouched: SyncedEnd,
     /// The first LSN not yet returned (records before it are skipped).
     next_wanted: u64,
     /// The highest LSN seen in the log so far, returned or skipped.
@@ -112,6 +115,7 @@ impl<'io> WalCursor<'io> {
             .iter()
             .rposition(|f| f.first_lsn <= from_lsn)
             .unwrap_or(0);
+        let skipped_end = (first > 0).then(|| files[first].first_lsn - 1);
         Ok(WalCursor {
             io,
             dir: dir.to_path_buf(),
@@ -122,8 +126,11 @@ impl<'io> WalCursor<'io> {
             offset: 0,
             expect_lsn: 0,
             file_records: 0,
+            vouched: SyncedEnd { lsn: 0, offset: 0 },
             next_wanted: from_lsn,
-            last_lsn_seen: None,
+            // The files skipped end where the first one read begins (file
+            // `i` covers LSNs up to `first_{i+1} - 1`).
+            last_lsn_seen: skipped_end,
             torn: None,
             ops: Vec::new(),
         })
@@ -147,6 +154,7 @@ impl<'io> WalCursor<'io> {
                 }
             }
             if self.offset == self.data.len() {
+                self.check_vouched_reached()?;
                 self.file += 1;
                 self.loaded = false;
                 continue;
@@ -224,6 +232,10 @@ impl<'io> WalCursor<'io> {
                 dir: self.dir.clone(),
                 expected: self.next_wanted,
                 found: file.first_lsn,
+                ends_early: self
+                    .last_lsn_seen
+                    .and_then(|_| Some(self.files.get(self.file.checked_sub(1)?)?.path.clone())),
+                next_file: file.path.clone(),
             });
         }
         if let Some(last) = self.last_lsn_seen
@@ -247,27 +259,68 @@ impl<'io> WalCursor<'io> {
         self.expect_lsn = file.first_lsn;
         self.file_records = 0;
         if let Err(bad) = check_header(&self.data, file.first_lsn) {
-            self.bad_record(0, bad)?;
+            // Files are renamed into place with their whole header.
+            return Err(self.corrupt(0, bad.reason));
+        }
+        let last = self.file + 1 == self.files.len();
+        self.vouched = if last {
+            read_synced_end(&self.data).unwrap_or(SyncedEnd {
+                lsn: file.first_lsn.saturating_sub(1),
+                offset: HEADER_LEN as u64,
+            })
+        } else {
+            SyncedEnd {
+                lsn: u64::MAX,
+                offset: self.data.len() as u64,
+            }
+        };
+        if self.vouched.offset > self.data.len() as u64 {
+            return Err(self.corrupt(
+                self.data.len(),
+                format!(
+                    "the file is {} bytes long, but its header says it held {} synced bytes \
+                     (records up to LSN {}): it was cut short",
+                    self.data.len(),
+                    self.vouched.offset,
+                    self.vouched.lsn
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// At the end of a file's good records: they must reach what the
+    /// header vouches for.
+    fn check_vouched_reached(&self) -> Result<(), StoreError> {
+        if (self.offset as u64) < self.vouched.offset {
+            return Err(self.corrupt(
+                self.offset,
+                format!(
+                    "the records end here, but the file's header says records up to LSN {} \
+                     ending at byte {} were synced",
+                    self.vouched.lsn, self.vouched.offset
+                ),
+            ));
         }
         Ok(())
     }
 
     /// Classifies a bad record at `offset`: a torn tail (recorded, Ok) or
-    /// corruption (Err).
+    /// corruption (Err). See the module docs.
     fn bad_record(&mut self, offset: usize, bad: BadRecord) -> Result<(), StoreError> {
         let last = self.file + 1 == self.files.len();
-        let end = offset as u64 + bad.extent;
-        let len = self.data.len() as u64;
-        // A record that ends exactly at the end of the file was written in
-        // full length; only a hole (a block that never landed reads as
-        // zeros, so the record's last byte is zero) makes it torn. A
-        // complete record that fails its checks otherwise is damage.
-        let torn = last
-            && (end > len
-                || (end < len && self.data[end as usize..].iter().all(|&b| b == 0))
-                || (end == len && end > offset as u64 && self.data[end as usize - 1] == 0));
-        if !torn {
+        if !last || bad.written_so {
             return Err(self.corrupt(offset, bad.reason));
+        }
+        if (offset as u64) < self.vouched.offset {
+            return Err(self.corrupt(
+                offset,
+                format!(
+                    "{}, in a record the file's header says was synced (records up to LSN {} \
+                     ending at byte {})",
+                    bad.reason, self.vouched.lsn, self.vouched.offset
+                ),
+            ));
         }
         self.torn = Some(TornTail {
             path: self.files[self.file].path.clone(),

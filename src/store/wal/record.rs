@@ -1,16 +1,21 @@
-//! The bytes of a WAL file: the file header and the records (one per write
-//! batch). `docs/format.md` ("WAL") describes them field by field; this file
-//! is the only code that knows them.
+//! The bytes of a WAL file: the file header with its synced-end marker, and
+//! the records (one per write batch). `docs/format.md` ("WAL") describes
+//! them field by field; this file is the only code that knows them.
 //!
 //! All integers are little-endian.
 //!
-//! Header (24 bytes): magic `UUIDMAPW`, format version `u32`, first LSN
-//! `u64`, CRC-32C of the 20 bytes before it `u32`.
+//! Header (64 bytes): magic `UUIDMAPW`, format version `u32` (2), first LSN
+//! `u64`, CRC-32C of the 20 bytes before it `u32`; then two 20-byte
+//! *synced-end* slots, each `u64` LSN, `u64` byte offset, `u32` CRC-32C of
+//! those 16 bytes. The slot with the higher LSN that checks out says that
+//! every record up to that LSN, ending at that offset, was fsynced: recovery
+//! refuses a file that lost any of it (see `reader`).
 //!
-//! Record: `u32` length of the rest of the record; `u32` CRC-32C of
-//! everything after this field; `u64` LSN; `u32` op count; the ops, each a
-//! `u8` tag (1 = put, 2 = delete), the 16-byte key and, for a put, the
-//! 16-byte value.
+//! Record (24 bytes, then the ops): `u32` byte length of the ops; `u64` LSN;
+//! `u32` op count; `u32` CRC-32C of those 16 bytes (the *header CRC*, so a
+//! damaged length is recognised as damage, never trusted); `u32` CRC-32C of
+//! the ops. Each op is a `u8` tag (1 = put, 2 = delete), the 16-byte key
+//! and, for a put, the 16-byte value.
 
 use crate::store::le::{u32_at, u64_at};
 use uuid::Uuid;
@@ -20,27 +25,33 @@ use crate::store::Op;
 /// The file magic.
 pub const MAGIC: [u8; 8] = *b"UUIDMAPW";
 /// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
-/// Bytes in a file header.
-pub const HEADER_LEN: usize = 24;
-/// Bytes of a record before its ops: length, crc, lsn, op count.
-pub const RECORD_OVERHEAD: usize = 20;
-/// The largest value of a record's length field. A larger one is corruption
+pub const FORMAT_VERSION: u32 = 2;
+/// Bytes in a file header, synced-end slots included: the first record
+/// starts here.
+pub const HEADER_LEN: usize = 64;
+/// Bytes of the fixed part of the header (magic, version, first LSN, CRC).
+const FIXED_HEADER_LEN: usize = 24;
+/// Offset of synced-end slot 0; slot 1 follows it.
+const SLOT_OFFSET: usize = FIXED_HEADER_LEN;
+/// Bytes of one synced-end slot.
+pub const SLOT_LEN: usize = 20;
+/// Bytes of a record before its ops: length, LSN, count, header CRC, ops CRC.
+pub const RECORD_OVERHEAD: usize = 24;
+/// The largest byte length of a record's ops. A larger one is corruption
 /// (it keeps a damaged length from making us read or allocate garbage).
-pub const MAX_RECORD_LEN: u32 = 64 << 20;
+pub const MAX_OPS_LEN: u32 = 64 << 20;
 /// The most ops one record (batch) may hold so that it fits
-/// [`MAX_RECORD_LEN`] even if every op is a put. The writer layer refuses
+/// [`MAX_OPS_LEN`] even if every op is a put. The writer layer refuses
 /// larger batches.
-pub const MAX_BATCH_OPS: usize = (MAX_RECORD_LEN as usize - (RECORD_OVERHEAD - 4)) / PUT_LEN;
+pub const MAX_BATCH_OPS: usize = MAX_OPS_LEN as usize / PUT_LEN;
 
-/// The smallest value of a record's length field (crc, lsn, count; no ops).
-const MIN_RECORD_LEN: u32 = (RECORD_OVERHEAD - 4) as u32;
 const TAG_PUT: u8 = 1;
 const TAG_DELETE: u8 = 2;
 const PUT_LEN: usize = 33;
 const DELETE_LEN: usize = 17;
 
-/// The header of a WAL file whose first record has LSN `first_lsn`.
+/// The header of a WAL file whose first record has LSN `first_lsn`, with
+/// both synced-end slots empty (nothing vouched for yet).
 pub fn encode_header(first_lsn: u64) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0..8].copy_from_slice(&MAGIC);
@@ -51,20 +62,63 @@ pub fn encode_header(first_lsn: u64) -> [u8; HEADER_LEN] {
     h
 }
 
-/// Checks a file's header against the first LSN its name gives. `file` is
-/// the whole file.
+/// Where the synced end of a file is: every record up to `lsn` is whole in
+/// the file and ends at byte `offset`, and was fsynced before this was
+/// written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncedEnd {
+    /// The last record vouched for.
+    pub lsn: u64,
+    /// The byte offset where it ends.
+    pub offset: u64,
+}
+
+/// The bytes of synced-end slot `slot` (0 or 1) holding `end`, and the
+/// offset in the file at which they go.
+pub fn encode_synced_end(slot: usize, end: SyncedEnd) -> (u64, [u8; SLOT_LEN]) {
+    let mut b = [0u8; SLOT_LEN];
+    b[0..8].copy_from_slice(&end.lsn.to_le_bytes());
+    b[8..16].copy_from_slice(&end.offset.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..16]);
+    b[16..20].copy_from_slice(&crc.to_le_bytes());
+    ((SLOT_OFFSET + (slot & 1) * SLOT_LEN) as u64, b)
+}
+
+/// The synced end a file's header vouches for: the slot with the higher
+/// LSN of those whose CRC matches. `None` if neither does (a new file, or
+/// damage to both slots; either way nothing is vouched for beyond what the
+/// records themselves show). `file` is the whole file (or at least its
+/// header).
+pub fn read_synced_end(file: &[u8]) -> Option<SyncedEnd> {
+    if file.len() < HEADER_LEN {
+        return None;
+    }
+    (0..2)
+        .filter_map(|slot| {
+            let b = &file[SLOT_OFFSET + slot * SLOT_LEN..SLOT_OFFSET + (slot + 1) * SLOT_LEN];
+            (crc32c::crc32c(&b[..16]) == u32_at(b, 16)).then(|| SyncedEnd {
+                lsn: u64_at(b, 0),
+                offset: u64_at(b, 8),
+            })
+        })
+        .max_by_key(|e| e.lsn)
+}
+
+/// Checks a file's header (its fixed part; the synced-end slots are read by
+/// [`read_synced_end`]) against the first LSN its name gives. `file` is the
+/// whole file.
 pub fn check_header(file: &[u8], first_lsn: u64) -> Result<(), BadRecord> {
     let bad = |reason: String| BadRecord {
         reason,
-        extent: HEADER_LEN as u64,
+        written_so: false,
     };
     if file.len() < HEADER_LEN {
         return Err(bad(format!(
-            "the file is {} bytes long, shorter than the {HEADER_LEN}-byte header",
+            "the file is {} bytes long, shorter than its {HEADER_LEN}-byte header",
             file.len()
         )));
     }
-    let h = &file[..HEADER_LEN];
+    let h = &file[..FIXED_HEADER_LEN];
     if h[0..8] != MAGIC {
         return Err(bad("the header does not start with UUIDMAPW".into()));
     }
@@ -73,15 +127,22 @@ pub fn check_header(file: &[u8], first_lsn: u64) -> Result<(), BadRecord> {
     }
     let version = u32_at(h, 8);
     if version != FORMAT_VERSION {
-        return Err(bad(format!(
-            "format version {version}, but this build reads version {FORMAT_VERSION}"
-        )));
+        return Err(BadRecord {
+            reason: format!(
+                "format version {version}, but this build reads version {FORMAT_VERSION} \
+                 (a WAL written by another uuidmap release)"
+            ),
+            written_so: true,
+        });
     }
     let lsn = u64_at(h, 12);
     if lsn != first_lsn {
-        return Err(bad(format!(
-            "the header says the file starts at LSN {lsn}, but its name says {first_lsn}"
-        )));
+        return Err(BadRecord {
+            reason: format!(
+                "the header says the file starts at LSN {lsn}, but its name says {first_lsn}"
+            ),
+            written_so: true,
+        });
     }
     Ok(())
 }
@@ -98,9 +159,7 @@ pub fn encode_record(buf: &mut Vec<u8>, lsn: u64, ops: &[Op]) {
         ops.len()
     );
     let start = buf.len();
-    buf.extend_from_slice(&[0; 8]); // length and crc, filled in below
-    buf.extend_from_slice(&lsn.to_le_bytes());
-    buf.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&[0; RECORD_OVERHEAD]); // filled in below
     for op in ops {
         match op {
             Op::Put { key, value } => {
@@ -114,10 +173,15 @@ pub fn encode_record(buf: &mut Vec<u8>, lsn: u64, ops: &[Op]) {
             }
         }
     }
-    let len = (buf.len() - start - 4) as u32;
-    let crc = crc32c::crc32c(&buf[start + 8..]);
-    buf[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    let ops_len = (buf.len() - start - RECORD_OVERHEAD) as u32;
+    let ops_crc = crc32c::crc32c(&buf[start + RECORD_OVERHEAD..]);
+    let head = &mut buf[start..start + RECORD_OVERHEAD];
+    head[0..4].copy_from_slice(&ops_len.to_le_bytes());
+    head[4..12].copy_from_slice(&lsn.to_le_bytes());
+    head[12..16].copy_from_slice(&(ops.len() as u32).to_le_bytes());
+    let head_crc = crc32c::crc32c(&head[..16]);
+    head[16..20].copy_from_slice(&head_crc.to_le_bytes());
+    head[20..24].copy_from_slice(&ops_crc.to_le_bytes());
 }
 
 /// A record that decoded cleanly.
@@ -125,55 +189,65 @@ pub fn encode_record(buf: &mut Vec<u8>, lsn: u64, ops: &[Op]) {
 pub struct DecodedRecord {
     /// Its LSN.
     pub lsn: u64,
-    /// Its length in bytes, length field included.
+    /// Its length in bytes, header included.
     pub len: u64,
 }
 
-/// A record (or header) that fails its checks.
+/// A record (or file header) that fails its checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadRecord {
     /// What is wrong, in words.
     pub reason: String,
-    /// Where it claims to end, relative to its start (past the end of the
-    /// input if its length field is cut off). Decides whether it is a torn
-    /// tail (see `reader`).
-    pub extent: u64,
+    /// Its checksums match, so it was written exactly so: no torn write
+    /// makes such a record (an unknown tag, a reserved key, another
+    /// version). Always damage (or a foreign file), wherever it is.
+    pub written_so: bool,
 }
 
 /// Decodes the record at the start of `buf` (which runs to the end of the
 /// file) into `ops` (cleared first; its capacity is reused).
 pub fn decode_record(buf: &[u8], ops: &mut Vec<Op>) -> Result<DecodedRecord, BadRecord> {
     ops.clear();
-    if buf.len() < 4 {
-        return Err(BadRecord {
-            reason: format!("only {} bytes are left, too few for a record", buf.len()),
-            extent: RECORD_OVERHEAD as u64,
-        });
-    }
-    let len = u32_at(buf, 0);
-    let extent = 4 + u64::from(len);
-    let bad = |reason: String| BadRecord { reason, extent };
-    if !(MIN_RECORD_LEN..=MAX_RECORD_LEN).contains(&len) {
+    let bad = |reason: String| BadRecord {
+        reason,
+        written_so: false,
+    };
+    if buf.len() < RECORD_OVERHEAD {
         return Err(bad(format!(
-            "the record length {len} is outside {MIN_RECORD_LEN}..={MAX_RECORD_LEN}"
+            "only {} bytes are left, too few for a record header",
+            buf.len()
         )));
     }
+    if crc32c::crc32c(&buf[..16]) != u32_at(buf, 16) {
+        return Err(bad("the record header's checksum does not match".into()));
+    }
+    let ops_len = u32_at(buf, 0);
+    let lsn = u64_at(buf, 4);
+    let count = u32_at(buf, 12) as usize;
+    if ops_len > MAX_OPS_LEN {
+        return Err(BadRecord {
+            reason: format!("the record length {ops_len} is over the limit of {MAX_OPS_LEN}"),
+            written_so: true,
+        });
+    }
+    let extent = RECORD_OVERHEAD as u64 + u64::from(ops_len);
     if extent > buf.len() as u64 {
         return Err(bad(format!(
-            "the record claims {extent} bytes but only {} are left in the file",
+            "the record (LSN {lsn}) claims {extent} bytes but only {} are left in the file",
             buf.len()
         )));
     }
     let rec = &buf[..extent as usize];
-    let crc = u32_at(rec, 4);
-    if crc32c::crc32c(&rec[8..]) != crc {
-        return Err(bad("the record's checksum does not match".into()));
+    if crc32c::crc32c(&rec[RECORD_OVERHEAD..]) != u32_at(rec, 20) {
+        return Err(bad(format!("the checksum of record LSN {lsn}'s ops does not match")));
     }
-    let lsn = u64_at(rec, 8);
-    let count = u32_at(rec, 16) as usize;
+    let certain = |reason: String| BadRecord {
+        reason,
+        written_so: true,
+    };
     let mut body = &rec[RECORD_OVERHEAD..];
     if count > body.len() / DELETE_LEN {
-        return Err(bad(format!(
+        return Err(certain(format!(
             "the record claims {count} ops but has room for at most {}",
             body.len() / DELETE_LEN
         )));
@@ -197,21 +271,21 @@ pub fn decode_record(buf: &[u8], ops: &mut Vec<Op>) -> Result<DecodedRecord, Bad
                 op
             }
             Some(&(tag @ TAG_PUT | tag @ TAG_DELETE)) => {
-                return Err(bad(format!(
+                return Err(certain(format!(
                     "op {i} (tag {tag}) runs past the record's end"
                 )));
             }
-            Some(tag) => return Err(bad(format!("op {i} has the unknown tag {tag}"))),
-            None => return Err(bad(format!("op {i} runs past the record's end"))),
+            Some(tag) => return Err(certain(format!("op {i} has the unknown tag {tag}"))),
+            None => return Err(certain(format!("op {i} runs past the record's end"))),
         };
         let key = op.key();
         if key.is_nil() || key.is_max() {
-            return Err(bad(format!("op {i} has the reserved key {key}")));
+            return Err(certain(format!("op {i} has the reserved key {key}")));
         }
         ops.push(op);
     }
     if !body.is_empty() {
-        return Err(bad(format!(
+        return Err(certain(format!(
             "{} bytes are left after the record's {count} ops",
             body.len()
         )));
@@ -285,14 +359,48 @@ mod tests {
     }
 
     #[test]
-    fn a_cut_record_claims_more_bytes_than_are_left() {
+    fn a_cut_record_is_not_mistaken_for_damage_written_so() {
         let mut buf = Vec::new();
         encode_record(&mut buf, 3, &[put(1, 2)]);
         let mut out = Vec::new();
         for cut in 0..buf.len() {
             let bad = decode_record(&buf[..cut], &mut out).unwrap_err();
-            assert!(bad.extent > cut as u64, "cut at {cut}: {bad:?}");
+            assert!(!bad.written_so, "cut at {cut}: {bad:?}");
         }
+    }
+
+    #[test]
+    fn a_flipped_length_bit_fails_the_header_checksum() {
+        let mut buf = Vec::new();
+        encode_record(&mut buf, 3, &[put(1, 2)]);
+        let mut out = Vec::new();
+        for bit in 0..32 {
+            let mut damaged = buf.clone();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            let bad = decode_record(&damaged, &mut out).unwrap_err();
+            assert!(bad.reason.contains("header's checksum"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_synced_end_is_the_newer_slot_that_checks_out() {
+        let mut file = encode_header(5).to_vec();
+        assert_eq!(read_synced_end(&file), None);
+        let ends = [
+            SyncedEnd { lsn: 7, offset: 200 },
+            SyncedEnd { lsn: 9, offset: 300 },
+            SyncedEnd { lsn: 12, offset: 420 },
+        ];
+        for (i, end) in ends.iter().enumerate() {
+            let (at, bytes) = encode_synced_end(i, *end);
+            file[at as usize..at as usize + SLOT_LEN].copy_from_slice(&bytes);
+            assert_eq!(read_synced_end(&file), Some(*end));
+        }
+        // Damage to the newer slot falls back to the older one.
+        let (at, _) = encode_synced_end(2, ends[2]);
+        file[at as usize + 3] ^= 0x10;
+        assert_eq!(read_synced_end(&file), Some(ends[1]));
+        assert!(check_header(&file, 5).is_ok(), "the slots are not the fixed header");
     }
 
     #[test]
@@ -301,10 +409,11 @@ mod tests {
         let mut buf = Vec::new();
         encode_record(&mut buf, 1, &[del(5)]);
         buf[RECORD_OVERHEAD] = 9;
-        let crc = crc32c::crc32c(&buf[8..]);
-        buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32c::crc32c(&buf[RECORD_OVERHEAD..]);
+        buf[20..24].copy_from_slice(&crc.to_le_bytes());
         let bad = decode_record(&buf, &mut out).unwrap_err();
         assert!(bad.reason.contains("unknown tag 9"), "{}", bad.reason);
+        assert!(bad.written_so);
 
         let mut buf = Vec::new();
         encode_record(&mut buf, 1, &[del(0)]);

@@ -28,9 +28,13 @@ use crate::store::{Io, Op, StoreError};
 /// How replay treats corruption.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplayOptions {
-    /// Cut the log at a corrupt record (losing everything after it) instead
-    /// of refusing to start.
+    /// Cut the log at a corrupt record, or at the end of a file that lost
+    /// its last records (losing everything after it), instead of refusing
+    /// to start (the repair).
     pub truncate_corrupt: bool,
+    /// Change no file: report the torn tail or the cut that would be made
+    /// (the outcome says so) and replay up to it.
+    pub read_only: bool,
 }
 
 /// What replay found and did.
@@ -54,6 +58,29 @@ pub struct ReplayOutcome {
     pub torn_bytes: u64,
     /// Bytes discarded because of corruption (`truncate_corrupt`).
     pub discarded_bytes: u64,
+    /// The cut made (or, read-only, that would be made) because of
+    /// corruption or a gap: where, why, and what was lost.
+    pub cut: Option<WalCut>,
+}
+
+/// A cut of the log at damage (`truncate_corrupt`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalCut {
+    /// The file cut (or, for a gap, the first file removed).
+    pub path: std::path::PathBuf,
+    /// The byte offset of the cut in it.
+    pub offset: u64,
+    /// What was wrong there.
+    pub reason: String,
+    /// The first LSN lost.
+    pub first_lsn_lost: u64,
+    /// Bytes removed.
+    pub bytes: u64,
+    /// Whole records that could still be read after the damage (in the
+    /// later files), all lost: acknowledged batches the cut discards.
+    pub readable_records_lost: u64,
+    /// The highest LSN among them.
+    pub last_readable_lsn: Option<u64>,
 }
 
 /// Calls `apply(lsn, ops)` for every record with LSN `> after_lsn`, in
@@ -73,7 +100,7 @@ pub fn replay(
 ) -> Result<ReplayOutcome, StoreError> {
     let mut cursor = WalCursor::open(io, dir, after_lsn + 1)?;
     let mut outcome = ReplayOutcome::default();
-    let corrupt = loop {
+    let damage = loop {
         match cursor.next_record() {
             Ok(Some(rec)) => {
                 apply(rec.lsn, rec.ops);
@@ -88,6 +115,20 @@ pub fn replay(
                 offset,
                 reason,
             }) if options.truncate_corrupt => break Some((path, offset, reason)),
+            Err(StoreError::WalGap {
+                expected,
+                found,
+                ends_early: Some(early),
+                next_file,
+                ..
+            }) if options.truncate_corrupt => {
+                let reason = format!(
+                    "{} ends before LSN {expected}, and {} starts at LSN {found}",
+                    early.display(),
+                    next_file.display()
+                );
+                break Some((next_file, 0, reason));
+            }
             Err(e) => return Err(e),
         }
     };
@@ -101,21 +142,27 @@ pub fn replay(
             file = %torn.path.display(),
             offset = torn.offset,
             bytes_dropped = outcome.torn_bytes,
-            "the WAL ends in a torn write (bytes written but never synced before a crash); \
-             cutting them off"
+            "the WAL ends in a torn write (bytes written after the last fsync, never \
+             acknowledged as durable); {}",
+            if options.read_only { "a start will cut them off" } else { "cutting them off" }
         );
-        cut(io, dir, &torn.path, torn.offset)?;
-    } else if let Some((path, offset, reason)) = corrupt {
+        if !options.read_only {
+            cut(io, dir, &torn.path, torn.offset)?;
+        }
+    } else if let Some((path, offset, reason)) = damage {
         let at = files
             .iter()
             .position(|f| f.path == path)
-            .expect("the corrupt file is one of the listed files");
+            .expect("the damaged file is one of the listed files");
         let first_lost = cursor
             .last_lsn_seen()
             .map_or(files[at].first_lsn, |l| l + 1);
-        outcome.discarded_bytes = discard_from(io, dir, &files, at, offset, first_lost, &reason)?;
+        let wal_cut = discard_from(io, dir, &files, at, offset, first_lost, reason, options)?;
+        outcome.discarded_bytes = wal_cut.bytes;
+        outcome.cut = Some(wal_cut);
     } else if let Some(last) = files.last()
         && cursor.position().1 == 0
+        && !options.read_only
     {
         // The newest file holds no record (the process stopped right after
         // creating it): remove it so the writer can create it again.
@@ -129,6 +176,7 @@ pub fn replay(
 /// remain.
 fn cut(io: &dyn Io, dir: &Path, path: &Path, offset: u64) -> Result<(), StoreError> {
     if offset <= HEADER_LEN as u64 {
+        // No record would remain (or, for a gap, the whole file goes).
         io.remove(path)
             .map_err(|e| StoreError::io("removing the WAL file", path, e))?;
         sync_dir(io, dir)
@@ -140,8 +188,9 @@ fn cut(io: &dyn Io, dir: &Path, path: &Path, offset: u64) -> Result<(), StoreErr
 
 /// The `truncate_corrupt` repair: removes the files after `files[at]`
 /// (newest first, so an interruption leaves a contiguous log), cuts
-/// `files[at]` at `offset`, and logs what was lost. Returns the bytes
-/// discarded.
+/// `files[at]` at `offset`, and logs what was lost. Read-only, it only
+/// reports what it would do.
+#[allow(clippy::too_many_arguments)]
 fn discard_from(
     io: &dyn Io,
     dir: &Path,
@@ -149,8 +198,9 @@ fn discard_from(
     at: usize,
     offset: u64,
     first_lost: u64,
-    reason: &str,
-) -> Result<u64, StoreError> {
+    reason: String,
+    options: &ReplayOptions,
+) -> Result<WalCut, StoreError> {
     let file = &files[at];
     let len = io
         .file_len(&file.path)
@@ -166,26 +216,37 @@ fn discard_from(
         let (n, last) = count_readable(&data, later.first_lsn);
         readable += n;
         last_readable = last_readable.max(last);
-        remove(io, later)?;
+        if !options.read_only {
+            remove(io, later)?;
+        }
     }
-    if at + 1 < files.len() {
-        sync_dir(io, dir)?;
+    if !options.read_only {
+        if at + 1 < files.len() {
+            sync_dir(io, dir)?;
+        }
+        cut(io, dir, &file.path, offset)?;
+        tracing::error!(
+            file = %file.path.display(),
+            offset,
+            reason,
+            bytes_discarded = bytes,
+            first_lsn_lost = first_lost,
+            later_files_removed = files.len() - at - 1,
+            readable_records_in_removed_files = readable,
+            "repair: the WAL is damaged; cut the log there: every record from LSN \
+             {first_lost} on is lost ({bytes} bytes, including {readable} readable records in \
+             the later files)"
+        );
     }
-    cut(io, dir, &file.path, offset)?;
-    tracing::error!(
-        file = %file.path.display(),
+    Ok(WalCut {
+        path: file.path.clone(),
         offset,
         reason,
-        bytes_discarded = bytes,
-        first_lsn_lost = first_lost,
-        later_files_removed = files.len() - at - 1,
-        readable_records_in_removed_files = readable,
-        last_readable_lsn_in_removed_files = last_readable,
-        "the WAL is corrupt; as asked (--wal-truncate-corrupt), cut the log there: every \
-         record from LSN {first_lost} on is lost ({bytes} bytes, including {readable} \
-         readable records in the later files)"
-    );
-    Ok(bytes)
+        first_lsn_lost: first_lost,
+        bytes,
+        readable_records_lost: readable,
+        last_readable_lsn: last_readable,
+    })
 }
 
 /// How many records at the start of a file's bytes decode cleanly, and the

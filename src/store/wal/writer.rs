@@ -12,16 +12,31 @@
 //! # Invariants
 //!
 //! - **The file holds only whole committed groups, as far as this process
-//!   knows.** A failed commit rolls the file back to its length before the
-//!   group (`set_len` + fsync) and forgets the group's records and LSNs:
-//!   the next `append` reuses them. If the rollback fails too, the writer is
-//!   *broken*: every later `commit` and `sync` first retries the rollback
+//!   knows.** A failed write (a full disk) rolls the file back to its length
+//!   before the group (`set_len` + fsync) and forgets the group's records
+//!   and LSNs: the next `append` reuses them. If the rollback's `set_len`
+//!   fails too, every later `commit` and `sync` first retries the rollback
 //!   and fails until it succeeds, so nothing is ever written after a partial
 //!   group, and writes resume by themselves once the disk has room again.
+//! - **A failed fsync is fatal.** Linux may drop the dirty pages of a failed
+//!   fsync and mark them clean, so a later fsync that succeeds proves
+//!   nothing. After one, the writer is *failed* for good: every later call
+//!   returns [`StoreError::WalFailed`], nothing more is acknowledged, and
+//!   the process must restart and recover from what is really on disk.
+//! - **The header vouches for the synced end.** Before each fsync the
+//!   writer records, in one of the header's two synced-end slots
+//!   (alternately, so a torn slot write leaves the other), the end of the
+//!   log as of the *previous* fsync, which is durable already; the fsync
+//!   then makes the slot durable with the new records. (Vouching for the
+//!   records of the same fsync would be wrong: after a power loss in its
+//!   middle, the slot could land without them.) [`WalWriter::vouch`]
+//!   catches the slot up with a fsync of its own when the writer is idle.
+//!   Recovery refuses a file that lost anything the header vouches for.
 //! - **Never append to a file of an earlier run.** `create` starts a new
 //!   file at the next LSN; replay has already cut the old files' tails.
-//! - **A new file is used only once durable**: header written and fsynced,
-//!   directory fsynced. Before the switch the previous file is fsynced, so a
+//! - **A new file is used only once durable**: written as `….log.tmp`,
+//!   header fsynced, renamed into place, directory fsynced; so a file with
+//!   a WAL name always has its whole header. Before the switch the previous file is fsynced, so a
 //!   later `sync` of the new file covers everything written before it.
 //! - Rotation happens after a commit that brings the file to
 //!   `segment_bytes`. If it fails, the commit still succeeded (its records
@@ -32,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::files::wal_file_name;
-use super::record::{HEADER_LEN, encode_header, encode_record};
+use super::record::{HEADER_LEN, SyncedEnd, encode_header, encode_record, encode_synced_end};
 use crate::store::{Io, IoFile, Op, StoreError};
 
 /// Tuning of the WAL writer.
@@ -78,6 +93,14 @@ pub struct WalWriter {
     rollback_to: Option<u64>,
     /// A rotation failed after a commit; retry it before the next write.
     rotate_pending: bool,
+    /// The end of the log in `file` as of its last successful fsync.
+    synced: SyncedEnd,
+    /// What `file`'s header vouches for (once its next fsync lands).
+    vouched: SyncedEnd,
+    /// The header slot the next vouch goes to (0 or 1).
+    next_slot: usize,
+    /// Set by a failed fsync: why the writer accepts nothing more.
+    failed: Option<String>,
 }
 
 impl WalWriter {
@@ -92,6 +115,10 @@ impl WalWriter {
         options: WalOptions,
     ) -> Result<WalWriter, StoreError> {
         let (file, path) = start_file(&*io, dir, next_lsn)?;
+        let empty = SyncedEnd {
+            lsn: next_lsn - 1,
+            offset: HEADER_LEN as u64,
+        };
         Ok(WalWriter {
             io,
             dir: dir.to_path_buf(),
@@ -105,6 +132,10 @@ impl WalWriter {
             unsynced: false,
             rollback_to: None,
             rotate_pending: false,
+            synced: empty,
+            vouched: empty,
+            next_slot: 0,
+            failed: None,
         })
     }
 
@@ -136,20 +167,8 @@ impl WalWriter {
             return if sync { self.sync() } else { Ok(()) };
         }
         let start = self.file.len();
-        let written = self
-            .file
-            .write_all(&self.pending)
-            .map_err(|e| StoreError::io("writing the WAL file", &self.path, e))
-            .and_then(|()| {
-                if sync {
-                    self.file
-                        .sync()
-                        .map_err(|e| StoreError::io("fsyncing the WAL file", &self.path, e))
-                } else {
-                    Ok(())
-                }
-            });
-        if let Err(e) = written {
+        if let Err(e) = self.file.write_all(&self.pending) {
+            let e = StoreError::io("writing the WAL file", &self.path, e);
             self.forget_pending();
             if let Err(rollback) = self.roll_back(start) {
                 tracing::warn!(
@@ -158,17 +177,25 @@ impl WalWriter {
                     error = %rollback,
                     "could not roll the WAL back after a failed write; writes fail until it can"
                 );
-                self.rollback_to = Some(start);
+                if self.failed.is_none() {
+                    self.rollback_to = Some(start);
+                }
             }
             return Err(e);
         }
         self.total_bytes += self.pending.len() as u64;
         self.pending.clear();
         self.committed_next = self.next_lsn;
-        self.unsynced = !sync;
+        self.unsynced = true;
+        if sync {
+            self.fsync()?;
+        }
         if self.file.len() >= self.options.segment_bytes
             && let Err(e) = self.rotate()
         {
+            if self.failed.is_some() {
+                return Err(e);
+            }
             tracing::warn!(
                 file = %self.path.display(),
                 error = %e,
@@ -180,19 +207,86 @@ impl WalWriter {
     }
 
     /// Fsyncs the current file without writing (the `interval` sync
-    /// policy). Earlier files were fsynced when the writer left them.
+    /// policy, and before a snapshot is published). Earlier files were
+    /// fsynced when the writer left them.
     pub fn sync(&mut self) -> Result<(), StoreError> {
+        self.check_failed()?;
         if let Some(len) = self.rollback_to {
             self.roll_back(len)?;
         }
         if !self.unsynced {
             return Ok(());
         }
-        self.file
-            .sync()
-            .map_err(|e| StoreError::io("fsyncing the WAL file", &self.path, e))?;
+        self.fsync()
+    }
+
+    /// Makes the header vouch for everything synced so far (one fsync, only
+    /// if it does not already): the writer calls it when idle, so that a
+    /// quiet log is vouched for to its end.
+    pub fn vouch(&mut self) -> Result<(), StoreError> {
+        self.sync()?;
+        if self.vouched == self.synced {
+            return Ok(());
+        }
+        self.fsync()
+    }
+
+    /// The LSN up to which every committed record is durable.
+    pub fn synced_lsn(&self) -> u64 {
+        self.synced.lsn
+    }
+
+    /// Whether a failed fsync ended this writer (see the module docs).
+    pub fn is_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// Writes the header slot for the previous synced end (if it moved),
+    /// then fsyncs. Any failure fails the writer for good.
+    fn fsync(&mut self) -> Result<(), StoreError> {
+        self.check_failed()?;
+        let vouch = self.synced;
+        if vouch != self.vouched {
+            let (at, bytes) = encode_synced_end(self.next_slot, vouch);
+            if let Err(e) = self.file.write_at(at, &bytes) {
+                return Err(self.fail("writing the synced end into the WAL file's header", e));
+            }
+        }
+        if let Err(e) = self.file.sync() {
+            return Err(self.fail("fsyncing the WAL file", e));
+        }
+        if vouch != self.vouched {
+            self.vouched = vouch;
+            self.next_slot ^= 1;
+        }
+        self.synced = SyncedEnd {
+            lsn: self.committed_next - 1,
+            offset: self.file.len(),
+        };
         self.unsynced = false;
         Ok(())
+    }
+
+    /// Fails the writer for good (module docs) and returns the error.
+    fn fail(&mut self, action: &'static str, e: std::io::Error) -> StoreError {
+        let cause = StoreError::io(action, &self.path, e).to_string();
+        tracing::error!(
+            file = %self.path.display(),
+            "{cause}: the WAL accepts no more writes (a failed fsync may have dropped them \
+             silently); restart to recover from what is on disk"
+        );
+        self.failed = Some(cause);
+        self.check_failed().expect_err("just failed")
+    }
+
+    fn check_failed(&self) -> Result<(), StoreError> {
+        match &self.failed {
+            None => Ok(()),
+            Some(cause) => Err(StoreError::WalFailed {
+                path: self.path.clone(),
+                cause: cause.clone(),
+            }),
+        }
     }
 
     /// The LSN the next `append` must use.
@@ -214,6 +308,7 @@ impl WalWriter {
     /// Finishes what an earlier failure left to do before anything is
     /// written: the rollback, then the rotation.
     fn recover(&mut self) -> Result<(), StoreError> {
+        self.check_failed()?;
         if let Some(len) = self.rollback_to {
             self.roll_back(len)?;
         }
@@ -228,28 +323,31 @@ impl WalWriter {
         self.file
             .set_len(len)
             .map_err(|e| StoreError::io("rolling back the WAL file", &self.path, e))?;
-        self.file
-            .sync()
-            .map_err(|e| StoreError::io("fsyncing the rolled-back WAL file", &self.path, e))?;
         self.rollback_to = None;
-        self.unsynced = false;
-        Ok(())
+        // Under `never`, earlier groups may be unsynced too: this fsync
+        // covers them, and a failure here is as fatal as any.
+        self.unsynced = true;
+        self.fsync()
     }
 
     /// Fsyncs the current file and switches to a new one starting at the
     /// first uncommitted LSN.
     fn rotate(&mut self) -> Result<(), StoreError> {
+        self.check_failed()?;
         if self.unsynced {
-            self.file
-                .sync()
-                .map_err(|e| StoreError::io("fsyncing the WAL file", &self.path, e))?;
-            self.unsynced = false;
+            self.fsync()?;
         }
         let (file, path) = start_file(&*self.io, &self.dir, self.committed_next)?;
         self.file = file;
         self.path = path;
         self.total_bytes += HEADER_LEN as u64;
         self.rotate_pending = false;
+        self.synced = SyncedEnd {
+            lsn: self.committed_next - 1,
+            offset: HEADER_LEN as u64,
+        };
+        self.vouched = self.synced;
+        self.next_slot = 0;
         Ok(())
     }
 
@@ -259,43 +357,48 @@ impl WalWriter {
     }
 }
 
-/// Creates `wal-{first_lsn}.log` durably: file, header, fsync, directory
-/// fsync. On failure, removes what it created (best effort: a header-only
-/// leftover is replaced by the next attempt, or removed by replay).
+/// Creates `wal-{first_lsn}.log` durably: written as `….log.tmp`, header
+/// fsynced, renamed into place, directory fsynced, so that a file with a WAL
+/// name always has its whole header. An existing file of that name is
+/// replaced only if it holds no record. On failure, removes what it
+/// created (best effort: a leftover `.tmp` is replaced by the next attempt
+/// and ignored by readers).
 fn start_file(
     io: &dyn Io,
     dir: &Path,
     first_lsn: u64,
 ) -> Result<(Box<dyn IoFile>, PathBuf), StoreError> {
     let path = dir.join(wal_file_name(first_lsn));
-    let mut file = match io.create(&path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            // Only a file without records may be replaced: a record in it
-            // would be an LSN we are about to reuse.
-            let len = io
-                .file_len(&path)
-                .map_err(|e| StoreError::io("reading the WAL file", &path, e))?;
-            if len > HEADER_LEN as u64 {
-                return Err(StoreError::io(
-                    "creating the WAL file (one of that name already holds records)",
-                    &path,
-                    e,
-                ));
-            }
-            io.remove(&path)
-                .map_err(|e| StoreError::io("removing the empty WAL file", &path, e))?;
-            io.create(&path)
-                .map_err(|e| StoreError::io("creating the WAL file", &path, e))?
-        }
-        Err(e) => return Err(StoreError::io("creating the WAL file", &path, e)),
-    };
+    if let Ok(len) = io.file_len(&path)
+        && len > HEADER_LEN as u64
+    {
+        // A record in it would be an LSN we are about to reuse.
+        return Err(StoreError::io(
+            "creating the WAL file (one of that name already holds records)",
+            &path,
+            std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+        ));
+    }
+    let mut temp = path.clone().into_os_string();
+    temp.push(".tmp");
+    let temp = PathBuf::from(temp);
+    if io.file_len(&temp).is_ok() {
+        io.remove(&temp)
+            .map_err(|e| StoreError::io("removing the leftover", &temp, e))?;
+    }
+    let mut file = io
+        .create(&temp)
+        .map_err(|e| StoreError::io("creating the WAL file", &temp, e))?;
     let made = file
         .write_all(&encode_header(first_lsn))
-        .map_err(|e| StoreError::io("writing the WAL file header", &path, e))
+        .map_err(|e| StoreError::io("writing the WAL file header", &temp, e))
         .and_then(|()| {
             file.sync()
-                .map_err(|e| StoreError::io("fsyncing the WAL file", &path, e))
+                .map_err(|e| StoreError::io("fsyncing the WAL file", &temp, e))
+        })
+        .and_then(|()| {
+            io.rename(&temp, &path)
+                .map_err(|e| StoreError::io("renaming into place the WAL file", &path, e))
         })
         .and_then(|()| {
             io.sync_dir(dir)
@@ -304,7 +407,7 @@ fn start_file(
     match made {
         Ok(()) => Ok((file, path)),
         Err(e) => {
-            let _ = io.remove(&path);
+            let _ = io.remove(&temp);
             Err(e)
         }
     }
