@@ -118,7 +118,11 @@ fn main() {
             }
         }
         Command::Repair { data_dir, dry_run } => {
-            let mode = if dry_run { Mode::RepairDryRun } else { Mode::Repair };
+            let mode = if dry_run {
+                Mode::RepairDryRun
+            } else {
+                Mode::Repair
+            };
             if let Err(e) = check(&data_dir, true, mode) {
                 eprintln!("uuidmap repair: {e}");
                 std::process::exit(1);
@@ -307,7 +311,11 @@ fn check(dir: &std::path::Path, verify: bool, mode: Mode) -> Result<(), String> 
     out.field("last LSN", r.last_lsn);
     out.field("WAL records read", r.records_replayed);
     if r.torn_bytes > 0 {
-        let verb = if mode == Mode::Repair { "cut" } else { "a start cuts" };
+        let verb = if mode == Mode::Repair {
+            "cut"
+        } else {
+            "a start cuts"
+        };
         out.field(
             "torn WAL tail",
             format!(
@@ -317,11 +325,20 @@ fn check(dir: &std::path::Path, verify: bool, mode: Mode) -> Result<(), String> 
             ),
         );
     }
-    let would = if mode == Mode::Repair { "" } else { "would be " };
+    let would = if mode == Mode::Repair {
+        ""
+    } else {
+        "would be "
+    };
     if let Some(cut) = &r.cut {
         out.field(
             "WAL damage",
-            format!("{} at byte {}: {}", cut.path.display(), cut.offset, cut.reason),
+            format!(
+                "{} at byte {}: {}",
+                cut.path.display(),
+                cut.offset,
+                cut.reason
+            ),
         );
         out.field(
             "WAL cut",
@@ -370,11 +387,21 @@ fn check(dir: &std::path::Path, verify: bool, mode: Mode) -> Result<(), String> 
         format!(
             "{:.1} ms{}",
             r.open_time.as_secs_f64() * 1e3,
-            if verify { "" } else { " (checksums not verified)" }
+            if verify {
+                ""
+            } else {
+                " (checksums not verified)"
+            }
         ),
     );
-    out.field("WAL replay", format!("{:.1} ms", r.replay_time.as_secs_f64() * 1e3));
-    out.field("total", format!("{:.1} ms", t.elapsed().as_secs_f64() * 1e3));
+    out.field(
+        "WAL replay",
+        format!("{:.1} ms", r.replay_time.as_secs_f64() * 1e3),
+    );
+    out.field(
+        "total",
+        format!("{:.1} ms", t.elapsed().as_secs_f64() * 1e3),
+    );
     out.print();
     Ok(())
 }
@@ -397,7 +424,10 @@ impl Fields {
 /// The LSN in a snapshot file's name.
 fn snapshot_lsn(path: &std::path::Path) -> Option<u64> {
     let name = path.file_name()?.to_str()?;
-    name.strip_prefix("snapshot-")?.strip_suffix(".snap")?.parse().ok()
+    name.strip_prefix("snapshot-")?
+        .strip_suffix(".snap")?
+        .parse()
+        .ok()
 }
 
 /// `n` distinct-looking random v4 UUIDs, fast: a splitmix64 stream seeded once

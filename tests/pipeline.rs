@@ -269,4 +269,3 @@ fn a_clean_stop_leaves_a_log_that_is_not_behind_its_snapshot() {
     assert_eq!(d.index().len(), 51);
     assert!(d.recovery_report().rejected.is_empty());
 }
-

@@ -520,8 +520,14 @@ fn a_failed_write_leaves_no_temp_file_and_the_previous_snapshots_intact() {
     writer.set_stamp(lsn + 2);
     writer.insert(key(2), value(3)).unwrap();
     for budget in [0, 100, 5_000, first.bytes - 10] {
-        let err = write_snapshot(&FullDisk { budget }, dir.path(), &index, &|| lsn + 2, &|_| Ok(()))
-            .expect_err("the disk is full");
+        let err = write_snapshot(
+            &FullDisk { budget },
+            dir.path(),
+            &index,
+            &|| lsn + 2,
+            &|_| Ok(()),
+        )
+        .expect_err("the disk is full");
         assert!(err.is_disk_full(), "{err}");
         let message = err.to_string();
         assert!(message.contains("disk is full"), "{message}");

@@ -374,7 +374,7 @@ proptest! {
     fn a_full_disk_fails_a_commit_cleanly_and_writes_resume_when_space_returns(
         groups in groups_strategy(30),
         segment_bytes in 40u64..300,
-        capacity in 60u64..1500,
+        capacity in 100u64..1500,
         free_after in 1usize..6,
     ) {
         let sim = new_disk();

@@ -257,7 +257,8 @@ fn per_size(n: usize, tmp: &Path, bench: bool, redis_bin: Option<&Path>) -> Size
         }
         dir = tmp.join(format!("snap-{}-{rep}", label(n)));
         std::fs::create_dir_all(&dir).expect("creating a snapshot directory");
-        let info = write_snapshot(&OsIo, &dir, &index, &|| 1, &|_| Ok(())).expect("writing a snapshot");
+        let info =
+            write_snapshot(&OsIo, &dir, &index, &|| 1, &|_| Ok(())).expect("writing a snapshot");
         eprintln!(
             "durability {}: snapshot {} bytes in {:.3?}",
             label(n),

@@ -165,9 +165,7 @@ impl Pipeline {
     ) -> std::io::Result<Pipeline> {
         let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
         let stats = Arc::new(PipelineStats::default());
-        stats
-            .synced_lsn
-            .store(wal.synced_lsn(), Ordering::Relaxed);
+        stats.synced_lsn.store(wal.synced_lsn(), Ordering::Relaxed);
         let (failed_tx, failure) = watch::channel(None);
         let handle = WriteHandle {
             tx,
@@ -290,9 +288,7 @@ impl WriteHandle {
             Arc::new(StoreError::io(
                 "making the WAL durable for a snapshot",
                 "the WAL",
-                std::io::Error::other(format!(
-                    "the writer stopped before LSN {lsn} was durable"
-                )),
+                std::io::Error::other(format!("the writer stopped before LSN {lsn} was durable")),
             ))
         };
         if self.tx.blocking_send(Message::Sync(lsn, reply)).is_err() {
@@ -303,7 +299,9 @@ impl WriteHandle {
                 Err(not_durable())
             };
         }
-        answer.blocking_recv().unwrap_or_else(|_| Err(not_durable()))
+        answer
+            .blocking_recv()
+            .unwrap_or_else(|_| Err(not_durable()))
     }
 
     /// The pipeline's counters.
@@ -462,10 +460,7 @@ impl WriterThread {
     }
 
     fn on_deadline(&mut self) {
-        if self
-            .sync_deadline()
-            .is_some_and(|d| d <= Instant::now())
-        {
+        if self.sync_deadline().is_some_and(|d| d <= Instant::now()) {
             self.interval_sync();
         }
         if self

@@ -34,7 +34,9 @@
 use std::path::{Path, PathBuf};
 
 use super::files::{WalFile, list_wal_files};
-use super::record::{BadRecord, HEADER_LEN, SyncedEnd, check_header, decode_record, read_synced_end};
+use super::record::{
+    BadRecord, HEADER_LEN, SyncedEnd, check_header, decode_record, read_synced_end,
+};
 use crate::store::{Io, Op, StoreError};
 
 /// A record read from the WAL. The ops borrow the cursor's buffer.

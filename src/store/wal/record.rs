@@ -239,7 +239,9 @@ pub fn decode_record(buf: &[u8], ops: &mut Vec<Op>) -> Result<DecodedRecord, Bad
     }
     let rec = &buf[..extent as usize];
     if crc32c::crc32c(&rec[RECORD_OVERHEAD..]) != u32_at(rec, 20) {
-        return Err(bad(format!("the checksum of record LSN {lsn}'s ops does not match")));
+        return Err(bad(format!(
+            "the checksum of record LSN {lsn}'s ops does not match"
+        )));
     }
     let certain = |reason: String| BadRecord {
         reason,
@@ -387,9 +389,18 @@ mod tests {
         let mut file = encode_header(5).to_vec();
         assert_eq!(read_synced_end(&file), None);
         let ends = [
-            SyncedEnd { lsn: 7, offset: 200 },
-            SyncedEnd { lsn: 9, offset: 300 },
-            SyncedEnd { lsn: 12, offset: 420 },
+            SyncedEnd {
+                lsn: 7,
+                offset: 200,
+            },
+            SyncedEnd {
+                lsn: 9,
+                offset: 300,
+            },
+            SyncedEnd {
+                lsn: 12,
+                offset: 420,
+            },
         ];
         for (i, end) in ends.iter().enumerate() {
             let (at, bytes) = encode_synced_end(i, *end);
@@ -400,7 +411,10 @@ mod tests {
         let (at, _) = encode_synced_end(2, ends[2]);
         file[at as usize + 3] ^= 0x10;
         assert_eq!(read_synced_end(&file), Some(ends[1]));
-        assert!(check_header(&file, 5).is_ok(), "the slots are not the fixed header");
+        assert!(
+            check_header(&file, 5).is_ok(),
+            "the slots are not the fixed header"
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::path::Path;
 
 use super::files::WalFile;
 use super::reader::WalCursor;
-use super::record::{HEADER_LEN, check_header, decode_record};
+use super::record::{HEADER_LEN, SyncedEnd, check_header, decode_record, encode_synced_end};
 use crate::store::{Io, Op, StoreError};
 
 /// How replay treats corruption.
@@ -186,6 +186,51 @@ fn cut(io: &dyn Io, dir: &Path, path: &Path, offset: u64) -> Result<(), StoreErr
     }
 }
 
+/// Cuts `path` at `offset` like [`cut`], and makes its header vouch for
+/// exactly what is left (records up to `last_lsn`): the slots may vouch for
+/// more, written when the file held more, and would make the next start
+/// refuse the repaired file. Rewritten as a new file renamed into place, so
+/// a crash leaves the old file or the new one.
+fn cut_and_vouch(
+    io: &dyn Io,
+    dir: &Path,
+    path: &Path,
+    offset: u64,
+    last_lsn: u64,
+) -> Result<(), StoreError> {
+    if offset <= HEADER_LEN as u64 {
+        return cut(io, dir, path, offset);
+    }
+    let mut data = io
+        .read(path)
+        .map_err(|e| StoreError::io("reading the WAL file", path, e))?;
+    data.truncate(offset as usize);
+    let end = SyncedEnd {
+        lsn: last_lsn,
+        offset,
+    };
+    for slot in 0..2 {
+        let (at, bytes) = encode_synced_end(slot, end);
+        data[at as usize..at as usize + bytes.len()].copy_from_slice(&bytes);
+    }
+    let mut temp = path.as_os_str().to_owned();
+    temp.push(".tmp");
+    let temp = std::path::PathBuf::from(temp);
+    if io.file_len(&temp).is_ok() {
+        io.remove(&temp)
+            .map_err(|e| StoreError::io("removing the leftover", &temp, e))?;
+    }
+    let mut file = io
+        .create(&temp)
+        .map_err(|e| StoreError::io("creating the repaired WAL file", &temp, e))?;
+    file.write_all(&data)
+        .and_then(|()| file.sync())
+        .map_err(|e| StoreError::io("writing the repaired WAL file", &temp, e))?;
+    io.rename(&temp, path)
+        .map_err(|e| StoreError::io("renaming into place the repaired WAL file", path, e))?;
+    sync_dir(io, dir)
+}
+
 /// The `truncate_corrupt` repair: removes the files after `files[at]`
 /// (newest first, so an interruption leaves a contiguous log), cuts
 /// `files[at]` at `offset`, and logs what was lost. Read-only, it only
@@ -224,7 +269,7 @@ fn discard_from(
         if at + 1 < files.len() {
             sync_dir(io, dir)?;
         }
-        cut(io, dir, &file.path, offset)?;
+        cut_and_vouch(io, dir, &file.path, offset, first_lost - 1)?;
         tracing::error!(
             file = %file.path.display(),
             offset,
