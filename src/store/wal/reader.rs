@@ -276,18 +276,9 @@ impl<'io> WalCursor<'io> {
                 offset: self.data.len() as u64,
             }
         };
-        if self.vouched.offset > self.data.len() as u64 {
-            return Err(self.corrupt(
-                self.data.len(),
-                format!(
-                    "the file is {} bytes long, but its header says it held {} synced bytes \
-                     (records up to LSN {}): it was cut short",
-                    self.data.len(),
-                    self.vouched.offset,
-                    self.vouched.lsn
-                ),
-            ));
-        }
+        // A file shorter than what its header vouches for is refused at the
+        // end of its good records (`check_vouched_reached`), so that a
+        // repair knows where they end.
         Ok(())
     }
 
@@ -295,11 +286,19 @@ impl<'io> WalCursor<'io> {
     /// header vouches for.
     fn check_vouched_reached(&self) -> Result<(), StoreError> {
         if (self.offset as u64) < self.vouched.offset {
+            let short = if self.offset == self.data.len() {
+                format!(
+                    "the file is {} bytes long: it was cut short; ",
+                    self.data.len()
+                )
+            } else {
+                String::new()
+            };
             return Err(self.corrupt(
                 self.offset,
                 format!(
-                    "the records end here, but the file's header says records up to LSN {} \
-                     ending at byte {} were synced",
+                    "{short}the records end here, but the file's header says records up to \
+                     LSN {} ending at byte {} were synced",
                     self.vouched.lsn, self.vouched.offset
                 ),
             ));
