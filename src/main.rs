@@ -286,6 +286,15 @@ fn check(dir: &std::path::Path, verify: bool, mode: Mode) -> Result<(), String> 
         read_only: mode != Mode::Repair,
         capacity_hint: 0,
     };
+    // A repair writes: never next to a running server. Looking needs no lock.
+    let _lock = if mode == Mode::Repair {
+        Some(
+            uuidmap::store::StoreError::lock_dir(&uuidmap::store::OsIo, dir)
+                .map_err(|e| e.to_string())?,
+        )
+    } else {
+        None
+    };
     let t = Instant::now();
     let recovered = uuidmap::store::recovery::recover(&uuidmap::store::OsIo, dir, &options)
         .map_err(|e| {

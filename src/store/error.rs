@@ -63,6 +63,14 @@ pub enum StoreError {
         /// The file that starts at `found`.
         next_file: PathBuf,
     },
+    /// Another process holds the data directory.
+    #[error("cannot use {dir}: {reason}")]
+    DirLocked {
+        /// The data directory.
+        dir: PathBuf,
+        /// Who holds it, in words.
+        reason: String,
+    },
     /// A failed fsync ended the WAL writer (see `wal::writer`).
     #[error(
         "the WAL can no longer be written: {cause}. A failed fsync may have dropped written \
@@ -186,6 +194,23 @@ impl StoreError {
                 }
                 | StoreError::WalBehindSnapshot { .. }
         )
+    }
+
+    /// Takes the exclusive lock on `dir` (see [`crate::store::Io::lock_dir`]).
+    pub fn lock_dir(
+        io: &dyn crate::store::Io,
+        dir: &std::path::Path,
+    ) -> Result<crate::store::DirLock, StoreError> {
+        io.lock_dir(dir).map_err(|e| {
+            if e.kind() == io::ErrorKind::WouldBlock {
+                StoreError::DirLocked {
+                    dir: dir.to_path_buf(),
+                    reason: e.to_string(),
+                }
+            } else {
+                StoreError::io("locking the data directory", dir, e)
+            }
+        })
     }
 
     /// Whether this is the disk running out of space.

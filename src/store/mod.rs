@@ -26,7 +26,7 @@ pub mod snapshot;
 pub mod wal;
 
 pub use error::StoreError;
-pub use io::{Io, IoFile, MappedFile, OsIo};
+pub use io::{DirLock, Io, IoFile, LOCK_FILE, MappedFile, OsIo};
 pub use op::Op;
 pub use sim_io::SimIo;
 #[cfg(not(uuidmap_loom))]

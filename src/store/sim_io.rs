@@ -81,6 +81,9 @@ struct Disk {
     /// `IoFile::sync` calls still allowed to succeed before one fails with
     /// EIO; `None`: none planned.
     sync_failure_after: Option<u64>,
+    /// Directories locked by a live [`DirLock`] (a restart clears them, as
+    /// the kernel drops a dead process's locks).
+    locked: Arc<Mutex<BTreeSet<PathBuf>>>,
     /// Mutating or syncing calls made so far (including failed ones).
     ops: u64,
 }
@@ -281,6 +284,7 @@ impl SimIo {
             crashed: false,
             capacity: disk.capacity,
             sync_failure_after: None,
+            locked: Arc::default(),
             ops: 0,
         };
         SimIo {
@@ -468,6 +472,22 @@ impl Io for SimIo {
         Ok(())
     }
 
+    fn lock_dir(&self, dir: &Path) -> io::Result<super::io::DirLock> {
+        let disk = self.lock();
+        disk.alive()?;
+        let mut locked = disk.locked.lock().unwrap_or_else(|p| p.into_inner());
+        if !locked.insert(dir.to_path_buf()) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "the data directory is in use by another uuidmap process; stop it first",
+            ));
+        }
+        Ok(super::io::DirLock::new(Box::new(SimLock {
+            locked: disk.locked.clone(),
+            dir: dir.to_path_buf(),
+        })))
+    }
+
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
         let mut disk = self.lock();
         disk.step()?;
@@ -478,6 +498,21 @@ impl Io for SimIo {
         inode.resize(len as usize);
         inode.sync();
         Ok(())
+    }
+}
+
+/// A simulated directory lock: unlocks when dropped.
+struct SimLock {
+    locked: Arc<Mutex<BTreeSet<PathBuf>>>,
+    dir: PathBuf,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        self.locked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.dir);
     }
 }
 

@@ -14,7 +14,7 @@ use super::snapshotter::{SnapshotResult, SnapshotStats, Snapshotter, Snapshotter
 use crate::index::Index;
 use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
 use crate::store::wal::{WalOptions, WalWriter};
-use crate::store::{Io, OsIo, StoreError};
+use crate::store::{DirLock, Io, OsIo, StoreError};
 use crate::sync::LsnWatermark;
 
 /// Everything [`DurableIndex::open`] needs.
@@ -64,6 +64,8 @@ pub struct DurableIndex {
     snapshot_tx: std::sync::mpsc::Sender<Trigger>,
     report: RecoveryReport,
     config: DurableConfig,
+    /// The data directory's lock, held while this lives (dropped last).
+    _lock: DirLock,
 }
 
 /// A point-in-time summary for `Stats` and metrics.
@@ -88,6 +90,11 @@ impl DurableIndex {
     /// threads.
     pub fn open(config: DurableConfig) -> Result<DurableIndex, StoreError> {
         let io = config.io.clone();
+        io.create_dir_all(&config.dir)
+            .map_err(|e| StoreError::io("creating the data directory", &config.dir, e))?;
+        // Before anything reads or writes: two processes on one directory
+        // would hand out the same LSNs and lose each other's writes.
+        let lock = StoreError::lock_dir(io.as_ref(), &config.dir)?;
         let recovered = recover(io.as_ref(), &config.dir, &config.recovery)?;
         let report = recovered.report;
         tracing::info!(
@@ -151,6 +158,7 @@ impl DurableIndex {
             snapshot_tx,
             report,
             config,
+            _lock: lock,
         };
         Ok(durable)
     }
