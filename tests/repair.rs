@@ -84,10 +84,11 @@ fn groups_of(index: &uuidmap::Index) -> Vec<Option<u64>> {
         .collect()
 }
 
-/// Cuts the WAL right after the record of `lsn`, and clears the file
-/// header's synced-end slots (which would otherwise report the cut as
-/// damage to synced records first): the log as a damaged disk could leave
-/// it with nothing in the file itself to show the loss.
+/// Cuts the WAL right after the record of `lsn`, and rewrites the file
+/// header's synced-end slots to vouch for exactly what is left (otherwise
+/// they report the cut as damage to synced records first): the log as a
+/// damaged disk could leave it with nothing in the file itself to show the
+/// loss (`docs/format.md` has the slot layout).
 fn cut_wal_after(io: &dyn Io, dir: &Path, lsn: u64) -> PathBuf {
     let mut cursor = WalCursor::open(io, dir, lsn).unwrap();
     let rec = cursor.next_record().unwrap().unwrap();
@@ -96,6 +97,10 @@ fn cut_wal_after(io: &dyn Io, dir: &Path, lsn: u64) -> PathBuf {
     let mut data = io.read(&path).unwrap();
     data.truncate(end as usize);
     data[24..64].fill(0);
+    data[24..32].copy_from_slice(&lsn.to_le_bytes());
+    data[32..40].copy_from_slice(&end.to_le_bytes());
+    let crc = crc32c::crc32c(&data[24..40]);
+    data[40..44].copy_from_slice(&crc.to_le_bytes());
     io.remove(&path).unwrap();
     let mut file = io.create(&path).unwrap();
     file.write_all(&data).unwrap();

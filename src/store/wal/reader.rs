@@ -266,10 +266,20 @@ impl<'io> WalCursor<'io> {
         }
         let last = self.file + 1 == self.files.len();
         self.vouched = if last {
-            read_synced_end(&self.data).unwrap_or(SyncedEnd {
-                lsn: file.first_lsn.saturating_sub(1),
-                offset: HEADER_LEN as u64,
-            })
+            match read_synced_end(&self.data) {
+                Some(end) => end,
+                // A file is created with a valid slot and the writer never
+                // overwrites the only one: both bad is damage, and without
+                // them nothing tells a tear from lost synced records.
+                None => {
+                    return Err(self.corrupt(
+                        0,
+                        "both synced-end slots of the header (bytes 24..64) are damaged, so \
+                         the file cannot show which of its records were synced"
+                            .into(),
+                    ));
+                }
+            }
         } else {
             SyncedEnd {
                 lsn: u64::MAX,

@@ -50,8 +50,10 @@ const TAG_DELETE: u8 = 2;
 const PUT_LEN: usize = 33;
 const DELETE_LEN: usize = 17;
 
-/// The header of a WAL file whose first record has LSN `first_lsn`, with
-/// both synced-end slots empty (nothing vouched for yet).
+/// The header of a WAL file whose first record has LSN `first_lsn`, slot 0
+/// vouching for the empty file (no record, the end at the header): a file
+/// always has a valid slot from its creation on, so one with none is
+/// damaged, never new (the writer fills slot 1 next, then alternates).
 pub fn encode_header(first_lsn: u64) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0..8].copy_from_slice(&MAGIC);
@@ -59,7 +61,17 @@ pub fn encode_header(first_lsn: u64) -> [u8; HEADER_LEN] {
     h[12..20].copy_from_slice(&first_lsn.to_le_bytes());
     let crc = crc32c::crc32c(&h[..20]);
     h[20..24].copy_from_slice(&crc.to_le_bytes());
+    let (at, slot) = encode_synced_end(0, empty_synced_end(first_lsn));
+    h[at as usize..at as usize + SLOT_LEN].copy_from_slice(&slot);
     h
+}
+
+/// What a new file vouches for: nothing past its header.
+pub fn empty_synced_end(first_lsn: u64) -> SyncedEnd {
+    SyncedEnd {
+        lsn: first_lsn.saturating_sub(1),
+        offset: HEADER_LEN as u64,
+    }
 }
 
 /// Where the synced end of a file is: every record up to `lsn` is whole in
@@ -85,10 +97,10 @@ pub fn encode_synced_end(slot: usize, end: SyncedEnd) -> (u64, [u8; SLOT_LEN]) {
 }
 
 /// The synced end a file's header vouches for: the slot with the higher
-/// LSN of those whose CRC matches. `None` if neither does (a new file, or
-/// damage to both slots; either way nothing is vouched for beyond what the
-/// records themselves show). `file` is the whole file (or at least its
-/// header).
+/// LSN of those whose CRC matches. `None` if neither does: both slots are
+/// damaged (a file is created with a valid slot 0, and the writer never
+/// overwrites the only valid slot). `file` is the whole file (or at least
+/// its header).
 pub fn read_synced_end(file: &[u8]) -> Option<SyncedEnd> {
     if file.len() < HEADER_LEN {
         return None;
@@ -387,7 +399,7 @@ mod tests {
     #[test]
     fn the_synced_end_is_the_newer_slot_that_checks_out() {
         let mut file = encode_header(5).to_vec();
-        assert_eq!(read_synced_end(&file), None);
+        assert_eq!(read_synced_end(&file), Some(empty_synced_end(5)));
         let ends = [
             SyncedEnd {
                 lsn: 7,
@@ -407,10 +419,14 @@ mod tests {
             file[at as usize..at as usize + SLOT_LEN].copy_from_slice(&bytes);
             assert_eq!(read_synced_end(&file), Some(*end));
         }
-        // Damage to the newer slot falls back to the older one.
+        // Damage to the newer slot falls back to the older one; damage to
+        // both leaves none (which recovery refuses).
         let (at, _) = encode_synced_end(2, ends[2]);
         file[at as usize + 3] ^= 0x10;
         assert_eq!(read_synced_end(&file), Some(ends[1]));
+        let (at, _) = encode_synced_end(1, ends[1]);
+        file[at as usize + 3] ^= 0x10;
+        assert_eq!(read_synced_end(&file), None);
         assert!(
             check_header(&file, 5).is_ok(),
             "the slots are not the fixed header"

@@ -47,7 +47,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::files::wal_file_name;
-use super::record::{HEADER_LEN, SyncedEnd, encode_header, encode_record, encode_synced_end};
+use super::record::{
+    HEADER_LEN, SyncedEnd, empty_synced_end, encode_header, encode_record, encode_synced_end,
+};
 use crate::store::{Io, IoFile, Op, StoreError};
 
 /// Tuning of the WAL writer.
@@ -115,10 +117,7 @@ impl WalWriter {
         options: WalOptions,
     ) -> Result<WalWriter, StoreError> {
         let (file, path) = start_file(&*io, dir, next_lsn)?;
-        let empty = SyncedEnd {
-            lsn: next_lsn - 1,
-            offset: HEADER_LEN as u64,
-        };
+        let empty = empty_synced_end(next_lsn);
         Ok(WalWriter {
             io,
             dir: dir.to_path_buf(),
@@ -134,7 +133,9 @@ impl WalWriter {
             rotate_pending: false,
             synced: empty,
             vouched: empty,
-            next_slot: 0,
+            // Slot 0 holds the new file's mark: never overwrite the only
+            // valid slot.
+            next_slot: 1,
             failed: None,
         })
     }
@@ -342,12 +343,9 @@ impl WalWriter {
         self.path = path;
         self.total_bytes += HEADER_LEN as u64;
         self.rotate_pending = false;
-        self.synced = SyncedEnd {
-            lsn: self.committed_next - 1,
-            offset: HEADER_LEN as u64,
-        };
+        self.synced = empty_synced_end(self.committed_next);
         self.vouched = self.synced;
-        self.next_slot = 0;
+        self.next_slot = 1;
         Ok(())
     }
 
