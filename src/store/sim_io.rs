@@ -149,7 +149,7 @@ impl Inode {
         for change in &self.pending {
             let keep = match change {
                 Change::Resize(_) => {
-                    if rng.next() % 2 == 0 {
+                    if rng.next().is_multiple_of(2) {
                         0
                     } else {
                         usize::MAX
@@ -531,7 +531,10 @@ impl IoFile for SimFile {
             }
             None => false,
         };
-        let inode = disk.inodes.get_mut(&self.inode).expect("an open file's inode");
+        let inode = disk
+            .inodes
+            .get_mut(&self.inode)
+            .expect("an open file's inode");
         if fail {
             inode.forget_pending();
             return Err(io::Error::from_raw_os_error(libc::EIO));
@@ -730,9 +733,9 @@ mod tests {
         let outcomes: BTreeSet<Vec<u8>> = (0..200)
             .map(|seed| sim.restart(seed).read(&dir.join("a")).unwrap())
             .collect();
-        assert!(outcomes.contains(&b"0000"[..].to_vec()));
-        assert!(outcomes.contains(&b"0ab0xy"[..].to_vec()));
-        assert!(outcomes.contains(&b"0000xy"[..].to_vec()), "the later write alone");
+        assert!(outcomes.contains(&b"0000"[..]));
+        assert!(outcomes.contains(&b"0ab0xy"[..]));
+        assert!(outcomes.contains(&b"0000xy"[..]), "the later write alone");
         f.sync().unwrap();
         assert_eq!(sim.restart(0).read(&dir.join("a")).unwrap(), b"0ab0xy");
     }
