@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -71,10 +72,20 @@ fn kill_loop(iterations: u64) {
         std::thread::sleep(Duration::from_millis(ms));
         child.kill().unwrap();
         let status = child.wait().unwrap();
+        // Only a death by our SIGKILL counts: a child that exited (with an
+        // error or not) or crashed by itself found a bug, and must not pass
+        // as killed. It logs nothing (RUST_LOG=off), so anything on stderr
+        // is a panic or an error report.
+        let err = stderr(&mut child);
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "iteration {iteration}: the child was not killed by SIGKILL but ended by itself \
+             ({status}): {err}"
+        );
         assert!(
-            !status.success(),
-            "iteration {iteration}: the child exited by itself: {}",
-            stderr(&mut child)
+            err.is_empty(),
+            "iteration {iteration}: the child wrote to stderr before the kill: {err}"
         );
         let mut acked: HashMap<u32, u64> = HashMap::new();
         while let Ok(line) = lines.recv_timeout(Duration::from_secs(5)) {
