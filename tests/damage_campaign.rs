@@ -304,13 +304,9 @@ fn trial(
     })
     .map_err(|_| TestCaseError::fail(format!("recovery panicked on {what}")))?;
     match outcome {
-        Ok((found, lsn)) if found == full => {
-            prop_assert_eq!(
-                lsn,
-                reference_lsn,
-                "{}: the right state at another LSN",
-                what
-            );
+        // (A state equal to the reference at another LSN is judged below:
+        // a cut batch may have changed nothing.)
+        Ok((found, lsn)) if found == full && lsn == reference_lsn => {
             tally.same += 1;
         }
         // The batch in flight at a crash was never acknowledged: the exact
@@ -319,13 +315,13 @@ fn trial(
             tally.same += 1;
         }
         Ok((found, lsn)) => {
-            let allowed = allowed_cuts(
-                &built,
-                name,
-                &last_wal,
-                &original,
-                mutation.range(original.len()),
-            );
+            // Judge by the bytes that really changed: zeros written over
+            // zeros damage nothing.
+            let (a, b) = mutation.range(original.len());
+            let first_changed = (a..b.min(bytes.len()))
+                .find(|&i| bytes[i] != original[i])
+                .unwrap_or(a);
+            let allowed = allowed_cuts(&built, name, &last_wal, &original, (first_changed, b));
             prop_assert!(
                 allowed.contains(&(lsn, found.clone())),
                 "{}: SILENT LOSS: recovered {} entries at LSN {} instead of {} at LSN {} \
@@ -421,7 +417,6 @@ fn one_random_mutation_long_campaign() {
 /// damaged record as a torn tail, and cuts the file's every record: it
 /// starts with LSN 54 of 60 and says nothing but a torn-tail log line.
 #[test]
-#[ignore = "fails: product bug, zeroed synced-end slots let recovery cut vouched records (report)"]
 fn zeroing_both_synced_end_slots_and_a_record_of_the_last_wal_file_is_refused() {
     let mut tally = Tally::default();
     trial(

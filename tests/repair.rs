@@ -96,11 +96,12 @@ fn cut_wal_after(io: &dyn Io, dir: &Path, lsn: u64) -> PathBuf {
     let (path, end) = (rec.path.to_path_buf(), rec.offset + rec.len);
     let mut data = io.read(&path).unwrap();
     data.truncate(end as usize);
-    data[24..64].fill(0);
-    data[24..32].copy_from_slice(&lsn.to_le_bytes());
-    data[32..40].copy_from_slice(&end.to_le_bytes());
-    let crc = crc32c::crc32c(&data[24..40]);
-    data[40..44].copy_from_slice(&crc.to_le_bytes());
+    for slot in [24, 44] {
+        data[slot..slot + 8].copy_from_slice(&lsn.to_le_bytes());
+        data[slot + 8..slot + 16].copy_from_slice(&end.to_le_bytes());
+        let crc = crc32c::crc32c(&data[slot..slot + 16]);
+        data[slot + 16..slot + 20].copy_from_slice(&crc.to_le_bytes());
+    }
     io.remove(&path).unwrap();
     let mut file = io.create(&path).unwrap();
     file.write_all(&data).unwrap();

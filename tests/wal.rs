@@ -276,7 +276,7 @@ proptest! {
         // gone for good, and the log can be written again.
         let fix = ReplayOptions {
             truncate_corrupt: true,
-            read_only: false,
+            ..ReplayOptions::default()
         };
         let (seen, outcome) = replay_all(&disk, 0, fix).unwrap();
         prop_assert_eq!(&seen[..], &committed[..kept]);

@@ -8,7 +8,9 @@
 //!   Bytes written but not synced may be lost, or survive in part, after a
 //!   power loss: each unsynced write may be lost, land whole, or land in
 //!   part, independently of the others (the page cache writes pages back in
-//!   any order). A `kill -9` loses nothing written: the kernel has it.
+//!   any order). A write inside one 512-byte sector is atomic: it lands
+//!   whole or not at all (the WAL's synced-end slots rely on it). A
+//!   `kill -9` loses nothing written: the kernel has it.
 //! - A failed fsync may have dropped the dirty pages it was to write and
 //!   marked them clean (Linux does): a later fsync that succeeds proves
 //!   nothing about them. So a failed WAL fsync is fatal for that file.

@@ -105,6 +105,7 @@ pub fn recover(
     let replay_options = ReplayOptions {
         truncate_corrupt: options.truncate_corrupt_wal,
         read_only: options.read_only,
+        synced_through: 0,
     };
     let snapshots = snapshot::list_snapshots(io, dir)?;
     for (lsn, path) in &snapshots {
@@ -133,6 +134,10 @@ pub fn recover(
         let captures = restored.capture_lsns;
         let min_capture = captures.iter().copied().min().unwrap_or(0);
         let started = Instant::now();
+        let replay_options = ReplayOptions {
+            synced_through: *lsn,
+            ..replay_options
+        };
         let replayed = replay_into(
             io,
             dir,

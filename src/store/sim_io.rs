@@ -19,7 +19,9 @@
 //! current bytes durable. After a power loss ([`SimIo::restart`]) a file
 //! holds its durable bytes with each pending change applied or not,
 //! independently, and a pending write possibly torn to a prefix: the page
-//! cache writes pages back in any order, and a crash can cut a write.
+//! cache writes pages back in any order, and a crash can cut a write. A
+//! write inside one 512-byte sector is never torn (a sector write is
+//! atomic), which the WAL header's synced-end slots rely on.
 //!
 //! Directories exist once `create_dir_all` made them and are durable at once
 //! (the store creates its data directory before anything else, and the
@@ -100,6 +102,10 @@ struct Inode {
     pending: Vec<Change>,
 }
 
+/// The disk's sector size: a write inside one sector lands whole or not at
+/// all.
+const SECTOR: usize = 512;
+
 /// An unsynced change to a file.
 #[derive(Clone)]
 enum Change {
@@ -152,6 +158,15 @@ impl Inode {
         for change in &self.pending {
             let keep = match change {
                 Change::Resize(_) => {
+                    if rng.next().is_multiple_of(2) {
+                        0
+                    } else {
+                        usize::MAX
+                    }
+                }
+                Change::Write { at, bytes: b }
+                    if at / SECTOR == (at + b.len()).max(1).saturating_sub(1) / SECTOR =>
+                {
                     if rng.next().is_multiple_of(2) {
                         0
                     } else {
@@ -640,13 +655,16 @@ mod tests {
     #[test]
     fn unsynced_appends_are_lost_or_torn_to_a_prefix() {
         let (sim, dir) = disk_with_dir();
-        let mut f = durable_file(&sim, &dir, "a", b"durable");
-        f.write_all(b"-unsynced-tail").unwrap();
-        let full = b"durable-unsynced-tail";
+        // The unsynced tail crosses a sector boundary (bytes 500..1000).
+        let durable = vec![b'd'; 500];
+        let mut f = durable_file(&sim, &dir, "a", &durable);
+        let tail: Vec<u8> = (0..500).map(|i| i as u8 | 1).collect();
+        f.write_all(&tail).unwrap();
+        let full = [durable.clone(), tail].concat();
         let mut seen_lengths = BTreeSet::new();
         for seed in 0..200 {
             let after = sim.restart(seed).read(&dir.join("a")).unwrap();
-            assert!(after.len() >= 7, "the synced bytes survive");
+            assert!(after.len() >= 500, "the synced bytes survive");
             assert_eq!(
                 after[..],
                 full[..after.len()],
@@ -655,7 +673,7 @@ mod tests {
             seen_lengths.insert(after.len());
         }
         assert!(
-            seen_lengths.contains(&7),
+            seen_lengths.contains(&500),
             "sometimes nothing unsynced survives"
         );
         assert!(
@@ -663,6 +681,18 @@ mod tests {
             "sometimes all of it does"
         );
         assert!(seen_lengths.len() > 3, "and sometimes part of it");
+    }
+
+    #[test]
+    fn a_write_inside_one_sector_lands_whole_or_not_at_all() {
+        let (sim, dir) = disk_with_dir();
+        let mut f = durable_file(&sim, &dir, "a", &[0; 64]);
+        f.write_at(24, &[7; 20]).unwrap();
+        for seed in 0..100 {
+            let after = sim.restart(seed).read(&dir.join("a")).unwrap();
+            let slot = &after[24..44];
+            assert!(slot == [7; 20] || slot == [0; 20], "{slot:?}");
+        }
     }
 
     #[test]
@@ -801,11 +831,11 @@ mod tests {
         let (sim, dir) = disk_with_dir();
         let mut f = durable_file(&sim, &dir, "a", b"");
         sim.set_crash_after(Some(0));
-        assert!(f.write_all(b"0123456789").is_err());
+        assert!(f.write_all(&[1; 1500]).is_err());
         let lengths: BTreeSet<usize> = (0..100)
             .map(|seed| sim.restart(seed).read(&dir.join("a")).unwrap().len())
             .collect();
-        assert!(lengths.contains(&10) && lengths.len() > 2);
+        assert!(lengths.contains(&1500) && lengths.len() > 2);
     }
 
     #[test]

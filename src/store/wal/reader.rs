@@ -101,6 +101,10 @@ pub struct WalCursor<'io> {
     last_lsn_seen: Option<u64>,
     /// Set when the cursor stopped at a torn tail.
     torn: Option<TornTail>,
+    /// Records up to this LSN are known to have been synced (a snapshot
+    /// with this LSN exists, and the WAL was fsynced through it first): a
+    /// bad one is corruption, never a torn tail.
+    synced_through: u64,
     /// Decoded ops of the last record; reused across records.
     ops: Vec<Op>,
 }
@@ -134,8 +138,17 @@ impl<'io> WalCursor<'io> {
             // `i` covers LSNs up to `first_{i+1} - 1`).
             last_lsn_seen: skipped_end,
             torn: None,
+            synced_through: 0,
             ops: Vec::new(),
         })
+    }
+
+    /// Treats the records up to `lsn` as synced, whatever the file headers
+    /// say (recovery passes the snapshot's LSN: the WAL was fsynced through
+    /// it before the snapshot was published).
+    pub fn synced_through(mut self, lsn: u64) -> Self {
+        self.synced_through = lsn;
+        self
     }
 
     /// The next record with LSN `>= from_lsn`, `None` at the end of the log
@@ -266,20 +279,9 @@ impl<'io> WalCursor<'io> {
         }
         let last = self.file + 1 == self.files.len();
         self.vouched = if last {
-            match read_synced_end(&self.data) {
-                Some(end) => end,
-                // A file is created with a valid slot and the writer never
-                // overwrites the only one: both bad is damage, and without
-                // them nothing tells a tear from lost synced records.
-                None => {
-                    return Err(self.corrupt(
-                        0,
-                        "both synced-end slots of the header (bytes 24..64) are damaged, so \
-                         the file cannot show which of its records were synced"
-                            .into(),
-                    ));
-                }
-            }
+            // A damaged slot may have vouched for records the other does
+            // not: without it nothing tells a tear from lost synced records.
+            read_synced_end(&self.data).map_err(|reason| self.corrupt(0, reason))?
         } else {
             SyncedEnd {
                 lsn: u64::MAX,
@@ -322,6 +324,15 @@ impl<'io> WalCursor<'io> {
         let last = self.file + 1 == self.files.len();
         if !last || bad.written_so {
             return Err(self.corrupt(offset, bad.reason));
+        }
+        if self.expect_lsn <= self.synced_through {
+            return Err(self.corrupt(
+                offset,
+                format!(
+                    "{} (the record of LSN {}, which a snapshot's LSN shows was synced)",
+                    bad.reason, self.expect_lsn
+                ),
+            ));
         }
         if (offset as u64) < self.vouched.offset {
             return Err(self.corrupt(

@@ -50,10 +50,11 @@ const TAG_DELETE: u8 = 2;
 const PUT_LEN: usize = 33;
 const DELETE_LEN: usize = 17;
 
-/// The header of a WAL file whose first record has LSN `first_lsn`, slot 0
-/// vouching for the empty file (no record, the end at the header): a file
-/// always has a valid slot from its creation on, so one with none is
-/// damaged, never new (the writer fills slot 1 next, then alternates).
+/// The header of a WAL file whose first record has LSN `first_lsn`, both
+/// slots vouching for the empty file (no record, the end at the header): a
+/// file has two valid slots from its creation on, and a slot is rewritten
+/// only whole (20 bytes inside the first sector: a sector write is atomic),
+/// so a slot that does not check out is damage.
 pub fn encode_header(first_lsn: u64) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0..8].copy_from_slice(&MAGIC);
@@ -61,8 +62,10 @@ pub fn encode_header(first_lsn: u64) -> [u8; HEADER_LEN] {
     h[12..20].copy_from_slice(&first_lsn.to_le_bytes());
     let crc = crc32c::crc32c(&h[..20]);
     h[20..24].copy_from_slice(&crc.to_le_bytes());
-    let (at, slot) = encode_synced_end(0, empty_synced_end(first_lsn));
-    h[at as usize..at as usize + SLOT_LEN].copy_from_slice(&slot);
+    for slot in 0..2 {
+        let (at, bytes) = encode_synced_end(slot, empty_synced_end(first_lsn));
+        h[at as usize..at as usize + SLOT_LEN].copy_from_slice(&bytes);
+    }
     h
 }
 
@@ -97,23 +100,35 @@ pub fn encode_synced_end(slot: usize, end: SyncedEnd) -> (u64, [u8; SLOT_LEN]) {
 }
 
 /// The synced end a file's header vouches for: the slot with the higher
-/// LSN of those whose CRC matches. `None` if neither does: both slots are
-/// damaged (a file is created with a valid slot 0, and the writer never
-/// overwrites the only valid slot). `file` is the whole file (or at least
-/// its header).
-pub fn read_synced_end(file: &[u8]) -> Option<SyncedEnd> {
+/// LSN. Both slots must check out (see [`encode_header`]); otherwise the
+/// error says which is damaged: with it, nothing would tell lost synced
+/// records from a torn tail. `file` is the whole file (or its header).
+pub fn read_synced_end(file: &[u8]) -> Result<SyncedEnd, String> {
     if file.len() < HEADER_LEN {
-        return None;
+        return Err(format!(
+            "the file is shorter than its {HEADER_LEN}-byte header"
+        ));
     }
-    (0..2)
-        .filter_map(|slot| {
-            let b = &file[SLOT_OFFSET + slot * SLOT_LEN..SLOT_OFFSET + (slot + 1) * SLOT_LEN];
-            (crc32c::crc32c(&b[..16]) == u32_at(b, 16)).then(|| SyncedEnd {
-                lsn: u64_at(b, 0),
-                offset: u64_at(b, 8),
-            })
-        })
-        .max_by_key(|e| e.lsn)
+    let mut best: Option<SyncedEnd> = None;
+    for slot in 0..2 {
+        let at = SLOT_OFFSET + slot * SLOT_LEN;
+        let b = &file[at..at + SLOT_LEN];
+        if crc32c::crc32c(&b[..16]) != u32_at(b, 16) {
+            return Err(format!(
+                "synced-end slot {slot} of the header (bytes {at}..{}) is damaged, so the \
+                 file cannot show which of its records were synced",
+                at + SLOT_LEN
+            ));
+        }
+        let end = SyncedEnd {
+            lsn: u64_at(b, 0),
+            offset: u64_at(b, 8),
+        };
+        if best.is_none_or(|b| end.lsn > b.lsn) {
+            best = Some(end);
+        }
+    }
+    Ok(best.expect("two slots"))
 }
 
 /// Checks a file's header (its fixed part; the synced-end slots are read by
@@ -399,7 +414,7 @@ mod tests {
     #[test]
     fn the_synced_end_is_the_newer_slot_that_checks_out() {
         let mut file = encode_header(5).to_vec();
-        assert_eq!(read_synced_end(&file), Some(empty_synced_end(5)));
+        assert_eq!(read_synced_end(&file), Ok(empty_synced_end(5)));
         let ends = [
             SyncedEnd {
                 lsn: 7,
@@ -417,16 +432,17 @@ mod tests {
         for (i, end) in ends.iter().enumerate() {
             let (at, bytes) = encode_synced_end(i, *end);
             file[at as usize..at as usize + SLOT_LEN].copy_from_slice(&bytes);
-            assert_eq!(read_synced_end(&file), Some(*end));
+            assert_eq!(read_synced_end(&file), Ok(*end));
         }
-        // Damage to the newer slot falls back to the older one; damage to
-        // both leaves none (which recovery refuses).
-        let (at, _) = encode_synced_end(2, ends[2]);
-        file[at as usize + 3] ^= 0x10;
-        assert_eq!(read_synced_end(&file), Some(ends[1]));
-        let (at, _) = encode_synced_end(1, ends[1]);
-        file[at as usize + 3] ^= 0x10;
-        assert_eq!(read_synced_end(&file), None);
+        // Damage to either slot is refused: the newer one may have vouched
+        // for records the older one does not.
+        for slot in 0..2 {
+            let mut damaged = file.clone();
+            let (at, _) = encode_synced_end(slot, ends[0]);
+            damaged[at as usize + 3] ^= 0x10;
+            let err = read_synced_end(&damaged).unwrap_err();
+            assert!(err.contains(&format!("slot {slot}")), "{err}");
+        }
         assert!(
             check_header(&file, 5).is_ok(),
             "the slots are not the fixed header"

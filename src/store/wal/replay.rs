@@ -35,6 +35,9 @@ pub struct ReplayOptions {
     /// Change no file: report the torn tail or the cut that would be made
     /// (the outcome says so) and replay up to it.
     pub read_only: bool,
+    /// Records up to this LSN are known synced (a snapshot's LSN): damage to
+    /// one is corruption, never a torn tail.
+    pub synced_through: u64,
 }
 
 /// What replay found and did.
@@ -98,7 +101,8 @@ pub fn replay(
     options: &ReplayOptions,
     mut apply: impl FnMut(u64, &[Op]),
 ) -> Result<ReplayOutcome, StoreError> {
-    let mut cursor = WalCursor::open(io, dir, after_lsn + 1)?;
+    let mut cursor =
+        WalCursor::open(io, dir, after_lsn + 1)?.synced_through(options.synced_through);
     let mut outcome = ReplayOutcome::default();
     let damage = loop {
         match cursor.next_record() {

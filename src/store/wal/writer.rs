@@ -133,9 +133,7 @@ impl WalWriter {
             rotate_pending: false,
             synced: empty,
             vouched: empty,
-            // Slot 0 holds the new file's mark: never overwrite the only
-            // valid slot.
-            next_slot: 1,
+            next_slot: 0,
             failed: None,
         })
     }
@@ -345,7 +343,7 @@ impl WalWriter {
         self.rotate_pending = false;
         self.synced = empty_synced_end(self.committed_next);
         self.vouched = self.synced;
-        self.next_slot = 1;
+        self.next_slot = 0;
         Ok(())
     }
 
