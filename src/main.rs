@@ -227,6 +227,9 @@ fn check(dir: &std::path::Path, verify: bool, truncate_corrupt: bool) -> Result<
     if !dir.is_dir() {
         return Err(format!("{} is not a directory", dir.display()));
     }
+    // `check` repairs what a restart repairs, so not beside a server.
+    let _lock =
+        uuidmap::store::lock_data_dir(&uuidmap::store::OsIo, dir).map_err(|e| e.to_string())?;
     let options = uuidmap::store::recovery::RecoveryOptions {
         verify_checksums: verify,
         truncate_corrupt_wal: truncate_corrupt,

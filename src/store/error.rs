@@ -80,6 +80,15 @@ pub enum StoreError {
         /// Why each candidate was rejected.
         reason: String,
     },
+    /// Another process (or another open store of this one) holds the data
+    /// directory's lock (see `dir_lock`).
+    #[error("data directory {dir} is {}", in_use_by(*.pid))]
+    DirInUse {
+        /// The data directory.
+        dir: PathBuf,
+        /// The holder's PID, when it recorded one.
+        pid: Option<u32>,
+    },
     /// The index could not be built (memory, bad segment count).
     #[error("building the index: {0}")]
     Build(#[from] BuildError),
@@ -114,5 +123,16 @@ fn io_hint(e: &io::Error) -> &'static str {
         " (the disk is full: free space, and writes resume by themselves)"
     } else {
         ""
+    }
+}
+
+/// Who holds a data directory's lock, and what to do about it.
+fn in_use_by(pid: Option<u32>) -> String {
+    match pid {
+        Some(pid) if pid == std::process::id() => {
+            format!("already open in this process (PID {pid}); close it first")
+        }
+        Some(pid) => format!("in use by another uuidmap process (PID {pid}); stop it first"),
+        None => "in use by another uuidmap process; stop it first".to_string(),
     }
 }

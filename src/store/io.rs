@@ -10,7 +10,8 @@
 //! - Creating, renaming or removing a directory entry is durable only after
 //!   `Io::sync_dir` on that directory. `rename` itself is atomic: after a crash
 //!   the name refers to the old file or the new one, never to a mix.
-//! - Nothing but this process writes into the data directory; in particular a
+//! - Nothing but this process writes into the data directory (its lock,
+//!   `Io::lock_dir`, keeps other uuidmap processes out); in particular a
 //!   snapshot file is never modified in place once renamed into place (it is
 //!   mapped copy-on-write while the server runs, and Linux lets changes made
 //!   to a file show through the clean pages of a private mapping).
@@ -18,6 +19,9 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
+
+use super::dir_lock::DirLock;
+use super::error::StoreError;
 
 /// File-system operations of the store. Paths are absolute or relative to the
 /// process's working directory, as given.
@@ -51,6 +55,13 @@ pub trait Io: Send + Sync + 'static {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Cuts a file to `len` bytes and makes the new length durable.
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()>;
+    /// Takes the exclusive lock on the data directory `dir` (see
+    /// `dir_lock`); it lasts until the guard is dropped. The default is the
+    /// real file system's lock, `flock` on `<dir>/LOCK`; a simulated disk
+    /// keeps its own.
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock, StoreError> {
+        super::dir_lock::lock_os_dir(dir)
+    }
 }
 
 /// A file open for appending.

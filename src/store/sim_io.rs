@@ -39,6 +39,14 @@
 //!   removals keep working, so freeing space (or raising the capacity) lets
 //!   writes resume.
 //!
+//! # Locks
+//!
+//! `lock_dir` keeps an in-memory table of locked directories: a second lock
+//! on a directory of the same disk (clones included) fails with
+//! `StoreError::DirInUse` while the first guard lives. Locks are not disk
+//! state: a lock taken after a crash succeeds, and [`SimIo::restart`]
+//! gives a disk with none, as a real restart finds no process holding one.
+//!
 //! One mutex guards the whole disk: this is test machinery, never on a hot
 //! path.
 
@@ -47,6 +55,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::dir_lock::DirLock;
+use super::error::StoreError;
 use super::io::{Io, IoFile, MappedFile};
 
 /// A handle to one simulated disk; clones share it.
@@ -76,6 +86,9 @@ struct Disk {
     capacity: Option<u64>,
     /// Mutating or syncing calls made so far (including failed ones).
     ops: u64,
+    /// Directories locked by `lock_dir`, with the PID recorded for the
+    /// holder (always this process's: the simulated disk lives in one).
+    locks: BTreeMap<PathBuf, u32>,
 }
 
 /// One file's contents.
@@ -127,6 +140,20 @@ struct SimFile {
     inode: u64,
     /// Where the next write goes.
     len: u64,
+}
+
+/// A directory lock on the simulated disk: dropping it frees the entry.
+struct SimDirLock {
+    /// The disk whose lock table holds the entry.
+    disk: Arc<Mutex<Disk>>,
+    /// The locked directory.
+    dir: PathBuf,
+}
+
+impl Drop for SimDirLock {
+    fn drop(&mut self) {
+        lock(&self.disk).locks.remove(&self.dir);
+    }
 }
 
 /// The error every call returns once the simulated process has crashed.
@@ -219,6 +246,7 @@ impl SimIo {
             crashed: false,
             capacity: disk.capacity,
             ops: 0,
+            locks: BTreeMap::new(),
         };
         SimIo {
             disk: Arc::new(Mutex::new(after)),
@@ -415,6 +443,28 @@ impl Io for SimIo {
         inode.resize(len as usize);
         inode.sync();
         Ok(())
+    }
+
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock, StoreError> {
+        let mut disk = self.lock();
+        // Not a disk write: does not count towards a planned crash.
+        disk.alive()
+            .map_err(|e| StoreError::io("locking", dir, e))?;
+        if !disk.dir_exists(dir) {
+            return Err(StoreError::io("locking", dir, not_found(dir)));
+        }
+        if let Some(&pid) = disk.locks.get(dir) {
+            return Err(StoreError::DirInUse {
+                dir: dir.to_path_buf(),
+                pid: Some(pid),
+            });
+        }
+        disk.locks.insert(dir.to_path_buf(), std::process::id());
+        let held = SimDirLock {
+            disk: Arc::clone(&self.disk),
+            dir: dir.to_path_buf(),
+        };
+        Ok(DirLock::new(dir, held))
     }
 }
 
@@ -686,6 +736,30 @@ mod tests {
             sim.map_private(&dir.join("a")).unwrap().as_slice(),
             b"hello"
         );
+    }
+
+    #[test]
+    fn a_directory_lock_excludes_a_second_until_dropped_and_a_restart_has_none() {
+        let (sim, dir) = disk_with_dir();
+        let held = sim.lock_dir(&dir).unwrap();
+        let clone = sim.clone();
+        match clone.lock_dir(&dir) {
+            Err(StoreError::DirInUse { dir: d, pid }) => {
+                assert_eq!((d, pid), (dir.clone(), Some(std::process::id())));
+            }
+            other => panic!("a second lock on a locked directory: {other:?}"),
+        }
+        assert!(
+            sim.list(&dir).unwrap().is_empty(),
+            "the lock is no file on the disk"
+        );
+        let after_crash = sim.restart(0);
+        after_crash
+            .lock_dir(&dir)
+            .expect("a restarted disk has no locks");
+        drop(held);
+        sim.lock_dir(&dir).expect("free once the guard is dropped");
+        assert!(sim.lock_dir(Path::new("/nowhere")).is_err());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::snapshotter::{SnapshotResult, SnapshotStats, Snapshotter, Snapshotter
 use crate::index::Index;
 use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
 use crate::store::wal::{WalOptions, WalWriter};
-use crate::store::{Io, OsIo, StoreError};
+use crate::store::{DirLock, Io, OsIo, StoreError, lock_data_dir};
 use crate::sync::LsnWatermark;
 
 /// Everything [`DurableIndex::open`] needs.
@@ -62,6 +62,10 @@ pub struct DurableIndex {
     snapshot_tx: std::sync::mpsc::Sender<Trigger>,
     report: RecoveryReport,
     config: DurableConfig,
+    /// The data directory's lock. Last, so that it is dropped (released)
+    /// only after the fields above have stopped the writer and snapshot
+    /// threads: no other process may write the directory before then.
+    _lock: DirLock,
 }
 
 /// A point-in-time summary for `Stats` and metrics.
@@ -82,10 +86,16 @@ pub struct DurableStats {
 }
 
 impl DurableIndex {
-    /// Recovers the data directory and starts the writer and snapshot
-    /// threads.
+    /// Locks the data directory (refusing with [`StoreError::DirInUse`]
+    /// if another process holds it), recovers it and starts the writer and
+    /// snapshot threads. The lock is held until the `DurableIndex` is
+    /// dropped.
     pub fn open(config: DurableConfig) -> Result<DurableIndex, StoreError> {
         let io = config.io.clone();
+        io.create_dir_all(&config.dir)
+            .map_err(|e| StoreError::io("creating the data directory", &config.dir, e))?;
+        // Before recovery, which may repair files (cut a torn WAL tail).
+        let lock = lock_data_dir(io.as_ref(), &config.dir)?;
         let recovered = recover(io.as_ref(), &config.dir, &config.recovery)?;
         let report = recovered.report;
         tracing::info!(
@@ -141,6 +151,7 @@ impl DurableIndex {
             snapshot_tx,
             report,
             config,
+            _lock: lock,
         };
         if durable.report.wal_behind_snapshot {
             tracing::warn!(
