@@ -8,7 +8,8 @@
 //!
 //! - `serve`: run the gRPC server (see `uuidmap serve --help`) until SIGTERM
 //!   or SIGINT, then stop accepting, finish in-flight calls and shut the index
-//!   down (writes drained, final snapshot).
+//!   down (writes drained, final snapshot; exit code 1 if that snapshot
+//!   failed, with nothing lost: the WAL holds the writes).
 //! - `get`, `put`, `del`, `scan`, `stats`, `snapshot`: a client of a
 //!   running server (`uuidmap::client::cli`; exit codes there).
 

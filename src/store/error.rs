@@ -118,9 +118,12 @@ pub fn is_disk_full(e: &io::Error) -> bool {
         || e.raw_os_error() == Some(libc::EDQUOT)
 }
 
+/// Names a full disk in every message. What follows from it (writes
+/// resume by themselves, or start again, or nothing is lost) depends on
+/// who reports it, so each reporter adds its own words.
 fn io_hint(e: &io::Error) -> &'static str {
     if is_disk_full(e) {
-        " (the disk is full: free space, and writes resume by themselves)"
+        " (the disk is full)"
     } else {
         ""
     }

@@ -232,13 +232,16 @@ impl DurableIndex {
     }
 
     /// Graceful stop: refuses new writes, finishes the queued ones, syncs the
-    /// WAL, takes a final snapshot (if configured), and stops the threads.
-    pub fn shutdown(mut self) {
+    /// WAL, takes a final snapshot (if configured), stops the threads and
+    /// releases the directory's lock. Returns the final snapshot's outcome
+    /// (`None`: not configured). When it failed, nothing acknowledged is
+    /// lost: the WAL holds it, and the next open replays it.
+    pub fn shutdown(mut self) -> Option<SnapshotResult> {
         if let Some(pipeline) = self.pipeline.take() {
             pipeline.stop();
         }
         let final_snapshot = self.config.snapshot_on_shutdown;
-        self.snapshotter.stop(final_snapshot);
+        self.snapshotter.stop(final_snapshot)
     }
 }
 
