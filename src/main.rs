@@ -43,7 +43,7 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gRPC server (uuidmap.v1) over a data directory.
-    Serve(uuidmap::server::ServeArgs),
+    Serve(Box<uuidmap::server::ServeArgs>),
     /// Build an index of random entries, verify it and print its rates.
     Selftest {
         /// Entries to insert.
