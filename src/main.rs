@@ -12,7 +12,8 @@
 //!
 //! - `serve`: run the gRPC server (see `uuidmap serve --help`) until SIGTERM
 //!   or SIGINT, then stop accepting, finish in-flight calls and shut the index
-//!   down (writes drained, final snapshot).
+//!   down (writes drained, final snapshot; exit code 1 if that snapshot
+//!   failed, with nothing lost: the WAL holds the writes).
 //! - `get`, `put`, `del`, `scan`, `stats`, `snapshot`: a client of a
 //!   running server (`uuidmap::client::cli`; exit codes there).
 
@@ -46,7 +47,7 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gRPC server (uuidmap.v1) over a data directory.
-    Serve(uuidmap::server::ServeArgs),
+    Serve(Box<uuidmap::server::ServeArgs>),
     /// Build an index of random entries, verify it and print its rates.
     Selftest {
         /// Entries to insert.
@@ -288,10 +289,7 @@ fn check(dir: &std::path::Path, verify: bool, mode: Mode) -> Result<(), String> 
     };
     // A repair writes: never next to a running server. Looking needs no lock.
     let _lock = if mode == Mode::Repair {
-        Some(
-            uuidmap::store::StoreError::lock_dir(&uuidmap::store::OsIo, dir)
-                .map_err(|e| e.to_string())?,
-        )
+        Some(uuidmap::store::lock_data_dir(&uuidmap::store::OsIo, dir).map_err(|e| e.to_string())?)
     } else {
         None
     };

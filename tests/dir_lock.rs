@@ -1,98 +1,155 @@
-//! One process per data directory: a second server on the same directory
-//! would hand out the same LSNs and lose half of the acknowledged writes.
-//! The lock is a `flock` on `LOCK`, so a killed holder frees it.
+//! One process at a time writes a data directory: a second `DurableIndex`,
+//! a second `uuidmap serve` or a `uuidmap repair` on a directory in use is
+//! refused (a read-only `uuidmap check` runs beside it) with a message that names the directory and the holder's PID,
+//! the holder goes on serving, and a holder killed with SIGKILL leaves no
+//! stale lock behind.
 
-use std::io::Read;
+mod serve_child;
+
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
+use serve_child::{ServeChild, clear_uuidmap_env, client, run_to_exit, serve_command};
 use uuidmap::store::{SimIo, StoreError};
-use uuidmap::writer::{DurableConfig, DurableIndex};
+use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
 
-fn open(io: &SimIo) -> Result<DurableIndex, StoreError> {
-    let mut c = DurableConfig::new("/data");
-    c.io = Arc::new(io.clone());
-    c.snapshot_every = None;
-    DurableIndex::open(c)
+const KEY: &str = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
+const VALUE: &str = "00000000-0000-4000-8000-00000000000a";
+
+fn quiet(config: &mut DurableConfig) {
+    config.snapshot_every = None;
+    config.snapshot_on_shutdown = false;
 }
 
 #[test]
-fn a_second_open_of_a_directory_is_refused_until_the_first_lets_go() {
-    let io = SimIo::new();
-    let first = open(&io).unwrap();
-    let err = open(&io).err().expect("refused");
-    assert!(matches!(err, StoreError::DirLocked { .. }), "{err}");
-    let message = err.to_string();
+fn a_second_open_of_a_directory_is_refused_naming_it_and_the_pid_until_the_first_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = DurableConfig::new(dir.path());
+    quiet(&mut config);
+    let first = DurableIndex::open(config.clone()).unwrap();
+    let lsn = first
+        .writes()
+        .write_blocking(vec![WriteOp::Put {
+            key: KEY.parse().unwrap(),
+            value: VALUE.parse().unwrap(),
+        }])
+        .unwrap()
+        .lsn;
+
+    let refused = DurableIndex::open(config.clone()).err().expect("refused");
     assert!(
-        message.contains("/data") && message.contains("in use"),
+        matches!(&refused, StoreError::DirInUse { pid: Some(p), .. } if *p == std::process::id()),
+        "{refused:?}"
+    );
+    let message = refused.to_string();
+    assert!(
+        message.contains(&dir.path().display().to_string())
+            && message.contains(&format!("PID {}", std::process::id())),
         "{message}"
     );
-    first.shutdown();
-    open(&io).expect("free again once the first is gone");
-}
+    // The refusal touched nothing: the first goes on writing.
+    first
+        .writes()
+        .write_blocking(vec![WriteOp::Delete {
+            key: VALUE.parse().unwrap(),
+        }])
+        .unwrap();
 
-fn serve(dir: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_uuidmap"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "off",
-        ])
-        .arg("--data-dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits until the server wrote its PID into the lock file (it holds the
-/// lock from then on).
-fn wait_for_lock(dir: &std::path::Path, pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let lock: PathBuf = dir.join("LOCK");
-    while std::fs::read_to_string(&lock)
-        .ok()
-        .map(|s| s.trim().to_string())
-        != Some(pid.to_string())
-    {
-        assert!(Instant::now() < deadline, "the server never took the lock");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    drop(first);
+    let second = DurableIndex::open(config).expect("free once the first is dropped");
+    assert!(second.watermark().current() > lsn);
 }
 
 #[test]
-fn a_second_server_on_a_directory_exits_naming_it_and_the_holder_and_kill_9_frees_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let mut first = serve(dir);
-    wait_for_lock(dir, first.id());
-
-    let second = serve(dir).wait_with_output().unwrap();
-    assert!(!second.status.success());
-    let err = String::from_utf8_lossy(&second.stderr);
-    assert!(err.contains(&dir.display().to_string()), "{err}");
-    assert!(err.contains(&format!("PID {}", first.id())), "{err}");
+fn on_the_simulated_disk_the_lock_is_in_memory_and_released_by_shutdown() {
+    let io = SimIo::new();
+    let mut config = DurableConfig::new(PathBuf::from("/data"));
+    config.io = Arc::new(io.clone());
+    quiet(&mut config);
+    let first = DurableIndex::open(config.clone()).unwrap();
+    assert!(matches!(
+        DurableIndex::open(config.clone()),
+        Err(StoreError::DirInUse { .. })
+    ));
     assert!(
-        first.try_wait().unwrap().is_none(),
-        "the first keeps serving"
+        !uuidmap::store::Io::list(&io, "/data".as_ref())
+            .unwrap()
+            .iter()
+            .any(|name| name == "LOCK"),
+        "no lock file on the simulated disk"
+    );
+    // A restarted disk (a crash) has no holder.
+    DurableIndex::open({
+        let mut c = config.clone();
+        c.io = Arc::new(io.restart(1));
+        c
+    })
+    .expect("a restart finds no lock");
+    first.shutdown();
+    DurableIndex::open(config).expect("free after shutdown");
+}
+
+#[test]
+fn a_second_serve_on_a_directory_in_use_exits_non_zero_naming_the_holder_and_the_first_keeps_serving()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = ServeChild::start(serve_command(dir.path()));
+    let (code, _, err) = client(&first.url(), &["put", KEY, VALUE]);
+    assert_eq!(code, Some(0), "{err}");
+
+    let (status, log) = run_to_exit(serve_command(dir.path()));
+    assert_eq!(status.code(), Some(1), "{log}");
+    let expected = format!(
+        "data directory {} is in use by another uuidmap process (PID {}); stop it first",
+        dir.path().display(),
+        first.child.id()
+    );
+    assert!(log.contains(&expected), "{log}");
+
+    // `repair` writes the directory: refused too.
+    let mut repair = std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"));
+    clear_uuidmap_env(&mut repair);
+    repair.arg("repair").arg("--data-dir").arg(dir.path());
+    let (status, log) = run_to_exit(repair);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains(&expected), "{log}");
+    // `check` changes no file: it runs beside the server.
+    let mut check = std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"));
+    clear_uuidmap_env(&mut check);
+    check.arg("check").arg("--data-dir").arg(dir.path());
+    let (status, log) = run_to_exit(check);
+    assert_eq!(status.code(), Some(0), "{log}");
+
+    // The first goes on reading and writing.
+    assert!(first.running());
+    let (code, out, err) = client(&first.url(), &["get", KEY]);
+    assert_eq!((code, out.trim()), (Some(0), VALUE), "{err}");
+    let (code, out, err) = client(&first.url(), &["del", KEY]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "lsn 2\n");
+    let (status, log) = first.stop();
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn a_serve_killed_with_sigkill_leaves_no_lock_and_a_new_one_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = ServeChild::start(serve_command(dir.path()));
+    let (code, _, err) = client(&first.url(), &["put", KEY, VALUE]);
+    assert_eq!(code, Some(0), "{err}");
+    first.kill();
+    assert!(
+        dir.path().join("LOCK").exists(),
+        "the file stays; only the lock goes"
     );
 
-    // SIGKILL: the kernel drops the flock with the process.
-    first.kill().unwrap();
-    first.wait().unwrap();
-    let mut third = serve(dir);
-    wait_for_lock(dir, third.id());
-    assert!(third.try_wait().unwrap().is_none());
-    third.kill().unwrap();
-    third.wait().unwrap();
-    let mut rest = String::new();
-    if let Some(mut e) = third.stderr.take() {
-        let _ = e.read_to_string(&mut rest);
-    }
-    assert!(!rest.contains("in use"), "{rest}");
+    let second = ServeChild::start(serve_command(dir.path()));
+    let (code, out, err) = client(&second.url(), &["get", KEY]);
+    assert_eq!(
+        (code, out.trim()),
+        (Some(0), VALUE),
+        "the acknowledged write survives: {err}"
+    );
+    let (status, log) = second.stop();
+    assert!(status.success(), "{log}");
 }

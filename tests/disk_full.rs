@@ -57,6 +57,8 @@ fn a_full_disk_refuses_writes_clearly_keeps_reads_and_recovers() {
         message.contains("disk is full"),
         "the error should say the disk is full: {message}"
     );
+    // True of a running writer, so said to its callers.
+    assert!(message.contains("writes resume by themselves"), "{message}");
     // Reads go on, and see every acknowledged write but not the refused one.
     for i in 0..acked {
         assert_eq!(durable.index().get(&key(i)), Some(key(i + 1000)), "key {i}");
@@ -67,6 +69,10 @@ fn a_full_disk_refuses_writes_clearly_keeps_reads_and_recovers() {
         .snapshot_now_blocking()
         .expect_err("no room for a snapshot");
     assert!(snap.to_string().contains("disk is full"), "{snap}");
+    assert!(
+        !snap.to_string().contains("resume"),
+        "not about writes: {snap}"
+    );
     // Still full: still refused, still nothing lost.
     assert!(put(&durable, acked).is_err());
     // Space returns: writes resume with no restart.
@@ -92,4 +98,33 @@ fn a_full_disk_refuses_writes_clearly_keeps_reads_and_recovers() {
         );
     }
     assert_eq!(reopened.index().len() as u64, acked);
+}
+
+#[test]
+fn shutdown_reports_a_final_snapshot_the_full_disk_refused_and_loses_nothing() {
+    let io = SimIo::new();
+    let durable = DurableIndex::open(config(&io)).unwrap();
+    for i in 0..50 {
+        put(&durable, i).unwrap();
+    }
+    // Not a byte more: the final snapshot cannot be written.
+    io.set_capacity(Some(io.used_bytes()));
+    let outcome = durable
+        .shutdown()
+        .expect("a final snapshot is configured by default");
+    let error = outcome.expect_err("no room for the final snapshot");
+    assert!(error.is_disk_full(), "{error}");
+
+    // The WAL holds every acknowledged write, even after a power loss.
+    io.set_capacity(None);
+    let reopened = DurableIndex::open(config(&io.restart(3))).unwrap();
+    assert_eq!(reopened.index().len(), 50);
+    // With room, shutdown reports the snapshot it took, at the last LSN.
+    let info = reopened.shutdown().unwrap().expect("room to spare");
+    assert_eq!(info.lsn, 50);
+
+    let mut off = config(&io);
+    off.snapshot_on_shutdown = false;
+    let quiet = DurableIndex::open(off).unwrap();
+    assert!(quiet.shutdown().is_none(), "no final snapshot asked for");
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use server_common::{TestServer, b, config, put_op, u};
 use tonic::Code;
 use tonic::transport::Channel;
+use uuidmap::server::ServeError;
 use uuidmap::server::config::DataDisk;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
@@ -162,6 +163,33 @@ async fn a_disk_that_fails_every_call_makes_writes_unavailable_and_the_server_st
     io.set_crash_after(Some(0));
     every_write_is_unavailable(&server, &mut c, "was not").await;
     drop(c);
-    // The final snapshot fails too; the stop still ends.
+    // The final snapshot fails too; the stop still ends, and says so.
+    match server.stop().await {
+        Err(ServeError::FinalSnapshot(e)) => {
+            let message = ServeError::FinalSnapshot(e).to_string();
+            assert!(message.contains("Nothing is lost"), "{message}");
+        }
+        other => panic!("a stop whose final snapshot failed: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_on_a_full_disk_says_to_free_space_and_start_again() {
+    let io = SimIo::new();
+    let server = start(&io).await;
+    let mut c = server.client().await;
+    put(&mut c, 1).await.unwrap();
+    drop(c);
     server.stop().await.unwrap();
+    // No room for the new WAL file a start writes.
+    io.set_capacity(Some(io.used_bytes()));
+    let e = start(&io).await.stop().await.expect_err("no room to start");
+    let message = e.to_string();
+    assert!(matches!(e, ServeError::Open(_)), "{message}");
+    assert!(
+        message.contains("disk is full") && message.contains("start again"),
+        "{message}"
+    );
+    // The process exits: nothing resumes by itself.
+    assert!(!message.contains("resume"), "{message}");
 }

@@ -475,9 +475,6 @@ impl Io for FullDisk {
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
         OsIo.truncate(path, len)
     }
-    fn lock_dir(&self, dir: &Path) -> io::Result<uuidmap::store::DirLock> {
-        OsIo.lock_dir(dir)
-    }
 }
 
 impl IoFile for FullFile {

@@ -29,10 +29,14 @@
 //! scan_queue = 64
 //! max_long_polls = 100000
 //! metrics_listen = "127.0.0.1:7879"   # or "off"
+//! wal_file_bytes = 67108864           # 64 MiB; at least 1 MiB
+//! snapshot_wal_bytes = 268435456      # 256 MiB; at least 1 MiB
+//! snapshot_interval = 600             # seconds, or "10m", or "off"; at least 1 s
 //! ```
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,12 +45,20 @@ use serde::Deserialize;
 use super::metrics::{DEFAULT_METRICS_LISTEN, MetricsListen};
 use super::tls::TlsFiles;
 use crate::store::{Io, OsIo};
-use crate::writer::FsyncPolicy;
+use crate::writer::{DurableConfig, FsyncPolicy};
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// The default data directory (relative to the working directory).
 pub const DEFAULT_DATA_DIR: &str = "uuidmap-data";
+/// The smallest `--wal-file-bytes`: smaller files would mean a file
+/// creation (and directory fsync) every few writes.
+pub const MIN_WAL_FILE_BYTES: u64 = 1 << 20;
+/// The smallest `--snapshot-wal-bytes`: every snapshot writes the whole
+/// index, so it must not be asked for every few writes.
+pub const MIN_SNAPSHOT_WAL_BYTES: u64 = 1 << 20;
+/// The shortest `--snapshot-interval`, for the same reason.
+pub const MIN_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Limits a request must stay within.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,6 +164,11 @@ pub struct ServeConfig {
     /// WAL files are rotated at this size (a snapshot lets the files it
     /// covers be removed, which is how far back `Watch` can start).
     pub wal_file_bytes: u64,
+    /// Take a snapshot each time this many bytes were written to the WAL.
+    pub snapshot_wal_bytes: u64,
+    /// Take a snapshot this long after the previous one (`None`: only on
+    /// the other triggers).
+    pub snapshot_interval: Option<Duration>,
     /// The file system under `data_dir`: the real one (no flag sets it).
     pub disk: DataDisk,
     /// Prometheus `GET /metrics` on this address; `None`: off (the
@@ -181,16 +198,21 @@ impl std::fmt::Debug for DataDisk {
 impl ServeConfig {
     /// The defaults, with `data_dir`.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        let data_dir = data_dir.into();
+        // The store's defaults are stated once, in `DurableConfig::new`.
+        let store = DurableConfig::new(&data_dir);
         ServeConfig {
             listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
-            data_dir: data_dir.into(),
+            data_dir,
             fsync: FsyncPolicy::Always,
             insecure: false,
             tls: None,
             tokens_file: None,
             limits: Limits::default(),
             admission: AdmissionLimits::default(),
-            wal_file_bytes: 64 << 20,
+            wal_file_bytes: store.wal_segment_bytes,
+            snapshot_wal_bytes: store.pipeline.snapshot_every_bytes,
+            snapshot_interval: store.snapshot_every,
             disk: DataDisk::default(),
             metrics_listen: None,
         }
@@ -270,6 +292,62 @@ pub struct ServeArgs {
     /// or `off` [default: 127.0.0.1:7879]. Only loopback unless --insecure.
     #[arg(long, env = "UUIDMAP_METRICS_LISTEN")]
     pub metrics_listen: Option<MetricsListen>,
+    /// Start a new WAL file when the current one reaches this many bytes;
+    /// at least 1 MiB [default: 67108864 (64 MiB)]. A snapshot lets the
+    /// files it covers be removed, and Watch can start only as far back as
+    /// the oldest file kept.
+    #[arg(long, env = "UUIDMAP_WAL_FILE_BYTES")]
+    pub wal_file_bytes: Option<u64>,
+    /// Take a snapshot each time this many bytes were written to the WAL;
+    /// at least 1 MiB [default: 268435456 (256 MiB)]. Bounds the WAL a
+    /// restart replays; each snapshot writes the whole index.
+    #[arg(long, env = "UUIDMAP_SNAPSHOT_WAL_BYTES")]
+    pub snapshot_wal_bytes: Option<u64>,
+    /// Take a snapshot this long after the previous one: seconds (600), or
+    /// with a unit (90s, 10m, 1h), at least 1 s; or `off` for snapshots
+    /// only on WAL growth, on request and at shutdown [default: 600].
+    #[arg(long, env = "UUIDMAP_SNAPSHOT_INTERVAL")]
+    pub snapshot_interval: Option<SnapshotInterval>,
+}
+
+/// `--snapshot-interval`: a duration, or `off` (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotInterval(pub Option<Duration>);
+
+impl FromStr for SnapshotInterval {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(SnapshotInterval(None));
+        }
+        let unit_at = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (number, unit) = s.split_at(unit_at);
+        let scale = match unit {
+            "" | "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            _ => 0,
+        };
+        match number.parse::<u64>() {
+            Ok(n) if scale > 0 => Ok(SnapshotInterval(Some(Duration::from_secs(
+                n.saturating_mul(scale),
+            )))),
+            _ => Err(format!(
+                "{s:?} is not an interval: give seconds (600), a number with a unit \
+                 (90s, 10m, 1h), or `off`"
+            )),
+        }
+    }
+}
+
+/// `snapshot_interval` in the TOML file: seconds, or text as the flag takes.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum FileInterval {
+    Seconds(u64),
+    Text(String),
 }
 
 /// The TOML file.
@@ -296,6 +374,9 @@ struct FileConfig {
     scan_queue: Option<usize>,
     max_long_polls: Option<usize>,
     metrics_listen: Option<String>,
+    wal_file_bytes: Option<u64>,
+    snapshot_wal_bytes: Option<u64>,
+    snapshot_interval: Option<FileInterval>,
 }
 
 /// Options that cannot be used.
@@ -320,6 +401,18 @@ pub enum ConfigError {
         key: &'static str,
         why: &'static str,
     },
+    #[error(
+        "--{flag} must be at least {min} (it is {value}: {why}); set it with --{flag}, \
+         UUIDMAP_{env} or `{key} = ...` in the config file"
+    )]
+    TooSmall {
+        flag: &'static str,
+        env: &'static str,
+        key: &'static str,
+        min: String,
+        value: String,
+        why: &'static str,
+    },
     #[error("{0}")]
     Tls(&'static str),
 }
@@ -336,6 +429,7 @@ impl ServeArgs {
             message,
         };
         let mut config = ServeConfig::new(DEFAULT_DATA_DIR);
+        self.resolve_store(&file, &mut config, &bad)?;
         if let Some(listen) = &file.listen {
             config.listen = listen.parse().map_err(|_| {
                 bad(format!(
@@ -458,6 +552,69 @@ impl ServeArgs {
             "every WaitFor and Watch would be refused",
         )?;
         Ok(config)
+    }
+
+    /// WAL file size and snapshot triggers: flag, else file, else default;
+    /// never below their minimums.
+    fn resolve_store(
+        &self,
+        file: &FileConfig,
+        config: &mut ServeConfig,
+        bad: &dyn Fn(String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        config.wal_file_bytes = self
+            .wal_file_bytes
+            .or(file.wal_file_bytes)
+            .unwrap_or(config.wal_file_bytes);
+        if config.wal_file_bytes < MIN_WAL_FILE_BYTES {
+            return Err(ConfigError::TooSmall {
+                flag: "wal-file-bytes",
+                env: "WAL_FILE_BYTES",
+                key: "wal_file_bytes",
+                min: format!("{MIN_WAL_FILE_BYTES} (1 MiB)"),
+                value: config.wal_file_bytes.to_string(),
+                why: "smaller files would mean a new file every few writes",
+            });
+        }
+        config.snapshot_wal_bytes = self
+            .snapshot_wal_bytes
+            .or(file.snapshot_wal_bytes)
+            .unwrap_or(config.snapshot_wal_bytes);
+        if config.snapshot_wal_bytes < MIN_SNAPSHOT_WAL_BYTES {
+            return Err(ConfigError::TooSmall {
+                flag: "snapshot-wal-bytes",
+                env: "SNAPSHOT_WAL_BYTES",
+                key: "snapshot_wal_bytes",
+                min: format!("{MIN_SNAPSHOT_WAL_BYTES} (1 MiB)"),
+                value: config.snapshot_wal_bytes.to_string(),
+                why: "each snapshot writes the whole index, so not every few writes",
+            });
+        }
+        let from_file = match &file.snapshot_interval {
+            Some(FileInterval::Seconds(s)) => Some(SnapshotInterval(Some(Duration::from_secs(*s)))),
+            Some(FileInterval::Text(t)) => Some(
+                t.parse::<SnapshotInterval>()
+                    .map_err(|e| bad(format!("snapshot_interval: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(SnapshotInterval(every)) = self.snapshot_interval.or(from_file) {
+            config.snapshot_interval = every;
+        }
+        if let Some(every) = config.snapshot_interval
+            && every < MIN_SNAPSHOT_INTERVAL
+        {
+            return Err(ConfigError::TooSmall {
+                flag: "snapshot-interval",
+                env: "SNAPSHOT_INTERVAL",
+                key: "snapshot_interval",
+                min: "1 second".into(),
+                value: format!("{} s", every.as_secs()),
+                why: "each snapshot writes the whole index; use `off` to turn timed \
+                      snapshots off",
+            });
+        }
+        Ok(())
     }
 }
 
@@ -676,6 +833,111 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("--read-queue must be at least 1"), "{e}");
+    }
+
+    #[test]
+    fn wal_file_and_snapshot_triggers_come_from_flags_then_file_and_minimums_are_refused() {
+        let defaults = ServeArgs::default().resolve().unwrap();
+        assert_eq!(defaults.wal_file_bytes, 64 << 20);
+        assert_eq!(defaults.snapshot_wal_bytes, 256 << 20);
+        assert_eq!(defaults.snapshot_interval, Some(Duration::from_secs(600)));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(
+            &path,
+            "wal_file_bytes = 2097152
+snapshot_wal_bytes = 8388608
+snapshot_interval = 30
+",
+        )
+        .unwrap();
+        let from_file = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        };
+        let c = from_file.resolve().unwrap();
+        assert_eq!(
+            (c.wal_file_bytes, c.snapshot_wal_bytes, c.snapshot_interval),
+            (2 << 20, 8 << 20, Some(Duration::from_secs(30)))
+        );
+
+        // Flags win over the file.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(args)
+                .map(|cli| cli.serve)
+                .map_err(|e| e.to_string())
+        };
+        let mut args = parse(&[
+            "serve",
+            "--wal-file-bytes",
+            "1048576",
+            "--snapshot-interval",
+            "10m",
+        ])
+        .unwrap();
+        args.config = Some(path.clone());
+        let c = args.resolve().unwrap();
+        assert_eq!(
+            (c.wal_file_bytes, c.snapshot_wal_bytes, c.snapshot_interval),
+            (1 << 20, 8 << 20, Some(Duration::from_secs(600)))
+        );
+        let off = parse(&["serve", "--snapshot-interval", "off"]).unwrap();
+        assert_eq!(off.resolve().unwrap().snapshot_interval, None);
+        let e = parse(&["serve", "--snapshot-interval", "5 minutes"]).unwrap_err();
+        assert!(
+            e.contains("--snapshot-interval") && e.contains("`off`"),
+            "{e}"
+        );
+        // (The variables are read by the binary in tests/serve_options.rs:
+        // setting one here would race the other tests' threads.)
+
+        // Below the minimums: refused, naming the option's three spellings.
+        for (args, names) in [
+            (
+                &["serve", "--wal-file-bytes", "65536"][..],
+                [
+                    "--wal-file-bytes must be at least 1048576",
+                    "UUIDMAP_WAL_FILE_BYTES",
+                    "wal_file_bytes = ",
+                ],
+            ),
+            (
+                &["serve", "--snapshot-wal-bytes", "1000"][..],
+                [
+                    "--snapshot-wal-bytes must be at least 1048576",
+                    "UUIDMAP_SNAPSHOT_WAL_BYTES",
+                    "snapshot_wal_bytes = ",
+                ],
+            ),
+            (
+                &["serve", "--snapshot-interval", "0"][..],
+                [
+                    "--snapshot-interval must be at least 1 second",
+                    "UUIDMAP_SNAPSHOT_INTERVAL",
+                    "`off`",
+                ],
+            ),
+        ] {
+            let e = parse(args).unwrap().resolve().unwrap_err().to_string();
+            for name in names {
+                assert!(e.contains(name), "{args:?}: {e}");
+            }
+        }
+        std::fs::write(&path, "snapshot_interval = \"0s\"\n").unwrap();
+        let e = from_file.resolve().unwrap_err().to_string();
+        assert!(e.contains("--snapshot-interval must be at least"), "{e}");
+        std::fs::write(&path, "snapshot_interval = \"soon\"\n").unwrap();
+        let e = from_file.resolve().unwrap_err().to_string();
+        assert!(
+            e.contains("uuidmap.toml") && e.contains("snapshot_interval"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -108,19 +108,36 @@ pub enum ServeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    /// The data directory could not be recovered.
-    #[error("cannot open the data directory: {0}")]
+    /// The data directory could not be locked or recovered.
+    #[error("cannot open the data directory: {0}{hint}", hint = start_hint(.0))]
     Open(#[from] StoreError),
     /// The WAL failed for good while serving (a failed fsync): the server
     /// stopped so that a restart recovers from what is on disk.
     #[error("stopped because the WAL failed: {0}")]
     WalFailed(Arc<StoreError>),
+    /// The server stopped, but its final snapshot could not be written.
+    #[error(
+        "the final snapshot failed: {0}{hint}. Nothing is lost: every acknowledged write is \
+         in the WAL, which the next start replays (that start takes longer by the replay)",
+        hint = if .0.is_disk_full() { "; free space on the data disk before the next start" } else { "" }
+    )]
+    FinalSnapshot(Arc<StoreError>),
     /// The gRPC transport failed.
     #[error("the gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
     /// A thread of the server panicked.
     #[error("{0}")]
     Join(String),
+}
+
+/// The process is about to exit: a full disk needs room before the next
+/// start (nothing resumes by itself here).
+fn start_hint(e: &StoreError) -> &'static str {
+    if e.is_disk_full() {
+        "; free space on the data disk, then start again"
+    } else {
+        ""
+    }
 }
 
 /// The loopback rule: a loopback address may be served as configured; any
@@ -275,6 +292,8 @@ async fn open(config: &ServeConfig) -> Result<Arc<DurableIndex>, ServeError> {
     durable.io = config.disk.0.clone();
     durable.pipeline.policy = config.fsync;
     durable.wal_segment_bytes = config.wal_file_bytes;
+    durable.pipeline.snapshot_every_bytes = config.snapshot_wal_bytes;
+    durable.snapshot_every = config.snapshot_interval;
     // The service checks the limit first, with the same message; the
     // pipeline's limit must not be lower.
     durable.pipeline.max_batch_ops = durable
@@ -432,11 +451,23 @@ async fn close(durable: Arc<DurableIndex>) -> Result<(), ServeError> {
     for _ in 0..500 {
         match Arc::try_unwrap(durable) {
             Ok(owned) => {
-                tokio::task::spawn_blocking(move || owned.shutdown())
+                let final_snapshot = tokio::task::spawn_blocking(move || owned.shutdown())
                     .await
                     .map_err(|e| ServeError::Join(format!("shutdown panicked: {e}")))?;
-                tracing::info!("index shut down: writes drained, final snapshot taken");
-                return Ok(());
+                return match final_snapshot {
+                    Some(Ok(info)) => {
+                        tracing::info!(
+                            "index shut down: writes drained, final snapshot taken at LSN {}",
+                            info.lsn
+                        );
+                        Ok(())
+                    }
+                    Some(Err(e)) => Err(ServeError::FinalSnapshot(e)),
+                    None => {
+                        tracing::info!("index shut down: writes drained (no final snapshot)");
+                        Ok(())
+                    }
+                };
             }
             Err(shared) => {
                 durable = shared;

@@ -192,8 +192,13 @@ pub fn admission_error(e: &AdmissionError) -> Status {
 
 /// The status for a snapshot that could not be taken.
 pub fn snapshot_error(e: &Arc<StoreError>) -> Status {
+    let hint = if e.is_disk_full() {
+        "; free space on the data disk, then ask again"
+    } else {
+        ""
+    };
     Status::unavailable(format!(
-        "the snapshot was not taken (the previous snapshots are kept): {e}"
+        "the snapshot was not taken (the previous snapshots are kept): {e}{hint}"
     ))
 }
 

@@ -63,14 +63,6 @@ pub enum StoreError {
         /// The file that starts at `found`.
         next_file: PathBuf,
     },
-    /// Another process holds the data directory.
-    #[error("cannot use {dir}: {reason}")]
-    DirLocked {
-        /// The data directory.
-        dir: PathBuf,
-        /// Who holds it, in words.
-        reason: String,
-    },
     /// A failed fsync ended the WAL writer (see `wal::writer`).
     #[error(
         "the WAL can no longer be written: {cause}. A failed fsync may have dropped written \
@@ -139,6 +131,15 @@ pub enum StoreError {
         /// Why each candidate was rejected.
         reason: String,
     },
+    /// Another process (or another open store of this one) holds the data
+    /// directory's lock (see `dir_lock`).
+    #[error("data directory {dir} is {}", in_use_by(*.pid))]
+    DirInUse {
+        /// The data directory.
+        dir: PathBuf,
+        /// The holder's PID, when it recorded one.
+        pid: Option<u32>,
+    },
     /// The index could not be built (memory, bad segment count).
     #[error("building the index: {0}")]
     Build(#[from] BuildError),
@@ -196,23 +197,6 @@ impl StoreError {
         )
     }
 
-    /// Takes the exclusive lock on `dir` (see [`crate::store::Io::lock_dir`]).
-    pub fn lock_dir(
-        io: &dyn crate::store::Io,
-        dir: &std::path::Path,
-    ) -> Result<crate::store::DirLock, StoreError> {
-        io.lock_dir(dir).map_err(|e| {
-            if e.kind() == io::ErrorKind::WouldBlock {
-                StoreError::DirLocked {
-                    dir: dir.to_path_buf(),
-                    reason: e.to_string(),
-                }
-            } else {
-                StoreError::io("locking the data directory", dir, e)
-            }
-        })
-    }
-
     /// Whether this is the disk running out of space.
     pub fn is_disk_full(&self) -> bool {
         matches!(self, StoreError::Io { source, .. } if is_disk_full(source))
@@ -227,10 +211,24 @@ pub fn is_disk_full(e: &io::Error) -> bool {
         || e.raw_os_error() == Some(libc::EDQUOT)
 }
 
+/// Names a full disk in every message. What follows from it (writes
+/// resume by themselves, or start again, or nothing is lost) depends on
+/// who reports it, so each reporter adds its own words.
 fn io_hint(e: &io::Error) -> &'static str {
     if is_disk_full(e) {
-        " (the disk is full: free space, and writes resume by themselves)"
+        " (the disk is full)"
     } else {
         ""
+    }
+}
+
+/// Who holds a data directory's lock, and what to do about it.
+fn in_use_by(pid: Option<u32>) -> String {
+    match pid {
+        Some(pid) if pid == std::process::id() => {
+            format!("already open in this process (PID {pid}); close it first")
+        }
+        Some(pid) => format!("in use by another uuidmap process (PID {pid}); stop it first"),
+        None => "in use by another uuidmap process; stop it first".to_string(),
     }
 }

@@ -17,7 +17,8 @@
 //! - Creating, renaming or removing a directory entry is durable only after
 //!   `Io::sync_dir` on that directory. `rename` itself is atomic: after a crash
 //!   the name refers to the old file or the new one, never to a mix.
-//! - Nothing but this process writes into the data directory; in particular a
+//! - Nothing but this process writes into the data directory (its lock,
+//!   `Io::lock_dir`, keeps other uuidmap processes out); in particular a
 //!   snapshot file is never modified in place once renamed into place (it is
 //!   mapped copy-on-write while the server runs, and Linux lets changes made
 //!   to a file show through the clean pages of a private mapping).
@@ -25,6 +26,9 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
+
+use super::dir_lock::DirLock;
+use super::error::StoreError;
 
 /// File-system operations of the store. Paths are absolute or relative to the
 /// process's working directory, as given.
@@ -58,28 +62,14 @@ pub trait Io: Send + Sync + 'static {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Cuts a file to `len` bytes and makes the new length durable.
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()>;
-    /// Takes the exclusive lock on a data directory, held until the guard
-    /// is dropped (or the process dies). Fails with `WouldBlock` if another
-    /// process (or guard) holds it; the error then says who, if known.
-    fn lock_dir(&self, dir: &Path) -> io::Result<DirLock>;
-}
-
-/// The exclusive lock on a data directory (see [`Io::lock_dir`]); released
-/// when dropped.
-pub struct DirLock {
-    /// Whatever holds the lock (a file with a `flock`, a simulated entry).
-    _held: Box<dyn Send + Sync>,
-}
-
-impl DirLock {
-    /// A lock held by `held` until it is dropped.
-    pub fn new(held: Box<dyn Send + Sync>) -> DirLock {
-        DirLock { _held: held }
+    /// Takes the exclusive lock on the data directory `dir` (see
+    /// `dir_lock`); it lasts until the guard is dropped. The default is the
+    /// real file system's lock, `flock` on `<dir>/LOCK`; a simulated disk
+    /// keeps its own.
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock, StoreError> {
+        super::dir_lock::lock_os_dir(dir)
     }
 }
-
-/// The name of the lock file in a data directory.
-pub const LOCK_FILE: &str = "LOCK";
 
 /// A file open for appending.
 pub trait IoFile: Send {
@@ -274,43 +264,6 @@ impl Io for OsIo {
         let file = OpenOptions::new().write(true).open(path)?;
         file.set_len(len)?;
         file.sync_all()
-    }
-
-    fn lock_dir(&self, dir: &Path) -> io::Result<DirLock> {
-        use std::io::{Read, Seek};
-        use std::os::fd::AsRawFd;
-        let path = dir.join(LOCK_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
-        // flock, as LevelDB and RocksDB do: the kernel drops it when the
-        // process dies, kill -9 included, so a stale file never blocks.
-        // SAFETY: flock on a file descriptor this function owns; no memory
-        // is passed.
-        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if locked != 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(err);
-            }
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let who = match holder.trim().parse::<u32>() {
-                Ok(pid) => format!("another uuidmap process (PID {pid})"),
-                Err(_) => "another uuidmap process".to_string(),
-            };
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("the data directory is in use by {who}; stop it first"),
-            ));
-        }
-        file.set_len(0)?;
-        file.seek(io::SeekFrom::Start(0))?;
-        file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
-        Ok(DirLock::new(Box::new(file)))
     }
 }
 

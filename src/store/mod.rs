@@ -2,6 +2,10 @@
 //! index from them. All file access goes through [`io::Io`].
 //!
 //! - [`io`]: the file-system trait, the real implementation, and mappings.
+//! - [`dir_lock`]: the data directory's exclusive lock. Whatever writes a
+//!   data directory takes it first, through [`lock_data_dir`], and holds
+//!   the [`DirLock`] while it writes; a second taker is refused with
+//!   [`StoreError::DirInUse`], which names the holder's PID.
 //! - [`op`]: the blind writes the log records.
 //! - `error`: the layer's error type, `StoreError`.
 //! - [`sim_io`]: a simulated disk that crashes, tears writes and fills up,
@@ -12,6 +16,7 @@
 //!   back in place on restart.
 //! - [`recovery`]: from a data directory to a live index.
 
+pub mod dir_lock;
 pub mod error;
 pub mod io;
 mod le;
@@ -25,8 +30,9 @@ pub mod sim_io;
 pub mod snapshot;
 pub mod wal;
 
+pub use dir_lock::{DirLock, lock_data_dir};
 pub use error::StoreError;
-pub use io::{DirLock, Io, IoFile, LOCK_FILE, MappedFile, OsIo};
+pub use io::{Io, IoFile, MappedFile, OsIo};
 pub use op::Op;
 pub use sim_io::SimIo;
 #[cfg(not(uuidmap_loom))]

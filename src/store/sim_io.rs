@@ -45,6 +45,14 @@
 //!   removals keep working, so freeing space (or raising the capacity) lets
 //!   writes resume.
 //!
+//! # Locks
+//!
+//! `lock_dir` keeps an in-memory table of locked directories: a second lock
+//! on a directory of the same disk (clones included) fails with
+//! `StoreError::DirInUse` while the first guard lives. Locks are not disk
+//! state: a lock taken after a crash succeeds, and [`SimIo::restart`]
+//! gives a disk with none, as a real restart finds no process holding one.
+//!
 //! One mutex guards the whole disk: this is test machinery, never on a hot
 //! path.
 
@@ -53,6 +61,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::dir_lock::DirLock;
+use super::error::StoreError;
 use super::io::{Io, IoFile, MappedFile};
 
 /// A handle to one simulated disk; clones share it.
@@ -83,11 +93,11 @@ struct Disk {
     /// `IoFile::sync` calls still allowed to succeed before one fails with
     /// EIO; `None`: none planned.
     sync_failure_after: Option<u64>,
-    /// Directories locked by a live [`DirLock`] (a restart clears them, as
-    /// the kernel drops a dead process's locks).
-    locked: Arc<Mutex<BTreeSet<PathBuf>>>,
     /// Mutating or syncing calls made so far (including failed ones).
     ops: u64,
+    /// Directories locked by `lock_dir`, with the PID recorded for the
+    /// holder (always this process's: the simulated disk lives in one).
+    locks: BTreeMap<PathBuf, u32>,
 }
 
 /// One file's contents.
@@ -212,6 +222,20 @@ struct SimFile {
     len: u64,
 }
 
+/// A directory lock on the simulated disk: dropping it frees the entry.
+struct SimDirLock {
+    /// The disk whose lock table holds the entry.
+    disk: Arc<Mutex<Disk>>,
+    /// The locked directory.
+    dir: PathBuf,
+}
+
+impl Drop for SimDirLock {
+    fn drop(&mut self) {
+        lock(&self.disk).locks.remove(&self.dir);
+    }
+}
+
 /// The error every call returns once the simulated process has crashed.
 fn crash_error() -> io::Error {
     io::Error::other("simulated crash")
@@ -299,8 +323,8 @@ impl SimIo {
             crashed: false,
             capacity: disk.capacity,
             sync_failure_after: None,
-            locked: Arc::default(),
             ops: 0,
+            locks: BTreeMap::new(),
         };
         SimIo {
             disk: Arc::new(Mutex::new(after)),
@@ -487,22 +511,6 @@ impl Io for SimIo {
         Ok(())
     }
 
-    fn lock_dir(&self, dir: &Path) -> io::Result<super::io::DirLock> {
-        let disk = self.lock();
-        disk.alive()?;
-        let mut locked = disk.locked.lock().unwrap_or_else(|p| p.into_inner());
-        if !locked.insert(dir.to_path_buf()) {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "the data directory is in use by another uuidmap process; stop it first",
-            ));
-        }
-        Ok(super::io::DirLock::new(Box::new(SimLock {
-            locked: disk.locked.clone(),
-            dir: dir.to_path_buf(),
-        })))
-    }
-
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
         let mut disk = self.lock();
         disk.step()?;
@@ -514,20 +522,27 @@ impl Io for SimIo {
         inode.sync();
         Ok(())
     }
-}
 
-/// A simulated directory lock: unlocks when dropped.
-struct SimLock {
-    locked: Arc<Mutex<BTreeSet<PathBuf>>>,
-    dir: PathBuf,
-}
-
-impl Drop for SimLock {
-    fn drop(&mut self) {
-        self.locked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.dir);
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock, StoreError> {
+        let mut disk = self.lock();
+        // Not a disk write: does not count towards a planned crash.
+        disk.alive()
+            .map_err(|e| StoreError::io("locking", dir, e))?;
+        if !disk.dir_exists(dir) {
+            return Err(StoreError::io("locking", dir, not_found(dir)));
+        }
+        if let Some(&pid) = disk.locks.get(dir) {
+            return Err(StoreError::DirInUse {
+                dir: dir.to_path_buf(),
+                pid: Some(pid),
+            });
+        }
+        disk.locks.insert(dir.to_path_buf(), std::process::id());
+        let held = SimDirLock {
+            disk: Arc::clone(&self.disk),
+            dir: dir.to_path_buf(),
+        };
+        Ok(DirLock::new(dir, held))
     }
 }
 
@@ -881,6 +896,30 @@ mod tests {
             sim.map_private(&dir.join("a")).unwrap().as_slice(),
             b"hello"
         );
+    }
+
+    #[test]
+    fn a_directory_lock_excludes_a_second_until_dropped_and_a_restart_has_none() {
+        let (sim, dir) = disk_with_dir();
+        let held = sim.lock_dir(&dir).unwrap();
+        let clone = sim.clone();
+        match clone.lock_dir(&dir) {
+            Err(StoreError::DirInUse { dir: d, pid }) => {
+                assert_eq!((d, pid), (dir.clone(), Some(std::process::id())));
+            }
+            other => panic!("a second lock on a locked directory: {other:?}"),
+        }
+        assert!(
+            sim.list(&dir).unwrap().is_empty(),
+            "the lock is no file on the disk"
+        );
+        let after_crash = sim.restart(0);
+        after_crash
+            .lock_dir(&dir)
+            .expect("a restarted disk has no locks");
+        drop(held);
+        sim.lock_dir(&dir).expect("free once the guard is dropped");
+        assert!(sim.lock_dir(Path::new("/nowhere")).is_err());
     }
 
     #[test]

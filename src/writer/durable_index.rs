@@ -14,7 +14,7 @@ use super::snapshotter::{SnapshotResult, SnapshotStats, Snapshotter, Snapshotter
 use crate::index::Index;
 use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
 use crate::store::wal::{WalOptions, WalWriter};
-use crate::store::{DirLock, Io, OsIo, StoreError};
+use crate::store::{DirLock, Io, OsIo, StoreError, lock_data_dir};
 use crate::sync::LsnWatermark;
 
 /// Everything [`DurableIndex::open`] needs.
@@ -64,7 +64,9 @@ pub struct DurableIndex {
     snapshot_tx: std::sync::mpsc::Sender<Trigger>,
     report: RecoveryReport,
     config: DurableConfig,
-    /// The data directory's lock, held while this lives (dropped last).
+    /// The data directory's lock. Last, so that it is dropped (released)
+    /// only after the fields above have stopped the writer and snapshot
+    /// threads: no other process may write the directory before then.
     _lock: DirLock,
 }
 
@@ -86,15 +88,16 @@ pub struct DurableStats {
 }
 
 impl DurableIndex {
-    /// Recovers the data directory and starts the writer and snapshot
-    /// threads.
+    /// Locks the data directory (refusing with [`StoreError::DirInUse`]
+    /// if another process holds it), recovers it and starts the writer and
+    /// snapshot threads. The lock is held until the `DurableIndex` is
+    /// dropped.
     pub fn open(config: DurableConfig) -> Result<DurableIndex, StoreError> {
         let io = config.io.clone();
         io.create_dir_all(&config.dir)
             .map_err(|e| StoreError::io("creating the data directory", &config.dir, e))?;
-        // Before anything reads or writes: two processes on one directory
-        // would hand out the same LSNs and lose each other's writes.
-        let lock = StoreError::lock_dir(io.as_ref(), &config.dir)?;
+        // Before recovery, which may repair files (cut a torn WAL tail).
+        let lock = lock_data_dir(io.as_ref(), &config.dir)?;
         let recovered = recover(io.as_ref(), &config.dir, &config.recovery)?;
         let report = recovered.report;
         tracing::info!(
@@ -254,13 +257,16 @@ impl DurableIndex {
     }
 
     /// Graceful stop: refuses new writes, finishes the queued ones, syncs the
-    /// WAL, takes a final snapshot (if configured), and stops the threads.
-    pub fn shutdown(mut self) {
+    /// WAL, takes a final snapshot (if configured), stops the threads and
+    /// releases the directory's lock. Returns the final snapshot's outcome
+    /// (`None`: not configured). When it failed, nothing acknowledged is
+    /// lost: the WAL holds it, and the next open replays it.
+    pub fn shutdown(mut self) -> Option<SnapshotResult> {
         if let Some(pipeline) = self.pipeline.take() {
             pipeline.stop();
         }
         let final_snapshot = self.config.snapshot_on_shutdown;
-        self.snapshotter.stop(final_snapshot);
+        self.snapshotter.stop(final_snapshot)
     }
 }
 

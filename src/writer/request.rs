@@ -72,7 +72,10 @@ pub enum WriteError {
     },
     /// The write-ahead log could not be written or synced (a full or failing
     /// disk). The batch was not applied; retry once the disk is fixed.
-    #[error("the write-ahead log is unavailable, the batch was not applied: {0}")]
+    #[error(
+        "the write-ahead log is unavailable, the batch was not applied: {0}{hint}",
+        hint = resume_hint(.0)
+    )]
     Wal(#[source] std::sync::Arc<StoreError>),
     /// A WAL fsync failed: this process accepts no more writes (see
     /// `wal::writer`). The batches of the failing group were written to the
@@ -87,6 +90,16 @@ pub enum WriteError {
     /// The writer is shutting down or has stopped.
     #[error("the server is shutting down and accepts no more writes")]
     ShuttingDown,
+}
+
+/// True of a running writer only: each group tries the disk again (see
+/// `pipeline`), so a full disk needs no restart once it has room.
+fn resume_hint(e: &StoreError) -> &'static str {
+    if e.is_disk_full() {
+        "; free space on the data disk and writes resume by themselves, without a restart"
+    } else {
+        ""
+    }
 }
 
 fn describe(v: Option<Uuid>) -> String {

@@ -31,8 +31,11 @@ pub(crate) enum Trigger {
     WalBytes,
     /// Take one now and say how it went.
     Now(oneshot::Sender<SnapshotResult>),
-    /// Take a last one (if `final_snapshot`) and stop.
-    Stop { final_snapshot: bool },
+    /// Take a last one (if `final_snapshot` is there to hear how it went)
+    /// and stop.
+    Stop {
+        final_snapshot: Option<oneshot::Sender<SnapshotResult>>,
+    },
 }
 
 /// Figures about snapshots, for `Stats` and metrics.
@@ -105,21 +108,32 @@ impl Snapshotter {
         &self.stats
     }
 
-    /// Stops the thread, after a final snapshot if asked.
-    pub(crate) fn stop(&mut self, final_snapshot: bool) {
-        if let Some(thread) = self.thread.take() {
-            let _ = self.tx.send(Trigger::Stop { final_snapshot });
-            if let Err(panic) = thread.join() {
-                std::panic::resume_unwind(panic);
+    /// Stops the thread, after a final snapshot if asked; returns that
+    /// snapshot's outcome (`None`: not asked, or the thread had stopped).
+    pub(crate) fn stop(&mut self, final_snapshot: bool) -> Option<SnapshotResult> {
+        let thread = self.thread.take()?;
+        let (reply, outcome) = match final_snapshot {
+            true => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
             }
+            false => (None, None),
+        };
+        let _ = self.tx.send(Trigger::Stop {
+            final_snapshot: reply,
+        });
+        if let Err(panic) = thread.join() {
+            std::panic::resume_unwind(panic);
         }
+        // The thread has ended, so the outcome is there (or never will be).
+        outcome.and_then(|mut rx| rx.try_recv().ok())
     }
 }
 
 impl Drop for Snapshotter {
     fn drop(&mut self) {
         if !std::thread::panicking() {
-            self.stop(false);
+            let _ = self.stop(false);
         }
     }
 }
@@ -141,7 +155,7 @@ fn run(config: SnapshotterConfig, rx: mpsc::Receiver<Trigger>, stats: &SnapshotS
         };
         let result = match &trigger {
             Trigger::Stop {
-                final_snapshot: false,
+                final_snapshot: None,
             } => return,
             _ => take(&config, &mut retained, stats),
         };
@@ -150,7 +164,12 @@ fn run(config: SnapshotterConfig, rx: mpsc::Receiver<Trigger>, stats: &SnapshotS
             Trigger::Now(reply) => {
                 let _ = reply.send(result);
             }
-            Trigger::Stop { .. } => return,
+            Trigger::Stop { final_snapshot } => {
+                if let Some(reply) = final_snapshot {
+                    let _ = reply.send(result);
+                }
+                return;
+            }
             Trigger::WalBytes => {}
         }
     }
@@ -206,7 +225,12 @@ fn take(
         }
         Err(e) => {
             stats.failed.fetch_add(1, Ordering::Relaxed);
-            tracing::error!("snapshot failed (the previous snapshots are kept): {e}");
+            let hint = if e.is_disk_full() {
+                "; free space on the data disk: the next snapshot tries again"
+            } else {
+                ""
+            };
+            tracing::error!("snapshot failed (the previous snapshots are kept): {e}{hint}");
             Err(Arc::new(e))
         }
     }
