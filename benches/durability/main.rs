@@ -232,9 +232,10 @@ fn per_size(n: usize, tmp: &Path, bench: bool, redis_bin: Option<&Path>) -> Size
     let keys = random_keys(n, common::KEY_SEED);
     let order = shuffled(&keys, common::ORDER_SEED);
     let (mut writer, index) = uuidmap::Index::with_capacity(n);
-    // Everything is batch 1 of a log that is not there: the snapshot's LSN
-    // is 1 and recovery needs no WAL after it.
-    writer.set_stamp(1);
+    // Everything is "batch 0", before any log: the snapshot's LSN is 0, and
+    // recovery needs no WAL (it refuses a snapshot whose LSN the log does
+    // not reach).
+    writer.set_stamp(0);
     for (i, k) in keys.iter().enumerate() {
         writer.insert(*k, value_for(i)).expect("valid keys");
     }
@@ -258,7 +259,7 @@ fn per_size(n: usize, tmp: &Path, bench: bool, redis_bin: Option<&Path>) -> Size
         dir = tmp.join(format!("snap-{}-{rep}", label(n)));
         std::fs::create_dir_all(&dir).expect("creating a snapshot directory");
         let info =
-            write_snapshot(&OsIo, &dir, &index, &|| 1, &|_| Ok(())).expect("writing a snapshot");
+            write_snapshot(&OsIo, &dir, &index, &|| 0, &|_| Ok(())).expect("writing a snapshot");
         eprintln!(
             "durability {}: snapshot {} bytes in {:.3?}",
             label(n),
