@@ -21,7 +21,7 @@
 //! permit is free or its deadline passes: then it is answered
 //! DEADLINE_EXCEEDED and the service never sees it (no work is done for a
 //! caller that has given up). The deadline is the call's own (stamped on
-//! arrival by `wire::stamp_deadline`, less the margin that lets our answer
+//! arrival by `deadline::DeadlineLayer`, less the margin that lets our answer
 //! reach the client first), or `--max-wait-ms` for a call without one. When
 //! the class's queue is full, the call is answered RESOURCE_EXHAUSTED at
 //! once. Statuses are built in `status.rs`.
@@ -67,8 +67,8 @@ use crossbeam_utils::CachePadded;
 use metrics::{Counter, Gauge};
 
 use super::config::AdmissionLimits;
+use super::deadline;
 use super::status::{self, WaitBound};
-use super::wire;
 use crate::sync::{AcquireError, AcquireOwned, LifoSemaphore, OwnedPermit};
 
 /// A class of calls with its own permits and queue.
@@ -398,7 +398,7 @@ impl<S> Admit<S> {
         S: tower_service::Service<http::Request<B>> + Clone,
     {
         let (deadline, bound) =
-            wire::http_wait_deadline(request.extensions(), self.admission.max_wait);
+            deadline::http_wait_deadline(request.extensions(), self.admission.max_wait);
         let acquire = self.admission.gate(class).sem.acquire_owned(Some(deadline));
         // Tower's rule: the service that was made ready is the one called.
         let clone = self.inner.clone();
@@ -684,7 +684,7 @@ mod tests {
             .body(name)
             .unwrap();
         if let Some(timeout) = timeout {
-            r.extensions_mut().insert(wire::CallDeadline {
+            r.extensions_mut().insert(deadline::CallDeadline {
                 arrived: tokio::time::Instant::now(),
                 timeout,
             });

@@ -2,21 +2,29 @@
 //! over one [`DurableIndex`].
 //!
 //! - `proto`: the generated messages, servers and clients.
-//! - `wire`: UUIDs, packed keys, the `found` bitmap, the call's deadline.
+//! - `wire`: UUIDs, packed keys, the `found` bitmap.
+//! - `deadline`: the call's deadline, kept by answering DEADLINE_EXCEEDED
+//!   before tonic's own timer answers CANCELLED.
 //! - `status`: typed errors to gRPC statuses (the only place).
+//! - `transport_errors`: tonic's own answers (an oversized or undecodable
+//!   message, an unknown method) reworded in our terms.
 //! - `codec`: prost's codec, with undecodable messages as INVALID_ARGUMENT.
 //! - `service`, `admin`: the two services; `scan` and `watch`, the data
 //!   service's two streams.
 //! - `config`: serve options (flags, environment, TOML).
 //! - `tls`, `auth`: TLS/mTLS files; bearer tokens and the role check.
 //! - `admission`: per-class LIFO admission control (a tower layer).
+//! - `reflection`: gRPC reflection v1 and v1alpha (unknown symbols answered
+//!   in the stream), and the catalog of services.
 //! - `end_on_stop`: ends reflection streams still open when the stop begins.
 //! - `metrics`: the per-call Prometheus series and the `/metrics` endpoint.
 //!
 //! Beside our two services the server answers `grpc.health.v1.Health`
 //! (SERVING for "", `uuidmap.v1.UuidMap` and `uuidmap.v1.UuidMapAdmin`) and
 //! gRPC reflection, v1 and v1alpha (grpcurl 1.8 speaks v1alpha); both need
-//! no token (see `auth`).
+//! no token (see `auth`). Every service accepts gzip-compressed requests and
+//! compresses its answers with gzip when the client asks for it
+//! (`grpc-accept-encoding`).
 //!
 //! Lifecycle of [`serve_on`]: refuse a non-loopback address unless it is
 //! protected or `insecure` (see [`check_listen_address`]); read the TLS
@@ -41,13 +49,16 @@ pub mod admission;
 pub mod auth;
 pub mod codec;
 pub mod config;
+pub mod deadline;
 pub mod end_on_stop;
 pub mod metrics;
 pub mod proto;
+pub mod reflection;
 pub mod scan;
 pub mod service;
 pub mod status;
 pub mod tls;
+pub mod transport_errors;
 pub mod watch;
 pub mod wire;
 
@@ -57,8 +68,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tonic::codec::CompressionEncoding::Gzip;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
+use tonic_reflection::pb::v1::server_reflection_server::ServerReflectionServer;
+use tonic_reflection::pb::v1alpha::server_reflection_server::ServerReflectionServer as ServerReflectionServerV1Alpha;
 
 pub use config::{ServeArgs, ServeConfig};
 
@@ -325,12 +339,8 @@ async fn run(
     stopping: tokio::sync::watch::Receiver<bool>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    // The largest request the limits allow, with room for the framing
-    // (a write op is at most ~60 bytes on the wire).
-    let max_message = (config.limits.max_write_ops * 64)
-        .max(config.limits.max_batch_keys * 16 + 1024)
-        .max(config.limits.max_filter_values * 16 + 1024)
-        .max(4 << 20);
+    let max_message = transport_errors::decoder_limit(&config.limits);
+    let catalog = Arc::new(reflection::Catalog::of_server());
     let metrics_on = metrics_listener.is_some();
     let metrics_addr = match metrics_listener {
         Some(m) => {
@@ -363,16 +373,17 @@ async fn run(
             health.clear_service_status(name).await;
         }
     };
+    let health_service = health_service.accept_compressed(Gzip).send_compressed(Gzip);
     let reflection_v1 = end_on_stop::EndOnStop::new(
-        reflection()
-            .build_v1()
-            .expect("the compiled-in descriptor sets are valid"),
+        ServerReflectionServer::new(reflection::ReflectionV1(catalog.clone()))
+            .accept_compressed(Gzip)
+            .send_compressed(Gzip),
         stopping.clone(),
     );
     let reflection_v1alpha = end_on_stop::EndOnStop::new(
-        reflection()
-            .build_v1alpha()
-            .expect("the compiled-in descriptor sets are valid"),
+        ServerReflectionServerV1Alpha::new(reflection::ReflectionV1Alpha(catalog.clone()))
+            .accept_compressed(Gzip)
+            .send_compressed(Gzip),
         stopping.clone(),
     );
     let data = UuidMapServer::new(service::DataService::new(
@@ -380,8 +391,12 @@ async fn run(
         config.limits.clone(),
         stopping,
     ))
-    .max_decoding_message_size(max_message);
-    let admin = UuidMapAdminServer::new(admin::AdminService::new(durable));
+    .max_decoding_message_size(max_message)
+    .accept_compressed(Gzip)
+    .send_compressed(Gzip);
+    let admin = UuidMapAdminServer::new(admin::AdminService::new(durable))
+        .accept_compressed(Gzip)
+        .send_compressed(Gzip);
     let admission = Arc::new(admission::Admission::new(
         &config.admission,
         config.limits.max_wait,
@@ -404,10 +419,14 @@ async fn run(
     builder
         // Outermost: times the whole call, and counts refused ones too.
         .layer(metrics::RpcMetricsLayer::new(metrics_on))
-        // Next: the deadline counts from arrival, and admission reads it.
-        .layer(tonic::service::InterceptorLayer::new(
-            wire::stamp_deadline as fn(_) -> _,
+        // Inside metrics, so that they count the answers as reworded.
+        .layer(transport_errors::TransportErrorsLayer::new(
+            config.limits.clone(),
+            catalog,
         ))
+        // Next: the deadline counts from arrival, admission reads it, and
+        // a call still running at it is answered DEADLINE_EXCEEDED here.
+        .layer(deadline::DeadlineLayer)
         // Before auth: a refusal for overload costs less than hashing a
         // token, and an overloaded server should shed before doing any
         // per-call work. (A caller without a valid token still never runs:
@@ -426,14 +445,6 @@ async fn run(
         .await?;
     tracing::info!("stopped accepting; in-flight calls finished");
     Ok(())
-}
-
-/// Reflection over our protocol and the health service (each build adds
-/// the reflection service's own descriptors).
-fn reflection() -> tonic_reflection::server::Builder<'static> {
-    tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
 }
 
 /// The accepted connections, each with TCP_NODELAY set: a reply is a few
@@ -507,12 +518,6 @@ mod tests {
         assert!(msg.contains("--insecure") && msg.contains("off"), "{msg}");
         c.insecure = true;
         assert!(check_metrics_address(any, &c).is_ok());
-    }
-
-    #[test]
-    fn the_reflection_descriptor_sets_build() {
-        reflection().build_v1().unwrap();
-        reflection().build_v1alpha().unwrap();
     }
 
     #[test]

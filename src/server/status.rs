@@ -3,13 +3,20 @@
 //! Codes follow the gRPC status-code guide:
 //! - `INVALID_ARGUMENT`: the request itself is wrong (a UUID that is not 16
 //!   bytes, a packed field that is not whole keys, a reserved key, an empty
-//!   or oversized batch, a write operation with nothing set). Retrying the
-//!   same request cannot succeed.
+//!   write batch, a batch over its limit, a write operation with nothing
+//!   set, a message too large or not protobuf). Retrying the same request
+//!   cannot succeed.
 //! - `DEADLINE_EXCEEDED`: a wait (for `min_lsn`, or `WaitFor`) reached the
-//!   call's deadline or the server's maximum wait.
+//!   call's deadline or the server's maximum wait, or the call was still
+//!   running at its deadline (a write may then have been applied). The
+//!   server never answers its own timeout CANCELLED (see `deadline`).
 //! - `UNAVAILABLE`: the server is shutting down, or the write-ahead log or a
-//!   snapshot could not be written. Nothing was applied; retrying later
-//!   (elsewhere, or once the disk is fixed) can succeed.
+//!   snapshot could not be written; retrying later (once the server is back,
+//!   or the disk is fixed) can succeed. A write answered so was not
+//!   acknowledged, but the client cannot know that it was not applied (a
+//!   WAL record whose fsync failed may still be on the disk at the next
+//!   start; a transport's UNAVAILABLE may come after the server applied
+//!   it): read it back, as after DEADLINE_EXCEEDED.
 //! - `FAILED_PRECONDITION`: a `Watch` whose next LSN the WAL no longer holds
 //!   (rescan, then watch from the scan's `applied_lsn`). `DATA_LOSS`: a
 //!   `Watch` met a damaged WAL record.
@@ -28,6 +35,7 @@
 //! proto, positions in the batch).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::Status;
 
@@ -50,17 +58,20 @@ pub enum RequestError {
     /// A packed key field is not a whole number of 16-byte keys.
     #[error("{field} must hold whole 16-byte keys, but its {len} bytes are not a multiple of 16")]
     PackedLength { field: &'static str, len: usize },
-    /// A batch has no keys.
-    #[error("{field} holds no keys; send at least one")]
-    NoKeys { field: &'static str },
     /// A batch has more keys than the configured limit.
-    #[error("a batch may hold at most {max} keys; this one holds {len}")]
+    #[error(
+        "a BatchGet may hold at most {max} keys (the server's --max-batch-keys); this one \
+         holds {len}: split it"
+    )]
     TooManyKeys { len: usize, max: usize },
     /// A write batch has no operations.
     #[error("a write batch needs at least one operation")]
     NoOps,
     /// A write batch has more operations than the configured limit.
-    #[error("a write batch may hold at most {max} operations; this one holds {len}")]
+    #[error(
+        "a Write may hold at most {max} operations (the server's --max-write-ops); this one \
+         holds {len}: split it"
+    )]
     TooManyOps { len: usize, max: usize },
     /// A write operation has none of put, delete, compare_and_set set.
     #[error(
@@ -74,8 +85,8 @@ pub enum RequestError {
     FilterLength { len: usize },
     /// A scan filter has more values than the configured limit.
     #[error(
-        "a scan filter may hold at most {max} values; this one holds {len} (scan with several \
-         smaller filters instead)"
+        "a scan filter may hold at most {max} values (the server's --max-filter-values); this \
+         one holds {len} (scan with several smaller filters instead)"
     )]
     TooManyFilterValues { len: usize, max: usize },
     /// A scan cursor or split that does not fit this index.
@@ -124,6 +135,24 @@ pub fn wait_timed_out(e: WaitTimedOut, bound: WaitBound) -> Status {
         "LSN {} is not applied yet (the applied LSN is {}) and {why}",
         e.target, e.current
     ))
+}
+
+/// The status for a call still running at its deadline (see `deadline`):
+/// `writes` says whether it may change the index.
+pub fn call_deadline_passed(timeout: Duration, writes: bool) -> Status {
+    if writes {
+        Status::deadline_exceeded(format!(
+            "the call's deadline ({timeout:?}) passed before the server could answer; the write \
+             may or may not have been applied. Read the keys back (Get) before acting on it: a \
+             Put or Delete can simply be sent again, a CompareAndSet must be decided again from \
+             what Get returns"
+        ))
+    } else {
+        Status::deadline_exceeded(format!(
+            "the call's deadline ({timeout:?}) passed before the server could answer; nothing \
+             was changed. Retry, with a longer deadline if this repeats"
+        ))
+    }
 }
 
 /// The status for a wait cut short because the server is stopping.

@@ -700,7 +700,12 @@ impl WriterThread {
                 Box::new(move || WriteError::WalFailed(failed.clone()))
             }
             None => {
-                tracing::error!("a write group failed and was not applied: {error}");
+                let resume = if error.is_disk_full() {
+                    "; writes resume by themselves once the data disk has room"
+                } else {
+                    "; later writes are tried again"
+                };
+                tracing::error!("a write group failed and was not applied: {error}{resume}");
                 self.next_lsn = first_lsn;
                 debug_assert_eq!(self.wal.next_lsn(), first_lsn);
                 let error = Arc::new(error);
