@@ -63,12 +63,39 @@ fn concurrent_batches_get_distinct_lsns_and_are_visible_when_acknowledged() {
         (1..=1600).collect::<Vec<_>>(),
         "every batch took one LSN, none skipped"
     );
+}
+
+#[test]
+fn concurrent_durable_writers_share_fsyncs() {
+    // A real disk: while one group's fsync runs, the other writers queue,
+    // and the next group takes them all.
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = DurableConfig::new(dir.path());
+    c.snapshot_every = None;
+    c.pipeline.policy = FsyncPolicy::Always;
+    let d = Arc::new(DurableIndex::open(c).unwrap());
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                for i in 0..50u64 {
+                    let k = t * 1000 + i;
+                    d.writes().write_blocking(vec![put(k, k + 1)]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let groups = d
+        .writes()
+        .stats()
+        .groups
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert!(
-        d.writes()
-            .stats()
-            .groups
-            .load(std::sync::atomic::Ordering::Relaxed)
-            <= 1600
+        groups < 400,
+        "400 batches from 8 writers took {groups} groups: no group commit"
     );
 }
 

@@ -289,7 +289,9 @@ async fn a_wait_for_an_lsn_far_ahead_ends_with_deadline_exceeded_at_the_deadline
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_with_min_lsn_sees_the_write_on_another_connection_and_wait_for_wakes_on_apply() {
     let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path()).await;
+    let mut c = config(dir.path());
+    c.admission.max_long_polls = 1;
+    let server = TestServer::start_with(c).await;
     let mut writer = server.client().await;
     let mut reader = server.client().await;
 
@@ -332,7 +334,19 @@ async fn a_read_with_min_lsn_sees_the_write_on_another_connection_and_wait_for_w
         req.set_timeout(Duration::from_secs(5));
         poller.wait_for(req).await
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Synchronised on the poll's arrival: this server allows one long poll
+    // at a time, so a probe (a WaitFor already satisfied) is refused once
+    // the poll holds the slot.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match reader.wait_for(pb::WaitForRequest { lsn: 1 }).await {
+            Err(s) if s.code() == Code::ResourceExhausted => break,
+            Ok(_) => {}
+            Err(s) => panic!("the probe failed: {s:?}"),
+        }
+        assert!(Instant::now() < deadline, "the WaitFor never arrived");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert!(
         !poll.is_finished(),
         "the poll waits for an LSN not yet applied"
