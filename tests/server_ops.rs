@@ -4,11 +4,9 @@
 
 mod server_common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use server_common::{TestServer, b, config, http_get, sample, scrape, u};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 use tonic::Code;
 use tonic::transport::Channel;
