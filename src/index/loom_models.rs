@@ -456,6 +456,40 @@ fn loom_index_get_finds_a_key_while_the_writer_grows_its_segment() {
     assert_eq!(seen.len(), 2, "the new key was read both before and after");
 }
 
+/// `get_many` reads the segment's table pointer twice per key: once to
+/// prefetch the home slot, and again, `PREFETCH_DISTANCE` keys later, to
+/// probe. A growth between the two must neither lose a key nor free the
+/// table the prefetch pointed into while the batch is pinned.
+#[test]
+fn loom_get_many_finds_keys_while_the_writer_grows_between_prefetch_and_probe() {
+    let seen = explore(|seen| {
+        let (mut writer, index) = one_segment_index();
+        let key = |i: u128| Uuid::from_u128(i);
+        writer.insert(key(1), key(101)).unwrap();
+        let w = thread::spawn(move || {
+            writer.insert(key(2), key(102)).unwrap();
+            writer.reclaim();
+            writer
+        });
+        let reader = {
+            let index = index.clone();
+            thread::spawn(move || {
+                let mut out = [None; 3];
+                index.get_many(&[key(1), key(2), key(1)], &mut out);
+                out
+            })
+        };
+        let writer = w.join().unwrap();
+        let [first, second, third] = reader.join().unwrap();
+        assert_eq!(first, Some(key(101)), "an existing key stays readable");
+        assert_eq!(third, Some(key(101)), "and again later in the batch");
+        assert!(second.is_none() || second == Some(key(102)), "{second:?}");
+        assert_eq!(writer.get(&key(2)), Some(key(102)));
+        record(seen, second.is_some());
+    });
+    assert_eq!(seen.len(), 2, "the new key was read both before and after");
+}
+
 #[test]
 fn loom_accepted_scan_copy_is_a_state_the_writer_produced() {
     let seen = explore(|seen| {
