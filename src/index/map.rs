@@ -316,7 +316,7 @@ fn physical_memory() -> Option<usize> {
 
 /// Asks the CPU to start loading the cache line at `p`.
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(super) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetch is a hint; it never faults or reads memory observably,
     // whatever the address.
