@@ -38,6 +38,7 @@ use std::sync::mpsc::Sender;
 use uuid::Uuid;
 
 use super::atomic::Ordering;
+use super::growth;
 use super::map::{Index, Shared, prefetch};
 use super::slot::{KeyWords, check_key, to_words};
 use super::table::Table;
@@ -173,6 +174,17 @@ impl PartWriter<'_> {
     pub fn reserve(&mut self, segment: usize, entries: usize) {
         assert!(self.owns(segment), "segment {segment} is not this part's");
         reserve_segment(self.shared, &self.retired, segment, entries);
+    }
+
+    /// Grows each segment this part owns, once, so that it takes its share
+    /// of `extra` more entries spread by the hash (the mean plus one
+    /// deviation, as a presized index) without growing.
+    pub fn reserve_share(&mut self, extra: usize) {
+        let per_segment = growth::presize_per_segment(extra, self.shared.segments.len());
+        for segment in (self.part..self.shared.segments.len()).step_by(self.parts) {
+            let len = self.shared.segments[segment].writer_table().len();
+            reserve_segment(self.shared, &self.retired, segment, len + per_segment);
+        }
     }
 
     /// Applies `writes` in order, prefetching each write's home slot

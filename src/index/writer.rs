@@ -146,12 +146,7 @@ impl IndexWriter {
     /// inserts (recovery's replay) replaces many growth steps by one.
     pub fn reserve(&mut self, extra: usize) {
         self.reclaim();
-        let segments = self.shared.segments.len();
-        let per_segment = growth::presize_per_segment(extra, segments);
-        for segment in 0..segments {
-            let len = self.shared.segments[segment].writer_table().len();
-            reserve_segment(&self.shared, &self.retired_tx, segment, len + per_segment);
-        }
+        self.split(1)[0].reserve_share(extra);
     }
 
     /// Entries in the index.
