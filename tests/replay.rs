@@ -256,3 +256,102 @@ fn a_large_wal_after_a_fuzzy_snapshot_recovers_alike_serially_and_in_parallel() 
         assert_same_tables(&results[0].1.index, &r.index, &format!("{workers:?}"));
     }
 }
+
+/// A durable index in `dir` for the budget tests: no fsync, no timed or
+/// final snapshot, the WAL-bytes trigger at 256 MiB unless the budget is
+/// smaller.
+fn budget_config(dir: &std::path::Path, max_replay: Option<Duration>) -> DurableConfig {
+    let mut config = DurableConfig::new(dir);
+    config.pipeline.policy = FsyncPolicy::Never;
+    config.pipeline.snapshot_every_bytes = 256 << 20;
+    config.snapshot_every = None;
+    config.snapshot_on_shutdown = false;
+    config.max_replay = max_replay;
+    config
+}
+
+/// Writes `batches` batches of 1,000 new keys (about 33 KB of WAL each).
+fn write_puts(durable: &DurableIndex, from: u64, batches: u64) {
+    for b in from..from + batches {
+        let ops = (0..1000)
+            .map(|i| WriteOp::Put {
+                key: key(b * 1000 + i),
+                value: value(b),
+            })
+            .collect();
+        durable.writes().write_blocking(ops).unwrap();
+    }
+}
+
+fn wait_for_snapshots(durable: &DurableIndex, n: u64) -> bool {
+    for _ in 0..500 {
+        if durable.stats().snapshots_taken >= n {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn the_replay_budget_triggers_a_snapshot_before_the_wal_would_take_longer_to_replay() {
+    // 100 ms at 20 MB/s: 2 MB of WAL, of which three quarters (1.5 MB) may
+    // accumulate before a snapshot is asked for.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = budget_config(dir.path(), Some(Duration::from_millis(100)));
+    config.replay_bytes_per_sec = Some(20e6);
+    let durable = DurableIndex::open(config).unwrap();
+    assert_eq!(durable.stats().snapshot_trigger_bytes, 1_500_000);
+    assert_eq!(durable.stats().replay_bytes_per_sec, 20_000_000);
+    write_puts(&durable, 0, 40); // 1.3 MB: under the trigger
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(durable.stats().snapshots_taken, 0, "too early");
+    write_puts(&durable, 40, 20); // 2 MB in all
+    assert!(
+        wait_for_snapshots(&durable, 1),
+        "the budget's trigger fired"
+    );
+    drop(durable);
+
+    // Without a budget, the byte trigger (256 MiB) alone: no snapshot.
+    let dir = tempfile::tempdir().unwrap();
+    let durable = DurableIndex::open(budget_config(dir.path(), None)).unwrap();
+    assert_eq!(durable.stats().snapshot_trigger_bytes, 256 << 20);
+    write_puts(&durable, 0, 60);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(durable.stats().snapshots_taken, 0);
+}
+
+#[test]
+fn a_restart_that_replayed_past_the_budget_snapshots_in_the_background_and_the_next_replays_nothing()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    // A long WAL and no snapshot, left as a kill leaves it.
+    let durable = DurableIndex::open(budget_config(dir.path(), None)).unwrap();
+    write_puts(&durable, 0, 100);
+    drop(durable);
+
+    let durable =
+        DurableIndex::open(budget_config(dir.path(), Some(Duration::from_millis(1)))).unwrap();
+    let report = durable.recovery_report();
+    assert!(report.snapshot.is_none());
+    assert_eq!(report.ops_replayed, 100_000);
+    assert!(
+        report.phases.replay > Duration::from_millis(1),
+        "the replay took longer than the budget"
+    );
+    assert!(
+        wait_for_snapshots(&durable, 1),
+        "a snapshot followed the restart"
+    );
+    drop(durable);
+
+    let durable = DurableIndex::open(budget_config(dir.path(), None)).unwrap();
+    let report = durable.recovery_report();
+    assert!(
+        report.snapshot.is_some(),
+        "the next restart maps the snapshot"
+    );
+    assert_eq!(report.ops_replayed, 0, "and replays nothing");
+    assert_eq!(durable.index().len(), 100_000);
+}

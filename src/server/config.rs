@@ -32,6 +32,7 @@
 //! wal_file_bytes = 67108864           # 64 MiB; at least 1 MiB
 //! snapshot_wal_bytes = 268435456      # 256 MiB; at least 1 MiB
 //! snapshot_interval = 600             # seconds, or "10m", or "off"; at least 1 s
+//! max_replay_ms = 500                 # restart budget, or "off"; at least 1 ms
 //! ```
 
 use std::net::SocketAddr;
@@ -169,6 +170,9 @@ pub struct ServeConfig {
     /// Take a snapshot this long after the previous one (`None`: only on
     /// the other triggers).
     pub snapshot_interval: Option<Duration>,
+    /// The restart budget: snapshot before a restart would replay the WAL
+    /// for longer, and after a recovery that did (`None`: off).
+    pub max_replay: Option<Duration>,
     /// The file system under `data_dir`: the real one (no flag sets it).
     pub disk: DataDisk,
     /// Prometheus `GET /metrics` on this address; `None`: off (the
@@ -213,6 +217,7 @@ impl ServeConfig {
             wal_file_bytes: store.wal_segment_bytes,
             snapshot_wal_bytes: store.pipeline.snapshot_every_bytes,
             snapshot_interval: store.snapshot_every,
+            max_replay: store.max_replay,
             disk: DataDisk::default(),
             metrics_listen: None,
         }
@@ -308,6 +313,41 @@ pub struct ServeArgs {
     /// only on WAL growth, on request and at shutdown [default: 600].
     #[arg(long, env = "UUIDMAP_SNAPSHOT_INTERVAL")]
     pub snapshot_interval: Option<SnapshotInterval>,
+    /// The restart budget in milliseconds, at least 1, or `off`: take a
+    /// snapshot before the WAL a restart would replay takes longer than
+    /// this to replay (at the replay rate the last recovery measured, or a
+    /// conservative default), and right after a recovery whose replay took
+    /// longer. --snapshot-wal-bytes and --snapshot-interval stay as caps
+    /// [default: 500].
+    #[arg(long, env = "UUIDMAP_MAX_REPLAY_MS")]
+    pub max_replay_ms: Option<MaxReplay>,
+}
+
+/// `--max-replay-ms`: milliseconds, or `off` (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxReplay(pub Option<Duration>);
+
+impl FromStr for MaxReplay {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(MaxReplay(None));
+        }
+        s.parse::<u64>()
+            .map(|ms| MaxReplay(Some(Duration::from_millis(ms))))
+            .map_err(|_| format!("{s:?} is not a budget: give milliseconds (500) or `off`"))
+    }
+}
+
+/// `max_replay_ms` in the TOML file: milliseconds, or text as the flag
+/// takes.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum FileMaxReplay {
+    Millis(u64),
+    Text(String),
 }
 
 /// `--snapshot-interval`: a duration, or `off` (`None`).
@@ -377,6 +417,7 @@ struct FileConfig {
     wal_file_bytes: Option<u64>,
     snapshot_wal_bytes: Option<u64>,
     snapshot_interval: Option<FileInterval>,
+    max_replay_ms: Option<FileMaxReplay>,
 }
 
 /// Options that cannot be used.
@@ -614,6 +655,28 @@ impl ServeArgs {
                       snapshots off",
             });
         }
+        let from_file = match &file.max_replay_ms {
+            Some(FileMaxReplay::Millis(ms)) => Some(MaxReplay(Some(Duration::from_millis(*ms)))),
+            Some(FileMaxReplay::Text(t)) => Some(
+                t.parse::<MaxReplay>()
+                    .map_err(|e| bad(format!("max_replay_ms: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(MaxReplay(budget)) = self.max_replay_ms.or(from_file) {
+            config.max_replay = budget;
+        }
+        if config.max_replay.is_some_and(|b| b.is_zero()) {
+            return Err(ConfigError::TooSmall {
+                flag: "max-replay-ms",
+                env: "MAX_REPLAY_MS",
+                key: "max_replay_ms",
+                min: "1".into(),
+                value: "0".into(),
+                why: "no restart replays in no time; use `off` to size snapshots by \
+                      --snapshot-wal-bytes alone",
+            });
+        }
         Ok(())
     }
 }
@@ -841,6 +904,7 @@ mod tests {
         assert_eq!(defaults.wal_file_bytes, 64 << 20);
         assert_eq!(defaults.snapshot_wal_bytes, 256 << 20);
         assert_eq!(defaults.snapshot_interval, Some(Duration::from_secs(600)));
+        assert_eq!(defaults.max_replay, Some(Duration::from_millis(500)));
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("uuidmap.toml");
@@ -849,6 +913,7 @@ mod tests {
             "wal_file_bytes = 2097152
 snapshot_wal_bytes = 8388608
 snapshot_interval = 30
+max_replay_ms = 250
 ",
         )
         .unwrap();
@@ -861,6 +926,7 @@ snapshot_interval = 30
             (c.wal_file_bytes, c.snapshot_wal_bytes, c.snapshot_interval),
             (2 << 20, 8 << 20, Some(Duration::from_secs(30)))
         );
+        assert_eq!(c.max_replay, Some(Duration::from_millis(250)));
 
         // Flags win over the file.
         #[derive(clap::Parser)]
@@ -889,6 +955,16 @@ snapshot_interval = 30
         );
         let off = parse(&["serve", "--snapshot-interval", "off"]).unwrap();
         assert_eq!(off.resolve().unwrap().snapshot_interval, None);
+        let mut budget = parse(&["serve", "--max-replay-ms", "100"]).unwrap();
+        budget.config = Some(path.clone());
+        assert_eq!(
+            budget.resolve().unwrap().max_replay,
+            Some(Duration::from_millis(100))
+        );
+        let off = parse(&["serve", "--max-replay-ms", "off"]).unwrap();
+        assert_eq!(off.resolve().unwrap().max_replay, None);
+        let e = parse(&["serve", "--max-replay-ms", "1s"]).unwrap_err();
+        assert!(e.contains("--max-replay-ms") && e.contains("`off`"), "{e}");
         let e = parse(&["serve", "--snapshot-interval", "5 minutes"]).unwrap_err();
         assert!(
             e.contains("--snapshot-interval") && e.contains("`off`"),
@@ -916,6 +992,14 @@ snapshot_interval = 30
                 ],
             ),
             (
+                &["serve", "--max-replay-ms", "0"][..],
+                [
+                    "--max-replay-ms must be at least 1",
+                    "UUIDMAP_MAX_REPLAY_MS",
+                    "max_replay_ms = ",
+                ],
+            ),
+            (
                 &["serve", "--snapshot-interval", "0"][..],
                 [
                     "--snapshot-interval must be at least 1 second",
@@ -932,6 +1016,8 @@ snapshot_interval = 30
         std::fs::write(&path, "snapshot_interval = \"0s\"\n").unwrap();
         let e = from_file.resolve().unwrap_err().to_string();
         assert!(e.contains("--snapshot-interval must be at least"), "{e}");
+        std::fs::write(&path, "max_replay_ms = \"off\"\n").unwrap();
+        assert_eq!(from_file.resolve().unwrap().max_replay, None);
         std::fs::write(&path, "snapshot_interval = \"soon\"\n").unwrap();
         let e = from_file.resolve().unwrap_err().to_string();
         assert!(
