@@ -112,6 +112,8 @@ pub struct DurableStats {
     pub snapshot_trigger_bytes: u64,
     /// The replay rate the budget assumes (WAL bytes/s; 0: budget off).
     pub replay_bytes_per_sec: u64,
+    /// The restart budget in ms (0: off).
+    pub max_replay_ms: u64,
 }
 
 impl DurableIndex {
@@ -329,6 +331,7 @@ impl DurableIndex {
             queued_batches: p.queued.load(Ordering::Relaxed),
             snapshot_trigger_bytes: self.snapshot_trigger_bytes,
             replay_bytes_per_sec: self.budget.map_or(0, |b| b.bytes_per_sec as u64),
+            max_replay_ms: self.budget.map_or(0, |b| b.max_replay.as_millis() as u64),
         }
     }
 
