@@ -116,6 +116,22 @@ fn replay_old(dir: &Path) -> (u64, Duration) {
     (ops_applied, took)
 }
 
+/// Only reading and checking the WAL (`wal::replay` applying nothing): the
+/// floor under every replay, done by one thread. Returns (ops, time).
+fn read_only(dir: &Path) -> (u64, Duration) {
+    let started = Instant::now();
+    let options = ReplayOptions {
+        read_only: true,
+        ..ReplayOptions::default()
+    };
+    let mut n = 0u64;
+    wal::replay(&OsIo, dir, 0, &options, |_, ops: &[Op]| {
+        n += ops.len() as u64;
+    })
+    .expect("reading");
+    (n, started.elapsed())
+}
+
 /// `recover` with `workers`. Returns (ops applied, replay time, report line).
 fn replay_new(dir: &Path, workers: ReplayWorkers) -> (u64, Duration, String) {
     let options = RecoveryOptions {
@@ -255,10 +271,13 @@ fn main() {
         "### WAL replay, {ops} random puts ({:.0} MB of WAL), no snapshot, {cores} cores\n",
         wal_bytes as f64 / 1e6
     );
-    let mut rates: [Vec<f64>; 3] = Default::default();
-    let mut times: [Vec<f64>; 3] = Default::default();
+    let mut rates: [Vec<f64>; 4] = Default::default();
+    let mut times: [Vec<f64>; 4] = Default::default();
     let mut notes: [String; 3] = Default::default();
     for round in 0..rounds {
+        let (n, took) = read_only(&data);
+        rates[3].push(n as f64 / took.as_secs_f64());
+        times[3].push(took.as_secs_f64() * 1e3);
         let (n, took) = replay_old(&data);
         eprintln!("round {round}: old {:.0} ms", took.as_secs_f64() * 1e3);
         rates[0].push(n as f64 / took.as_secs_f64());
@@ -279,6 +298,7 @@ fn main() {
         "old (serial, grows, no prefetch)",
         "serial (presized, prefetched)",
         "parallel (one worker per core)",
+        "reading and checking the WAL only (one thread)",
     ]
     .iter()
     .enumerate()
