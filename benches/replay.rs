@@ -23,6 +23,12 @@
 //!   binary is this build's; `UUIDMAP_OLD_BIN` names an older one to run
 //!   alternately (say, main's before issue 11). For the new binary, the
 //!   recovery phases are read from `Stats`.
+//! - **worst case at the default triggers**: `UUIDMAP_BENCH_SNAPSHOT_ENTRIES`
+//!   (default 10M) random puts, a snapshot, then as many more puts as the
+//!   default 500 ms budget lets the WAL hold before it asks for a snapshot
+//!   (three quarters of 500 ms at the parallel replay rate measured above,
+//!   which is what a server that measured it uses), left in the WAL; then
+//!   restarts as above (the snapshot's checksums verified, as by default).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -36,7 +42,10 @@ use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::store::replay_apply::ReplayWorkers;
 use uuidmap::store::wal::{self, ReplayOptions};
 use uuidmap::store::{Op, OsIo};
-use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
+use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, ReplayBudget, WriteOp};
+
+#[path = "common/redis.rs"]
+mod redis;
 
 const BATCH: u64 = 100_000;
 
@@ -84,6 +93,37 @@ fn make_wal(dir: &Path, ops: u64) {
         durable.writes().write_blocking(batch).expect("writing");
         i += n;
     }
+    drop(durable);
+}
+
+/// The worst case the triggers allow: `entries` random puts, a snapshot,
+/// then `wal_puts` more (new keys) left in the WAL after it.
+fn make_worst_case(dir: &Path, entries: u64, wal_puts: u64) {
+    let mut config = DurableConfig::new(dir);
+    config.pipeline.policy = FsyncPolicy::Never;
+    config.pipeline.snapshot_every_bytes = 0;
+    config.pipeline.max_batch_ops = BATCH as usize;
+    config.snapshot_every = None;
+    config.snapshot_on_shutdown = false;
+    config.max_replay = None;
+    let durable = DurableIndex::open(config).expect("opening the store");
+    let write = |from: u64, to: u64| {
+        let mut i = from;
+        while i < to {
+            let n = BATCH.min(to - i);
+            let batch = (i..i + n)
+                .map(|j| WriteOp::Put {
+                    key: key(j),
+                    value: value(j),
+                })
+                .collect();
+            durable.writes().write_blocking(batch).expect("writing");
+            i += n;
+        }
+    };
+    write(0, entries);
+    durable.snapshot_now_blocking().expect("the snapshot");
+    write(entries, entries + wal_puts);
     drop(durable);
 }
 
@@ -356,7 +396,7 @@ fn main() {
         median(new_times.clone()),
         each(&new_times)
     );
-    if let Some(s) = last_stats {
+    if let Some(s) = last_stats.take() {
         let ms = |us: u64| us as f64 / 1e3;
         println!(
             "\nnew, last round, from `Stats`: estimate {:.1} ms, presize {:.0} ms, replay {:.0} ms \
@@ -377,4 +417,148 @@ fn main() {
             s.snapshot_trigger_bytes as f64 / 1e6
         );
     }
+
+    if let Some(bin) = redis::find_server().filter(|_| !smoke) {
+        redis_aof_restarts(&bin, ops, rounds, median(new_times.clone()));
+    }
+
+    // The worst case the default triggers allow: a snapshot of
+    // `UUIDMAP_BENCH_SNAPSHOT_ENTRIES` (default 10M), then as much WAL as
+    // the 500 ms budget lets accumulate at the replay rate a server
+    // measures (the parallel rate above): three quarters of 500 ms of it.
+    let entries = env_u64(
+        "UUIDMAP_BENCH_SNAPSHOT_ENTRIES",
+        if smoke { 300_000 } else { 10_000_000 },
+    );
+    let parallel_bytes_per_sec = median(rates[2].clone()) * wal_bytes as f64 / ops as f64;
+    let trigger = ReplayBudget::new(
+        uuidmap::writer::DEFAULT_MAX_REPLAY,
+        Some(parallel_bytes_per_sec),
+        None,
+    )
+    .trigger_bytes()
+    .min(256 << 20);
+    let bytes_per_put = wal_bytes as f64 / ops as f64;
+    let wal_puts = (trigger as f64 / bytes_per_put) as u64;
+    let worst = scratch.path().join("worst");
+    eprintln!("worst case: {entries} entries, a snapshot, then {wal_puts} puts ...");
+    make_worst_case(&worst, entries, wal_puts);
+    let mut new_times = Vec::new();
+    let mut old_times = Vec::new();
+    let probe = entries + wal_puts - 1;
+    for round in 0..rounds {
+        if let Some(old) = &old_bin {
+            let (t, _) = restart(&rt, old, &worst, scratch.path(), probe);
+            eprintln!("round {round}: old binary: {:.0} ms", t.as_secs_f64() * 1e3);
+            old_times.push(t.as_secs_f64() * 1e3);
+        }
+        let (t, stats) = restart(&rt, &new_bin, &worst, scratch.path(), probe);
+        eprintln!("round {round}: new binary: {:.0} ms", t.as_secs_f64() * 1e3);
+        new_times.push(t.as_secs_f64() * 1e3);
+        last_stats = stats;
+    }
+    println!(
+        "\n### Worst case at the default triggers: {entries} entries in the snapshot, then \
+         {wal_puts} puts ({:.0} MB, the 500 ms budget's trigger at {:.0} MB/s) in the WAL\n",
+        trigger as f64 / 1e6,
+        parallel_bytes_per_sec / 1e6
+    );
+    println!("| binary | ms (median of {rounds}) | each |");
+    println!("| --- | --- | --- |");
+    if !old_times.is_empty() {
+        println!(
+            "| old (`UUIDMAP_OLD_BIN`) | {:.0} | {} |",
+            median(old_times.clone()),
+            each(&old_times)
+        );
+    }
+    println!(
+        "| new (this build) | {:.0} | {} |",
+        median(new_times.clone()),
+        each(&new_times)
+    );
+    if let Some(s) = last_stats {
+        let ms = |us: u64| us as f64 / 1e3;
+        println!(
+            "\nnew, last round, from `Stats`: map {:.1} ms, verify {:.0} ms, restore {:.1} ms, \
+             presize {:.0} ms ({} entries), replay {:.0} ms ({} ops)",
+            ms(s.map_us),
+            ms(s.verify_us),
+            ms(s.restore_us),
+            ms(s.presize_us),
+            s.presized_for,
+            ms(s.replay_us),
+            s.ops_replayed
+        );
+    }
+}
+
+/// Redis with `appendonly yes` (`appendfsync everysec`, no RDB), the same
+/// `ops` puts as pipelined `SET`s of the same 16-byte keys and values, then
+/// `SIGKILL` and a restart from the AOF until a `GET` of the last key
+/// answers right; `rounds` times (median).
+fn redis_aof_restarts(bin: &Path, ops: u64, rounds: usize, ours_ms: f64) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let args = [
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "",
+    ];
+    let (mut server, _) = redis::Server::start(bin, dir.path(), &args).expect("starting redis");
+    let mut conn = server.connect().expect("connecting to redis");
+    eprintln!("redis: {ops} SETs ...");
+    conn.pipelined_sets(ops as usize, |i| {
+        (*key(i as u64).as_bytes(), *value(i as u64).as_bytes())
+    })
+    .expect("loading redis");
+    drop(conn);
+    // `appendfsync everysec`: let a second pass, so that the AOF holds every
+    // acknowledged SET before the kill (a kill right after the load once
+    // lost them all).
+    std::thread::sleep(Duration::from_secs(2));
+    let probe = ops - 1;
+    let mut times = Vec::new();
+    for round in 0..rounds {
+        // SAFETY: kill has no memory effects in this process; the pid is
+        // our child's, which has not been reaped yet.
+        unsafe {
+            libc::kill(server.pid() as i32, libc::SIGKILL);
+        }
+        let started = Instant::now();
+        let (_, mut conn) = server.restart().expect("restarting redis");
+        let got = conn.command(&[b"GET", key(probe).as_bytes()]).expect("GET");
+        let took = started.elapsed();
+        match got {
+            redis::Reply::Bulk(Some(v)) if v == value(probe).as_bytes() => {}
+            other => {
+                let log = std::fs::read_to_string(dir.path().join("redis.log")).unwrap_or_default();
+                panic!("redis answered {other:?}; its log: {log}")
+            }
+        }
+        eprintln!(
+            "round {round}: redis from its AOF: {:.0} ms",
+            took.as_secs_f64() * 1e3
+        );
+        times.push(took.as_secs_f64() * 1e3);
+    }
+    let each = times
+        .iter()
+        .map(|t| format!("{t:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let redis_ms = median(times);
+    println!(
+        "\n### Redis ({}) from its AOF, the same {ops} SETs, kill -9, exec to the first GET\n",
+        redis::version(bin)
+    );
+    println!("| server | ms (median of {rounds}) | each |");
+    println!("| --- | --- | --- |");
+    println!("| redis, `appendonly yes` | {redis_ms:.0} | {each} |");
+    println!(
+        "| uuidmap, WAL only (above) | {ours_ms:.0} | {:.1}× faster |",
+        redis_ms / ours_ms
+    );
 }
