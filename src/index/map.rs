@@ -303,7 +303,7 @@ impl Index {
 }
 
 /// Bytes of physical memory of this machine, if the OS says.
-fn physical_memory() -> Option<usize> {
+pub fn physical_memory() -> Option<usize> {
     #[cfg(all(unix, not(uuidmap_loom)))]
     {
         // SAFETY: sysconf has no preconditions; it returns -1 for unknown names.

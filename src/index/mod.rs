@@ -40,7 +40,7 @@ pub use error::{BuildError, CasError, KeyError, ScanError};
 pub use hasher::{HashSeeds, hash_fingerprint};
 #[cfg(not(uuidmap_loom))]
 pub use image::{RestoredSegment, SegmentImage};
-pub use map::{Index, IndexBuilder, MAX_CAPACITY, MAX_SEGMENTS};
+pub use map::{Index, IndexBuilder, MAX_CAPACITY, MAX_SEGMENTS, physical_memory};
 #[cfg(not(uuidmap_loom))]
 pub use partition::{PartWriter, PreparedWrite};
 pub use scan::{ScanCursor, Scanner, ValueFilter};

@@ -133,7 +133,8 @@ impl RecoveryReport {
     /// Logs the phases, one line each, and one line per replay worker.
     pub fn log_phases(&self) {
         let p = &self.phases;
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        // Milliseconds to the microsecond.
+        let ms = |d: Duration| d.as_micros() as f64 / 1e3;
         tracing::info!(ms = ms(p.map), "recovery phase: map the snapshot");
         tracing::info!(
             ms = ms(p.verify),
@@ -308,7 +309,7 @@ pub fn recover(
     let mut phases = RecoveryPhases::default();
     // The segment count follows the entries expected (the WAL's puts);
     // the replay workers presize the tables, each its own, at once.
-    let expected = wal::estimate_puts(io, dir, 0)? as usize;
+    let expected = presize_cap(wal::estimate_puts(io, dir, 0)?) as usize;
     let (mut writer, index) = Index::builder()
         .segments(IndexBuilder::default_segments(
             options.capacity_hint.max(expected),
@@ -360,7 +361,7 @@ fn replay_into(
     phases: &mut RecoveryPhases,
 ) -> Result<wal::ReplayOutcome, StoreError> {
     let started = Instant::now();
-    let expected = wal::estimate_puts(io, dir, from)?;
+    let expected = presize_cap(wal::estimate_puts(io, dir, from)?);
     phases.estimate = started.elapsed();
     let started = Instant::now();
     let (outcome, applied) = apply_replay(
@@ -383,6 +384,19 @@ fn replay_into(
         .unwrap_or_default();
     phases.workers = applied.workers;
     outcome
+}
+
+/// The WAL's estimated puts, capped so that presizing for them takes at
+/// most a quarter of the machine's memory (about 40 bytes an entry at the
+/// presized load). The estimate counts every WAL byte as a put, so a log of
+/// updates to few keys overestimates; past the cap the replay grows the
+/// tables as it needs, as it did before presizing.
+fn presize_cap(estimate: u64) -> u64 {
+    const BYTES_PER_ENTRY: u64 = 40;
+    match crate::index::physical_memory() {
+        Some(physical) => estimate.min(physical as u64 / 4 / BYTES_PER_ENTRY),
+        None => estimate,
+    }
 }
 
 /// Records what replay cut (a torn tail, a repair's cut).
