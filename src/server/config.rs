@@ -33,6 +33,7 @@
 //! snapshot_wal_bytes = 268435456      # 256 MiB; at least 1 MiB
 //! snapshot_interval = 600             # seconds, or "10m", or "off"; at least 1 s
 //! max_replay_ms = 500                 # restart budget, or "off"; at least 1 ms
+//! replay_workers = "auto"             # or "serial", or a thread count
 //! ```
 
 use std::net::SocketAddr;
@@ -45,6 +46,7 @@ use serde::Deserialize;
 
 use super::metrics::{DEFAULT_METRICS_LISTEN, MetricsListen};
 use super::tls::TlsFiles;
+use crate::store::replay_apply::ReplayWorkers;
 use crate::store::{Io, OsIo};
 use crate::writer::{DurableConfig, FsyncPolicy};
 
@@ -173,6 +175,8 @@ pub struct ServeConfig {
     /// The restart budget: snapshot before a restart would replay the WAL
     /// for longer, and after a recovery that did (`None`: off).
     pub max_replay: Option<Duration>,
+    /// Threads that replay the WAL at start.
+    pub replay_workers: ReplayWorkers,
     /// The file system under `data_dir`: the real one (no flag sets it).
     pub disk: DataDisk,
     /// Prometheus `GET /metrics` on this address; `None`: off (the
@@ -218,6 +222,7 @@ impl ServeConfig {
             snapshot_wal_bytes: store.pipeline.snapshot_every_bytes,
             snapshot_interval: store.snapshot_every,
             max_replay: store.max_replay,
+            replay_workers: store.recovery.replay_workers,
             disk: DataDisk::default(),
             metrics_listen: None,
         }
@@ -321,6 +326,10 @@ pub struct ServeArgs {
     /// [default: 500].
     #[arg(long, env = "UUIDMAP_MAX_REPLAY_MS")]
     pub max_replay_ms: Option<MaxReplay>,
+    /// Threads that replay the WAL at start: `auto` (one per core),
+    /// `serial` (on the starting thread), or a count [default: auto].
+    #[arg(long, env = "UUIDMAP_REPLAY_WORKERS")]
+    pub replay_workers: Option<ReplayWorkers>,
 }
 
 /// `--max-replay-ms`: milliseconds, or `off` (`None`).
@@ -418,6 +427,7 @@ struct FileConfig {
     snapshot_wal_bytes: Option<u64>,
     snapshot_interval: Option<FileInterval>,
     max_replay_ms: Option<FileMaxReplay>,
+    replay_workers: Option<String>,
 }
 
 /// Options that cannot be used.
@@ -665,6 +675,16 @@ impl ServeArgs {
         };
         if let Some(MaxReplay(budget)) = self.max_replay_ms.or(from_file) {
             config.max_replay = budget;
+        }
+        let from_file = match &file.replay_workers {
+            Some(t) => Some(
+                t.parse::<ReplayWorkers>()
+                    .map_err(|e| bad(format!("replay_workers: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(workers) = self.replay_workers.or(from_file) {
+            config.replay_workers = workers;
         }
         if config.max_replay.is_some_and(|b| b.is_zero()) {
             return Err(ConfigError::TooSmall {
@@ -963,6 +983,20 @@ max_replay_ms = 250
         );
         let off = parse(&["serve", "--max-replay-ms", "off"]).unwrap();
         assert_eq!(off.resolve().unwrap().max_replay, None);
+        assert_eq!(defaults.replay_workers, ReplayWorkers::PerCore);
+        for (flag, workers) in [
+            ("serial", ReplayWorkers::Serial),
+            ("3", ReplayWorkers::Threads(3)),
+            ("auto", ReplayWorkers::PerCore),
+        ] {
+            let args = parse(&["serve", "--replay-workers", flag]).unwrap();
+            assert_eq!(args.resolve().unwrap().replay_workers, workers);
+        }
+        let e = parse(&["serve", "--replay-workers", "0"]).unwrap_err();
+        assert!(
+            e.contains("--replay-workers") && e.contains("serial"),
+            "{e}"
+        );
         let e = parse(&["serve", "--max-replay-ms", "1s"]).unwrap_err();
         assert!(e.contains("--max-replay-ms") && e.contains("`off`"), "{e}");
         let e = parse(&["serve", "--snapshot-interval", "5 minutes"]).unwrap_err();
@@ -1016,8 +1050,16 @@ max_replay_ms = 250
         std::fs::write(&path, "snapshot_interval = \"0s\"\n").unwrap();
         let e = from_file.resolve().unwrap_err().to_string();
         assert!(e.contains("--snapshot-interval must be at least"), "{e}");
-        std::fs::write(&path, "max_replay_ms = \"off\"\n").unwrap();
-        assert_eq!(from_file.resolve().unwrap().max_replay, None);
+        std::fs::write(
+            &path,
+            "max_replay_ms = \"off\"\nreplay_workers = \"serial\"\n",
+        )
+        .unwrap();
+        let c = from_file.resolve().unwrap();
+        assert_eq!(
+            (c.max_replay, c.replay_workers),
+            (None, ReplayWorkers::Serial)
+        );
         std::fs::write(&path, "snapshot_interval = \"soon\"\n").unwrap();
         let e = from_file.resolve().unwrap_err().to_string();
         assert!(

@@ -50,6 +50,28 @@ pub enum ReplayWorkers {
     Threads(usize),
 }
 
+impl std::str::FromStr for ReplayWorkers {
+    type Err = String;
+
+    /// `auto` (one per core), `serial`, or a thread count (at least 1).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(ReplayWorkers::PerCore);
+        }
+        if s.eq_ignore_ascii_case("serial") {
+            return Ok(ReplayWorkers::Serial);
+        }
+        match s.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(ReplayWorkers::Threads(n)),
+            _ => Err(format!(
+                "{s:?} is not a replay worker count: give `auto` (one per core), `serial`, or \
+                 a number of threads (at least 1)"
+            )),
+        }
+    }
+}
+
 impl ReplayWorkers {
     /// Worker threads to start (0: apply on the calling thread).
     fn threads(self) -> usize {
