@@ -152,10 +152,17 @@ pub struct PartWriter<'w> {
 }
 
 impl PartWriter<'_> {
+    /// The part that owns `segment` when the writer is split into `parts`
+    /// (the one rule of ownership: whoever routes writes uses it too).
+    #[inline]
+    pub fn part_of(segment: usize, parts: usize) -> usize {
+        segment % parts
+    }
+
     /// Whether this part owns (is the only writer of) `segment`.
     #[inline]
     pub fn owns(&self, segment: usize) -> bool {
-        segment % self.parts == self.part
+        PartWriter::part_of(segment, self.parts) == self.part
     }
 
     /// The segments this part owns.

@@ -164,7 +164,9 @@ pub fn apply_replay<R>(
         let mut router = Router::new(index, captures, parts_n);
         let result = feed(&mut |lsn, ops| {
             router.route(lsn, ops, |k, full| {
-                let empty = free_rx.try_recv().unwrap_or_default();
+                let empty = free_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(BUFFER_OPS));
                 let full = std::mem::replace(full, empty);
                 // A worker that panicked drops its receiver; the scope
                 // re-raises its panic when it ends.
@@ -305,8 +307,7 @@ impl<'a> Router<'a> {
                 continue;
             }
             self.applied += 1;
-            // Part `k` owns the segments `s % parts == k` (`IndexWriter::split`).
-            let k = segment % parts;
+            let k = PartWriter::part_of(segment, parts);
             let buffer = &mut self.buffers[k];
             buffer.push(w);
             if buffer.len() >= BUFFER_OPS {
