@@ -144,6 +144,7 @@ impl IndexWriter {
     /// entries (spread by the hash: the mean plus one deviation) without
     /// growing, straight to the size that can. Presizing before a burst of
     /// inserts (recovery's replay) replaces many growth steps by one.
+    #[cfg(not(uuidmap_loom))]
     pub fn reserve(&mut self, extra: usize) {
         self.reclaim();
         self.split(1)[0].reserve_share(extra);
@@ -220,6 +221,7 @@ pub(super) fn delete_hashed(
 
 /// The one writer of `segment`'s table: grows it once, straight to the
 /// size at which it holds `entries` without growing, if it is smaller.
+#[cfg(not(uuidmap_loom))]
 pub(super) fn reserve_segment(
     shared: &Shared,
     retired: &Sender<Box<Table>>,
