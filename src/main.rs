@@ -285,7 +285,7 @@ fn check(dir: &std::path::Path, verify: bool, mode: Mode) -> Result<(), String> 
         verify_checksums: verify,
         truncate_corrupt_wal: mode != Mode::Inspect,
         read_only: mode != Mode::Repair,
-        capacity_hint: 0,
+        ..Default::default()
     };
     // A repair writes: never next to a running server. Looking needs no lock.
     let _lock = if mode == Mode::Repair {

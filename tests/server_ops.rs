@@ -133,6 +133,87 @@ async fn metrics_count_each_call_by_rpc_and_status_and_report_the_index_state() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_reports_its_recovery_phase_by_phase_in_stats_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2,000 puts left in the WAL with no snapshot, as a kill leaves them.
+    {
+        let mut store = uuidmap::writer::DurableConfig::new(dir.path());
+        store.snapshot_on_shutdown = false;
+        let durable = uuidmap::writer::DurableIndex::open(store).unwrap();
+        for batch in 0..2u128 {
+            let ops = (0..1000)
+                .map(|i| uuidmap::writer::WriteOp::Put {
+                    key: u(1 + batch * 1000 + i),
+                    value: u(7),
+                })
+                .collect();
+            durable.writes().write(ops).await.unwrap();
+        }
+    }
+    let server = metrics_server(dir.path()).await;
+    let mut client = server.client().await;
+    let stats = client
+        .stats(pb::StatsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let restart = stats.restart.unwrap();
+    assert!(!restart.snapshot_used);
+    assert_eq!((restart.records_replayed, restart.ops_replayed), (2, 2000));
+    assert!(restart.bytes_replayed > 2000 * 33);
+    assert!(restart.replay_us > 0 && restart.presized_for >= 2000);
+    assert!(!restart.workers.is_empty());
+    assert_eq!(restart.workers.iter().map(|w| w.ops).sum::<u64>(), 2000);
+    assert_eq!(
+        restart.workers.iter().map(|w| w.segments).sum::<u32>(),
+        64,
+        "the workers own every segment once"
+    );
+    assert_eq!(restart.max_replay_ms, 500);
+    assert!(restart.replay_bytes_per_sec > 0);
+    assert!(restart.snapshot_trigger_bytes > 0);
+
+    let text = scrape(&server).await;
+    let phase = |p| sample(&text, "uuidmap_recovery_phase_seconds", &[("phase", p)]);
+    for p in ["map", "verify", "restore", "estimate", "presize", "replay"] {
+        assert!(phase(p).is_some(), "phase {p}: {text}");
+    }
+    assert!(phase("replay").unwrap() > 0.0);
+    assert_eq!(
+        sample(&text, "uuidmap_recovery_replayed_ops", &[]),
+        Some(2000.0)
+    );
+    let worker_ops: f64 = (0..restart.workers.len())
+        .map(|i| {
+            sample(
+                &text,
+                "uuidmap_recovery_worker_ops",
+                &[("worker", &i.to_string())],
+            )
+            .unwrap()
+        })
+        .sum();
+    assert_eq!(worker_ops, 2000.0);
+    assert!(
+        sample(
+            &text,
+            "uuidmap_recovery_worker_seconds",
+            &[("worker", "0"), ("part", "apply")]
+        )
+        .is_some()
+    );
+    assert_eq!(
+        sample(&text, "uuidmap_replay_budget_seconds", &[]),
+        Some(0.5)
+    );
+    assert_eq!(
+        sample(&text, "uuidmap_snapshot_trigger_wal_bytes", &[]),
+        Some(restart.snapshot_trigger_bytes as f64)
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_port_closes_when_the_server_stops() {
     let dir = tempfile::tempdir().unwrap();
     let server = metrics_server(dir.path()).await;

@@ -218,7 +218,7 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
         ClientCommand::Stats { connect } => {
             let mut c = Client::connect(&connect.options()).await?;
             let s = c.stats().await?;
-            print_fields(&[
+            let mut fields = vec![
                 ("entries", s.entries.to_string()),
                 ("table_bytes", s.table_bytes.to_string()),
                 ("applied_lsn", s.applied_lsn.to_string()),
@@ -236,7 +236,32 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
                     "last_snapshot_duration_us",
                     s.last_snapshot_duration_us.to_string(),
                 ),
-            ]);
+            ];
+            if let Some(r) = s.restart {
+                // Where this server's start went, and the restart budget.
+                let workers: Vec<String> = r
+                    .workers
+                    .iter()
+                    .map(|w| format!("{}ops/{}us", w.ops, w.apply_us))
+                    .collect();
+                fields.extend([
+                    ("restart_snapshot_used", r.snapshot_used.to_string()),
+                    ("restart_map_us", r.map_us.to_string()),
+                    ("restart_verify_us", r.verify_us.to_string()),
+                    ("restart_restore_us", r.restore_us.to_string()),
+                    ("restart_presize_us", r.presize_us.to_string()),
+                    ("restart_replay_us", r.replay_us.to_string()),
+                    ("restart_ops_replayed", r.ops_replayed.to_string()),
+                    ("restart_workers", workers.join(" ")),
+                    ("max_replay_ms", r.max_replay_ms.to_string()),
+                    ("replay_bytes_per_sec", r.replay_bytes_per_sec.to_string()),
+                    (
+                        "snapshot_trigger_bytes",
+                        r.snapshot_trigger_bytes.to_string(),
+                    ),
+                ]);
+            }
+            print_fields(&fields);
             Ok(EXIT_OK)
         }
         ClientCommand::Snapshot { connect } => {

@@ -112,6 +112,14 @@ impl IndexBuilder {
         self
     }
 
+    /// The segment count chosen for an index presized for `entries`
+    /// entries: about 256 Ki entries per segment, and at least 64.
+    pub fn default_segments(entries: usize) -> usize {
+        (entries / TARGET_SEGMENT_ENTRIES)
+            .next_power_of_two()
+            .clamp(MIN_DEFAULT_SEGMENTS, MAX_SEGMENTS)
+    }
+
     /// Builds the index: the one writer and a read handle.
     pub fn build(self) -> Result<(IndexWriter, Index), BuildError> {
         if self.capacity > MAX_CAPACITY {
@@ -128,9 +136,7 @@ impl IndexBuilder {
                 });
             }
             Some(s) => s,
-            None => (self.capacity / TARGET_SEGMENT_ENTRIES)
-                .next_power_of_two()
-                .clamp(MIN_DEFAULT_SEGMENTS, MAX_SEGMENTS),
+            None => IndexBuilder::default_segments(self.capacity),
         };
         let per_segment = growth::presize_per_segment(self.capacity, segments);
         let capacities: Vec<(u32, usize)> = (0..segments)
@@ -297,7 +303,7 @@ impl Index {
 }
 
 /// Bytes of physical memory of this machine, if the OS says.
-fn physical_memory() -> Option<usize> {
+pub fn physical_memory() -> Option<usize> {
     #[cfg(all(unix, not(uuidmap_loom)))]
     {
         // SAFETY: sysconf has no preconditions; it returns -1 for unknown names.
@@ -316,7 +322,7 @@ fn physical_memory() -> Option<usize> {
 
 /// Asks the CPU to start loading the cache line at `p`.
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(super) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetch is a hint; it never faults or reads memory observably,
     // whatever the address.

@@ -13,6 +13,7 @@
 //! - `segment`: the table pointer, growth by swap, epoch retirement.
 //! - `map`: the read handle [`Index`] and [`IndexBuilder`].
 //! - `writer`: the single [`IndexWriter`].
+//! - `partition`: the writer split over disjoint segments (recovery).
 //! - [`scan`]: cursors, filters and consistent segment copies.
 //! - `image`: whole-segment copies for snapshots; restore from lent memory.
 
@@ -25,6 +26,8 @@ mod image;
 #[cfg(all(test, uuidmap_loom))]
 mod loom_models;
 mod map;
+#[cfg(not(uuidmap_loom))]
+mod partition;
 pub mod scan;
 mod segment;
 mod seqlock;
@@ -37,7 +40,9 @@ pub use error::{BuildError, CasError, KeyError, ScanError};
 pub use hasher::{HashSeeds, hash_fingerprint};
 #[cfg(not(uuidmap_loom))]
 pub use image::{RestoredSegment, SegmentImage};
-pub use map::{Index, IndexBuilder, MAX_CAPACITY, MAX_SEGMENTS};
+pub use map::{Index, IndexBuilder, MAX_CAPACITY, MAX_SEGMENTS, physical_memory};
+#[cfg(not(uuidmap_loom))]
+pub use partition::{PartWriter, PreparedWrite};
 pub use scan::{ScanCursor, Scanner, ValueFilter};
 pub use slot::Slot;
 #[cfg(not(uuidmap_loom))]

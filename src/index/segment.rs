@@ -104,9 +104,12 @@ impl Segment {
     #[inline(always)]
     pub(crate) fn writer_table(&self) -> &Table {
         // SAFETY: only the writer replaces or frees tables, and callers hold
-        // the writer (`&self`/`&mut self` of the one `IndexWriter`, or the
-        // index's exclusive drop), so the table outlives this borrow; no guard
-        // is needed for memory the caller itself controls.
+        // the writer (`&self`/`&mut self` of the one `IndexWriter`, the
+        // `PartWriter` that owns this segment during a split, or the index's
+        // exclusive drop), so the table outlives this borrow: a table replaced
+        // by a part is freed only by `IndexWriter::reclaim`, which cannot run
+        // until every part is gone. No guard is needed for memory the caller
+        // itself controls.
         unsafe {
             self.table
                 .load(Ordering::Relaxed, epoch::unprotected())

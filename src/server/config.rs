@@ -32,6 +32,8 @@
 //! wal_file_bytes = 67108864           # 64 MiB; at least 1 MiB
 //! snapshot_wal_bytes = 268435456      # 256 MiB; at least 1 MiB
 //! snapshot_interval = 600             # seconds, or "10m", or "off"; at least 1 s
+//! max_replay_ms = 500                 # restart budget, or "off"; at least 1 ms
+//! replay_workers = "auto"             # or "serial", or a thread count
 //! ```
 
 use std::net::SocketAddr;
@@ -44,6 +46,7 @@ use serde::Deserialize;
 
 use super::metrics::{DEFAULT_METRICS_LISTEN, MetricsListen};
 use super::tls::TlsFiles;
+use crate::store::replay_apply::ReplayWorkers;
 use crate::store::{Io, OsIo};
 use crate::writer::{DurableConfig, FsyncPolicy};
 
@@ -169,6 +172,11 @@ pub struct ServeConfig {
     /// Take a snapshot this long after the previous one (`None`: only on
     /// the other triggers).
     pub snapshot_interval: Option<Duration>,
+    /// The restart budget: snapshot before a restart would replay the WAL
+    /// for longer, and after a recovery that did (`None`: off).
+    pub max_replay: Option<Duration>,
+    /// Threads that replay the WAL at start.
+    pub replay_workers: ReplayWorkers,
     /// The file system under `data_dir`: the real one (no flag sets it).
     pub disk: DataDisk,
     /// Prometheus `GET /metrics` on this address; `None`: off (the
@@ -213,6 +221,8 @@ impl ServeConfig {
             wal_file_bytes: store.wal_segment_bytes,
             snapshot_wal_bytes: store.pipeline.snapshot_every_bytes,
             snapshot_interval: store.snapshot_every,
+            max_replay: store.max_replay,
+            replay_workers: store.recovery.replay_workers,
             disk: DataDisk::default(),
             metrics_listen: None,
         }
@@ -308,6 +318,45 @@ pub struct ServeArgs {
     /// only on WAL growth, on request and at shutdown [default: 600].
     #[arg(long, env = "UUIDMAP_SNAPSHOT_INTERVAL")]
     pub snapshot_interval: Option<SnapshotInterval>,
+    /// The restart budget in milliseconds, at least 1, or `off`: take a
+    /// snapshot before the WAL a restart would replay takes longer than
+    /// this to replay (at the replay rate the last recovery measured, or a
+    /// conservative default), and right after a recovery whose replay took
+    /// longer. --snapshot-wal-bytes and --snapshot-interval stay as caps
+    /// [default: 500].
+    #[arg(long, env = "UUIDMAP_MAX_REPLAY_MS")]
+    pub max_replay_ms: Option<MaxReplay>,
+    /// Threads that replay the WAL at start: `auto` (one per core),
+    /// `serial` (on the starting thread), or a count [default: auto].
+    #[arg(long, env = "UUIDMAP_REPLAY_WORKERS")]
+    pub replay_workers: Option<ReplayWorkers>,
+}
+
+/// `--max-replay-ms`: milliseconds, or `off` (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxReplay(pub Option<Duration>);
+
+impl FromStr for MaxReplay {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(MaxReplay(None));
+        }
+        s.parse::<u64>()
+            .map(|ms| MaxReplay(Some(Duration::from_millis(ms))))
+            .map_err(|_| format!("{s:?} is not a budget: give milliseconds (500) or `off`"))
+    }
+}
+
+/// `max_replay_ms` in the TOML file: milliseconds, or text as the flag
+/// takes.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum FileMaxReplay {
+    Millis(u64),
+    Text(String),
 }
 
 /// `--snapshot-interval`: a duration, or `off` (`None`).
@@ -377,6 +426,8 @@ struct FileConfig {
     wal_file_bytes: Option<u64>,
     snapshot_wal_bytes: Option<u64>,
     snapshot_interval: Option<FileInterval>,
+    max_replay_ms: Option<FileMaxReplay>,
+    replay_workers: Option<String>,
 }
 
 /// Options that cannot be used.
@@ -614,6 +665,38 @@ impl ServeArgs {
                       snapshots off",
             });
         }
+        let from_file = match &file.max_replay_ms {
+            Some(FileMaxReplay::Millis(ms)) => Some(MaxReplay(Some(Duration::from_millis(*ms)))),
+            Some(FileMaxReplay::Text(t)) => Some(
+                t.parse::<MaxReplay>()
+                    .map_err(|e| bad(format!("max_replay_ms: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(MaxReplay(budget)) = self.max_replay_ms.or(from_file) {
+            config.max_replay = budget;
+        }
+        let from_file = match &file.replay_workers {
+            Some(t) => Some(
+                t.parse::<ReplayWorkers>()
+                    .map_err(|e| bad(format!("replay_workers: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(workers) = self.replay_workers.or(from_file) {
+            config.replay_workers = workers;
+        }
+        if config.max_replay.is_some_and(|b| b.is_zero()) {
+            return Err(ConfigError::TooSmall {
+                flag: "max-replay-ms",
+                env: "MAX_REPLAY_MS",
+                key: "max_replay_ms",
+                min: "1".into(),
+                value: "0".into(),
+                why: "no restart replays in no time; use `off` to size snapshots by \
+                      --snapshot-wal-bytes alone",
+            });
+        }
         Ok(())
     }
 }
@@ -841,6 +924,7 @@ mod tests {
         assert_eq!(defaults.wal_file_bytes, 64 << 20);
         assert_eq!(defaults.snapshot_wal_bytes, 256 << 20);
         assert_eq!(defaults.snapshot_interval, Some(Duration::from_secs(600)));
+        assert_eq!(defaults.max_replay, Some(Duration::from_millis(500)));
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("uuidmap.toml");
@@ -849,6 +933,7 @@ mod tests {
             "wal_file_bytes = 2097152
 snapshot_wal_bytes = 8388608
 snapshot_interval = 30
+max_replay_ms = 250
 ",
         )
         .unwrap();
@@ -861,6 +946,7 @@ snapshot_interval = 30
             (c.wal_file_bytes, c.snapshot_wal_bytes, c.snapshot_interval),
             (2 << 20, 8 << 20, Some(Duration::from_secs(30)))
         );
+        assert_eq!(c.max_replay, Some(Duration::from_millis(250)));
 
         // Flags win over the file.
         #[derive(clap::Parser)]
@@ -889,6 +975,30 @@ snapshot_interval = 30
         );
         let off = parse(&["serve", "--snapshot-interval", "off"]).unwrap();
         assert_eq!(off.resolve().unwrap().snapshot_interval, None);
+        let mut budget = parse(&["serve", "--max-replay-ms", "100"]).unwrap();
+        budget.config = Some(path.clone());
+        assert_eq!(
+            budget.resolve().unwrap().max_replay,
+            Some(Duration::from_millis(100))
+        );
+        let off = parse(&["serve", "--max-replay-ms", "off"]).unwrap();
+        assert_eq!(off.resolve().unwrap().max_replay, None);
+        assert_eq!(defaults.replay_workers, ReplayWorkers::PerCore);
+        for (flag, workers) in [
+            ("serial", ReplayWorkers::Serial),
+            ("3", ReplayWorkers::Threads(3)),
+            ("auto", ReplayWorkers::PerCore),
+        ] {
+            let args = parse(&["serve", "--replay-workers", flag]).unwrap();
+            assert_eq!(args.resolve().unwrap().replay_workers, workers);
+        }
+        let e = parse(&["serve", "--replay-workers", "0"]).unwrap_err();
+        assert!(
+            e.contains("--replay-workers") && e.contains("serial"),
+            "{e}"
+        );
+        let e = parse(&["serve", "--max-replay-ms", "1s"]).unwrap_err();
+        assert!(e.contains("--max-replay-ms") && e.contains("`off`"), "{e}");
         let e = parse(&["serve", "--snapshot-interval", "5 minutes"]).unwrap_err();
         assert!(
             e.contains("--snapshot-interval") && e.contains("`off`"),
@@ -916,6 +1026,14 @@ snapshot_interval = 30
                 ],
             ),
             (
+                &["serve", "--max-replay-ms", "0"][..],
+                [
+                    "--max-replay-ms must be at least 1",
+                    "UUIDMAP_MAX_REPLAY_MS",
+                    "max_replay_ms = ",
+                ],
+            ),
+            (
                 &["serve", "--snapshot-interval", "0"][..],
                 [
                     "--snapshot-interval must be at least 1 second",
@@ -932,6 +1050,16 @@ snapshot_interval = 30
         std::fs::write(&path, "snapshot_interval = \"0s\"\n").unwrap();
         let e = from_file.resolve().unwrap_err().to_string();
         assert!(e.contains("--snapshot-interval must be at least"), "{e}");
+        std::fs::write(
+            &path,
+            "max_replay_ms = \"off\"\nreplay_workers = \"serial\"\n",
+        )
+        .unwrap();
+        let c = from_file.resolve().unwrap();
+        assert_eq!(
+            (c.max_replay, c.replay_workers),
+            (None, ReplayWorkers::Serial)
+        );
         std::fs::write(&path, "snapshot_interval = \"soon\"\n").unwrap();
         let e = from_file.resolve().unwrap_err().to_string();
         assert!(

@@ -13,6 +13,13 @@
 //! | `uuidmap_wal_bytes` | counter | | WAL bytes written since start |
 //! | `uuidmap_snapshot_age_seconds` | gauge | | since the newest snapshot this process wrote (absent: none yet) |
 //! | `uuidmap_snapshot_duration_seconds` | gauge | | how long that snapshot took (absent: none yet) |
+//! | `uuidmap_recovery_phase_seconds` | gauge | `phase` | this start's recovery: `map`, `verify`, `restore`, `estimate`, `presize`, `replay` |
+//! | `uuidmap_recovery_replayed_ops` | gauge | | WAL ops this start's recovery applied |
+//! | `uuidmap_recovery_worker_seconds` | gauge | `worker`, `part` | per replay worker: `presize`, `apply`, `wall` |
+//! | `uuidmap_recovery_worker_ops` | gauge | `worker` | ops each replay worker applied |
+//! | `uuidmap_replay_budget_seconds` | gauge | | `--max-replay-ms` (absent: off) |
+//! | `uuidmap_replay_rate_bytes_per_second` | gauge | | the replay rate the budget assumes (absent: off) |
+//! | `uuidmap_snapshot_trigger_wal_bytes` | gauge | | WAL bytes after which a snapshot is taken (absent: none) |
 //! | `uuidmap_jemalloc_allocated_bytes` | gauge | | jemalloc `stats.allocated` (process) |
 //! | `uuidmap_jemalloc_resident_bytes` | gauge | | jemalloc `stats.resident` (process) |
 //!
@@ -65,7 +72,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::writer::DurableIndex;
+use super::proto::v1 as pb;
+use crate::writer::{DurableIndex, DurableStats};
 
 /// The default `--metrics-listen`.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:7879";
@@ -530,7 +538,129 @@ pub fn render(durable: &DurableIndex) -> String {
             );
         }
     }
+    render_restart(&mut out, durable, &s);
     out
+}
+
+/// The recovery phases and the restart budget (see the table above).
+fn render_restart(out: &mut String, durable: &DurableIndex, s: &DurableStats) {
+    let report = durable.recovery_report();
+    let p = &report.phases;
+    let mut head = |name: &str, help: &str| {
+        let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n");
+    };
+    head(
+        "uuidmap_recovery_phase_seconds",
+        "Time of each phase of the recovery this server started with.",
+    );
+    for (phase, d) in [
+        ("map", p.map),
+        ("verify", p.verify),
+        ("restore", p.restore),
+        ("estimate", p.estimate),
+        ("presize", p.presize),
+        ("replay", p.replay),
+    ] {
+        let _ = writeln!(
+            out,
+            "uuidmap_recovery_phase_seconds{{phase=\"{phase}\"}} {}",
+            d.as_secs_f64()
+        );
+    }
+    let _ = write!(
+        out,
+        "# HELP uuidmap_recovery_replayed_ops WAL ops the recovery applied.\n\
+         # TYPE uuidmap_recovery_replayed_ops gauge\nuuidmap_recovery_replayed_ops {}\n",
+        report.ops_replayed
+    );
+    let _ = write!(
+        out,
+        "# HELP uuidmap_recovery_worker_seconds Time of each replay worker: presize, apply \
+         (not waiting), wall.\n# TYPE uuidmap_recovery_worker_seconds gauge\n"
+    );
+    for (i, w) in p.workers.iter().enumerate() {
+        for (part, d) in [("presize", w.presize), ("apply", w.apply), ("wall", w.wall)] {
+            let _ = writeln!(
+                out,
+                "uuidmap_recovery_worker_seconds{{worker=\"{i}\",part=\"{part}\"}} {}",
+                d.as_secs_f64()
+            );
+        }
+    }
+    let _ = write!(
+        out,
+        "# HELP uuidmap_recovery_worker_ops Ops each replay worker applied.\n\
+         # TYPE uuidmap_recovery_worker_ops gauge\n"
+    );
+    for (i, w) in p.workers.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "uuidmap_recovery_worker_ops{{worker=\"{i}\"}} {}",
+            w.ops
+        );
+    }
+    if s.max_replay_ms > 0 {
+        let _ = write!(
+            out,
+            "# HELP uuidmap_replay_budget_seconds The restart budget (--max-replay-ms).\n\
+             # TYPE uuidmap_replay_budget_seconds gauge\nuuidmap_replay_budget_seconds {}\n",
+            s.max_replay_ms as f64 / 1e3
+        );
+    }
+    let mut gauge = |name: &str, help: &str, value: u64| {
+        if value > 0 {
+            let _ = write!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
+            );
+        }
+    };
+    gauge(
+        "uuidmap_replay_rate_bytes_per_second",
+        "The WAL replay rate the restart budget assumes.",
+        s.replay_bytes_per_sec,
+    );
+    gauge(
+        "uuidmap_snapshot_trigger_wal_bytes",
+        "WAL bytes after which a snapshot is taken.",
+        s.snapshot_trigger_bytes,
+    );
+}
+
+/// `Stats`' view of the recovery and the restart budget.
+pub fn restart_stats(durable: &DurableIndex) -> pb::RestartStats {
+    let report = durable.recovery_report();
+    let s = durable.stats();
+    let p = &report.phases;
+    let us = |d: std::time::Duration| d.as_micros() as u64;
+    pb::RestartStats {
+        snapshot_used: report.snapshot.is_some(),
+        snapshot_lsn: report.snapshot_lsn,
+        map_us: us(p.map),
+        verify_us: us(p.verify),
+        restore_us: us(p.restore),
+        estimate_us: us(p.estimate),
+        presize_us: us(p.presize),
+        presized_for: p.presized_for,
+        replay_us: us(p.replay),
+        records_replayed: report.records_replayed,
+        bytes_replayed: report.bytes_replayed,
+        ops_replayed: report.ops_replayed,
+        workers: p
+            .workers
+            .iter()
+            .map(|w| pb::ReplayWorkerStats {
+                segments: w.segments as u32,
+                ops: w.ops,
+                presize_us: us(w.presize),
+                apply_us: us(w.apply),
+                wall_us: us(w.wall),
+            })
+            .collect(),
+        max_replay_ms: s.max_replay_ms,
+        replay_bytes_per_sec: s.replay_bytes_per_sec,
+        snapshot_trigger_bytes: s.snapshot_trigger_bytes,
+    }
 }
 
 /// The value of `--metrics-listen`: an address, or `off`.

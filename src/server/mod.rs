@@ -308,6 +308,8 @@ async fn open(config: &ServeConfig) -> Result<Arc<DurableIndex>, ServeError> {
     durable.wal_segment_bytes = config.wal_file_bytes;
     durable.pipeline.snapshot_every_bytes = config.snapshot_wal_bytes;
     durable.snapshot_every = config.snapshot_interval;
+    durable.max_replay = config.max_replay;
+    durable.recovery.replay_workers = config.replay_workers;
     // The service checks the limit first, with the same message; the
     // pipeline's limit must not be lower.
     durable.pipeline.max_batch_ops = durable

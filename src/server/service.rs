@@ -240,6 +240,7 @@ impl UuidMap for DataService {
             last_snapshot_duration_us: s.last_snapshot_duration_us,
             wal_failures: s.wal_failures,
             queued_batches: s.queued_batches,
+            restart: Some(super::metrics::restart_stats(&self.durable)),
         }))
     }
 

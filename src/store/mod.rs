@@ -15,6 +15,7 @@
 //! - [`snapshot`]: snapshot files: written while the writer goes on, mapped
 //!   back in place on restart.
 //! - [`recovery`]: from a data directory to a live index.
+//! - [`replay_apply`]: the replayed records applied on every core.
 
 pub mod dir_lock;
 pub mod error;
@@ -25,6 +26,8 @@ pub mod op;
 // build of the index leaves out.
 #[cfg(not(uuidmap_loom))]
 pub mod recovery;
+#[cfg(not(uuidmap_loom))]
+pub mod replay_apply;
 pub mod sim_io;
 #[cfg(not(uuidmap_loom))]
 pub mod snapshot;

@@ -17,15 +17,21 @@
 //!    cannot prove complete.
 //! 3. Replay the WAL into the index: a record is applied to a key's segment
 //!    only if its LSN is above that segment's capture LSN (fuzzy snapshots,
-//!    see `store::snapshot`).
+//!    see `store::snapshot`). The index is first presized for the puts the
+//!    WAL files can hold (their sizes), and the records are applied on
+//!    every core (`store::replay_apply`).
+//!
+//! Each phase is timed ([`RecoveryPhases`]): map, verify, restore,
+//! estimate, presize, replay, and each replay worker.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::index::{Index, IndexWriter};
+use crate::index::{Index, IndexBuilder, IndexWriter};
+use crate::store::replay_apply::{ReplayWorkers, WorkerReport, apply_replay};
 use crate::store::snapshot::{self, OpenOptions};
 use crate::store::wal::{self, ReplayOptions};
-use crate::store::{Io, Op, StoreError};
+use crate::store::{Io, StoreError};
 
 /// How to recover.
 #[derive(Clone, Debug)]
@@ -41,6 +47,8 @@ pub struct RecoveryOptions {
     pub read_only: bool,
     /// Presize a new, empty index for this many entries.
     pub capacity_hint: usize,
+    /// Threads that apply the replayed records (default: one per core).
+    pub replay_workers: ReplayWorkers,
 }
 
 impl Default for RecoveryOptions {
@@ -50,6 +58,7 @@ impl Default for RecoveryOptions {
             truncate_corrupt_wal: false,
             read_only: false,
             capacity_hint: 0,
+            replay_workers: ReplayWorkers::default(),
         }
     }
 }
@@ -69,6 +78,10 @@ pub struct RecoveryReport {
     pub rebuilt: bool,
     /// WAL records read (applied to at least part of the index).
     pub records_replayed: u64,
+    /// Ops of those records applied (above their segment's capture LSN).
+    pub ops_replayed: u64,
+    /// Bytes of the records read.
+    pub bytes_replayed: u64,
     /// The last LSN of the recovered state.
     pub last_lsn: u64,
     /// Time to open (map and verify) the snapshot and build the index.
@@ -82,6 +95,87 @@ pub struct RecoveryReport {
     /// Snapshots set aside (or, read-only, to be) because they hold writes
     /// past the end of the repaired log.
     pub set_aside: Vec<PathBuf>,
+    /// Where the time went.
+    pub phases: RecoveryPhases,
+}
+
+/// The time of each recovery phase (of the snapshot used, or of the
+/// WAL-only recovery).
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryPhases {
+    /// Mapping the snapshot and checking its header and layout.
+    pub map: Duration,
+    /// Checking every segment's checksum (zero when not asked).
+    pub verify: Duration,
+    /// Building the index around the mapped tables (or rebuilding it).
+    pub restore: Duration,
+    /// Estimating the WAL's puts from its file sizes.
+    pub estimate: Duration,
+    /// Entries the index was presized for, beyond the snapshot's.
+    pub presized_for: u64,
+    /// Growing the tables for them (the slowest worker's; the workers
+    /// presize their own segments at once).
+    pub presize: Duration,
+    /// Reading and applying the WAL, presize included (wall clock).
+    pub replay: Duration,
+    /// Each replay worker (one, the calling thread, when serial).
+    pub workers: Vec<WorkerReport>,
+}
+
+impl RecoveryReport {
+    /// WAL bytes replayed per second (`None` when too little was replayed
+    /// to tell: under 1 MiB or 1 ms).
+    pub fn replay_bytes_per_sec(&self) -> Option<f64> {
+        let secs = self.phases.replay.as_secs_f64();
+        (self.bytes_replayed >= 1 << 20 && secs >= 0.001).then(|| self.bytes_replayed as f64 / secs)
+    }
+
+    /// Logs the phases, one line each, and one line per replay worker.
+    pub fn log_phases(&self) {
+        let p = &self.phases;
+        // Milliseconds to the microsecond.
+        let ms = |d: Duration| d.as_micros() as f64 / 1e3;
+        tracing::info!(ms = ms(p.map), "recovery phase: map the snapshot");
+        tracing::info!(
+            ms = ms(p.verify),
+            "recovery phase: verify the snapshot's checksums"
+        );
+        tracing::info!(ms = ms(p.restore), "recovery phase: restore the index");
+        tracing::info!(
+            ms = ms(p.estimate),
+            "recovery phase: estimate the WAL's puts"
+        );
+        tracing::info!(
+            ms = ms(p.presize),
+            entries = p.presized_for,
+            "recovery phase: presize the index"
+        );
+        let secs = p.replay.as_secs_f64();
+        tracing::info!(
+            ms = ms(p.replay),
+            records = self.records_replayed,
+            ops = self.ops_replayed,
+            bytes = self.bytes_replayed,
+            ops_per_sec = if secs > 0.0 {
+                (self.ops_replayed as f64 / secs) as u64
+            } else {
+                0
+            },
+            workers = p.workers.len(),
+            "recovery phase: replay the WAL"
+        );
+        for (i, w) in p.workers.iter().enumerate() {
+            tracing::info!(
+                worker = i,
+                segments = w.segments,
+                ops = w.ops,
+                presize_ms = ms(w.presize),
+                apply_ms = ms(w.apply),
+                wall_ms = ms(w.wall),
+                "recovery phase: replay worker"
+            );
+        }
+    }
 }
 
 /// A recovered index.
@@ -110,8 +204,9 @@ pub fn recover(
     let snapshots = snapshot::list_snapshots(io, dir)?;
     for (lsn, path) in &snapshots {
         let started = Instant::now();
+        let mut phases = RecoveryPhases::default();
         let open_options = OpenOptions {
-            verify: options.verify_checksums,
+            verify: false,
             ..OpenOptions::default()
         };
         let opened = match snapshot::open_snapshot(io, path, &open_options) {
@@ -121,6 +216,16 @@ pub fn recover(
                 continue;
             }
         };
+        phases.map = started.elapsed();
+        if options.verify_checksums {
+            let t = Instant::now();
+            if let Err(e) = opened.verify() {
+                reject(io, path, &e, options, &mut report);
+                continue;
+            }
+            phases.verify = t.elapsed();
+        }
+        let t = Instant::now();
         let restored = match opened.into_index() {
             Ok(r) => r,
             Err(e) => {
@@ -128,6 +233,7 @@ pub fn recover(
                 continue;
             }
         };
+        phases.restore = t.elapsed();
         report.open_time = started.elapsed();
         let mut writer = restored.writer;
         let index = restored.index;
@@ -142,10 +248,11 @@ pub fn recover(
             io,
             dir,
             &replay_options,
-            &mut writer,
-            &index,
+            (&mut writer, &index),
             min_capture,
-            |seg| captures[seg],
+            &captures,
+            options.replay_workers,
+            &mut phases,
         );
         let outcome = replayed.map_err(|e| with_rejections(e, &report))?;
         note_repairs(&outcome, &mut report);
@@ -171,8 +278,11 @@ pub fn recover(
         report.min_capture_lsn = min_capture;
         report.rebuilt = matches!(restored.how, snapshot::Restored::Rebuilt { .. });
         report.records_replayed = outcome.records;
+        report.bytes_replayed = outcome.bytes;
+        report.ops_replayed = phases.workers.iter().map(|w| w.ops).sum();
         report.last_lsn = log_end;
         report.replay_time = started.elapsed();
+        report.phases = phases;
         return Ok(Recovered {
             writer,
             index,
@@ -195,17 +305,38 @@ pub fn recover(
             ),
         });
     }
+    let started = Instant::now();
+    let mut phases = RecoveryPhases::default();
+    // The segment count follows the entries expected (the WAL's puts);
+    // the replay workers presize the tables, each its own, at once.
+    let expected = presize_cap(wal::estimate_puts(io, dir, 0)?) as usize;
     let (mut writer, index) = Index::builder()
+        .segments(IndexBuilder::default_segments(
+            options.capacity_hint.max(expected),
+        ))
         .capacity(options.capacity_hint)
         .build()
         .or_else(|_| Index::builder().build())?;
+    phases.restore = started.elapsed();
     let started = Instant::now();
-    let outcome = replay_into(io, dir, &replay_options, &mut writer, &index, 0, |_| 0)
-        .map_err(|e| with_rejections(e, &report))?;
+    let outcome = replay_into(
+        io,
+        dir,
+        &replay_options,
+        (&mut writer, &index),
+        0,
+        &[],
+        options.replay_workers,
+        &mut phases,
+    )
+    .map_err(|e| with_rejections(e, &report))?;
     note_repairs(&outcome, &mut report);
     report.records_replayed = outcome.records;
+    report.bytes_replayed = outcome.bytes;
+    report.ops_replayed = phases.workers.iter().map(|w| w.ops).sum();
     report.last_lsn = outcome.last_lsn.unwrap_or(0);
     report.replay_time = started.elapsed();
+    report.phases = phases;
     Ok(Recovered {
         writer,
         index,
@@ -214,35 +345,58 @@ pub fn recover(
     })
 }
 
-/// Replays the WAL after `from` into the index, skipping for each key the
-/// records at or below its segment's capture LSN.
+/// Replays the WAL after `from` into the index, presized for the puts its
+/// files can hold, skipping for each key the records at or below its
+/// segment's capture LSN (`captures`, by segment; empty: none), with
+/// `workers` threads. Times the phases into `phases`.
+#[allow(clippy::too_many_arguments)]
 fn replay_into(
     io: &dyn Io,
     dir: &Path,
     options: &ReplayOptions,
-    writer: &mut IndexWriter,
-    index: &Index,
+    (writer, index): (&mut IndexWriter, &Index),
     from: u64,
-    capture: impl Fn(usize) -> u64,
+    captures: &[u64],
+    workers: ReplayWorkers,
+    phases: &mut RecoveryPhases,
 ) -> Result<wal::ReplayOutcome, StoreError> {
-    wal::replay(io, dir, from, options, |lsn, ops: &[Op]| {
-        writer.set_stamp(lsn);
-        for op in ops {
-            if lsn <= capture(index.segment_of(&op.key())) {
-                continue;
-            }
-            match *op {
-                Op::Put { key, value } => {
-                    // Logged keys were checked before they were logged; a
-                    // reserved key here would fail the CRC first.
-                    let _ = writer.insert(key, value);
-                }
-                Op::Delete { key } => {
-                    writer.remove(&key);
-                }
-            }
-        }
-    })
+    let started = Instant::now();
+    let expected = presize_cap(wal::estimate_puts(io, dir, from)?);
+    phases.estimate = started.elapsed();
+    let started = Instant::now();
+    let (outcome, applied) = apply_replay(
+        writer,
+        index,
+        captures,
+        workers,
+        expected as usize,
+        |sink| wal::replay(io, dir, from, options, |lsn, ops| sink(lsn, ops)),
+    );
+    phases.replay = started.elapsed();
+    // Free the tables the presize replaced, on this thread, now.
+    writer.reclaim();
+    phases.presized_for = applied.presized_for;
+    phases.presize = applied
+        .workers
+        .iter()
+        .map(|w| w.presize)
+        .max()
+        .unwrap_or_default();
+    phases.workers = applied.workers;
+    outcome
+}
+
+/// The WAL's estimated puts, capped so that presizing for them takes at
+/// most a quarter of the machine's memory (about 40 bytes an entry at the
+/// presized load). The estimate counts every WAL byte as a put, so a log of
+/// updates to few keys overestimates; past the cap the replay grows the
+/// tables as it needs, as it did before presizing.
+fn presize_cap(estimate: u64) -> u64 {
+    const BYTES_PER_ENTRY: u64 = 40;
+    match crate::index::physical_memory() {
+        Some(physical) => estimate.min(physical as u64 / 4 / BYTES_PER_ENTRY),
+        None => estimate,
+    }
 }
 
 /// Records what replay cut (a torn tail, a repair's cut).

@@ -10,12 +10,17 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure, PipelineStats, WriteHandle};
-use super::snapshotter::{SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger};
+use super::snapshotter::{
+    ReplayBudget, SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger,
+};
 use crate::index::Index;
 use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
 use crate::store::wal::{WalOptions, WalWriter};
 use crate::store::{DirLock, Io, OsIo, StoreError, lock_data_dir};
 use crate::sync::LsnWatermark;
+
+/// The default restart budget (`--max-replay-ms`).
+pub const DEFAULT_MAX_REPLAY: Duration = Duration::from_millis(500);
 
 /// Everything [`DurableIndex::open`] needs.
 #[derive(Clone)]
@@ -32,13 +37,24 @@ pub struct DurableConfig {
     pub snapshot_every: Option<Duration>,
     /// Take a final snapshot when shutting down.
     pub snapshot_on_shutdown: bool,
-    /// Recovery options (checksums, corrupt WAL handling, presize).
+    /// Recovery options (checksums, corrupt WAL handling, presize, replay
+    /// workers).
     pub recovery: RecoveryOptions,
+    /// The restart budget: take a snapshot before the WAL a restart would
+    /// replay takes longer than this to replay, and after a recovery whose
+    /// replay took longer (`None`: off; the WAL-bytes and time triggers
+    /// remain).
+    pub max_replay: Option<Duration>,
+    /// The replay rate (WAL bytes/s) that sizes the budget; `None`: the
+    /// rate this recovery measured if it replayed enough to tell, else
+    /// `snapshotter::DEFAULT_REPLAY_BYTES_PER_SEC`.
+    pub replay_bytes_per_sec: Option<f64>,
 }
 
 impl DurableConfig {
-    /// Defaults for `dir`: fsync `always`, snapshots every 256 MiB of WAL
-    /// or 10 minutes and at shutdown, 64 MiB WAL files.
+    /// Defaults for `dir`: fsync `always`, snapshots every 256 MiB of WAL,
+    /// before a restart would replay for more than 500 ms, every 10 minutes
+    /// and at shutdown, 64 MiB WAL files.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         DurableConfig {
             dir: dir.into(),
@@ -48,6 +64,8 @@ impl DurableConfig {
             snapshot_every: Some(Duration::from_secs(600)),
             snapshot_on_shutdown: true,
             recovery: RecoveryOptions::default(),
+            max_replay: Some(DEFAULT_MAX_REPLAY),
+            replay_bytes_per_sec: None,
         }
     }
 }
@@ -63,6 +81,11 @@ pub struct DurableIndex {
     snapshotter: Snapshotter,
     snapshot_tx: std::sync::mpsc::Sender<Trigger>,
     report: RecoveryReport,
+    /// The restart budget in force (`None`: off).
+    budget: Option<ReplayBudget>,
+    /// The WAL-bytes snapshot trigger in force: the smaller of the
+    /// configured one and the budget's (0: none).
+    snapshot_trigger_bytes: u64,
     config: DurableConfig,
     /// The data directory's lock. Last, so that it is dropped (released)
     /// only after the fields above have stopped the writer and snapshot
@@ -85,6 +108,12 @@ pub struct DurableStats {
     pub last_snapshot_duration_us: u64,
     pub wal_failures: u64,
     pub queued_batches: u64,
+    /// The WAL-bytes snapshot trigger in force (0: none).
+    pub snapshot_trigger_bytes: u64,
+    /// The replay rate the budget assumes (WAL bytes/s; 0: budget off).
+    pub replay_bytes_per_sec: u64,
+    /// The restart budget in ms (0: off).
+    pub max_replay_ms: u64,
 }
 
 impl DurableIndex {
@@ -100,6 +129,7 @@ impl DurableIndex {
         let lock = lock_data_dir(io.as_ref(), &config.dir)?;
         let recovered = recover(io.as_ref(), &config.dir, &config.recovery)?;
         let report = recovered.report;
+        report.log_phases();
         tracing::info!(
             snapshot = ?report.snapshot,
             rejected = report.rejected.len(),
@@ -111,6 +141,39 @@ impl DurableIndex {
             recovered.index.len(),
             config.dir.display()
         );
+        let budget = config.max_replay.map(|max| {
+            ReplayBudget::new(
+                max,
+                config.replay_bytes_per_sec,
+                Some((report.bytes_replayed, report.phases.replay)),
+            )
+        });
+        let mut pipeline_config = config.pipeline.clone();
+        if let Some(b) = &budget {
+            let configured = pipeline_config.snapshot_every_bytes;
+            let trigger = b.trigger_bytes();
+            if configured == 0 || trigger < configured {
+                pipeline_config.snapshot_every_bytes = trigger;
+            }
+            tracing::info!(
+                max_replay_ms = b.max_replay.as_millis() as u64,
+                replay_bytes_per_sec = b.bytes_per_sec as u64,
+                measured = b.measured,
+                snapshot_wal_bytes = pipeline_config.snapshot_every_bytes,
+                "restart budget: a snapshot every {} bytes of WAL",
+                pipeline_config.snapshot_every_bytes
+            );
+        }
+        // A replay over the budget would be paid again by the next crash:
+        // snapshot once the server serves. So would one that used a
+        // quarter of the trigger's bytes: the writer counts the trigger's
+        // bytes from this start, so the next restart could replay both
+        // (with a quarter, both stay within the budget).
+        let long_replay = budget.filter(|b| {
+            report.phases.replay > b.max_replay
+                || (pipeline_config.snapshot_every_bytes > 0
+                    && report.bytes_replayed >= pipeline_config.snapshot_every_bytes / 4)
+        });
         let watermark = Arc::new(LsnWatermark::new(report.last_lsn));
         let wal = WalWriter::create(
             io.clone(),
@@ -123,8 +186,9 @@ impl DurableIndex {
         let channel = Snapshotter::channel();
         let snapshot_tx = channel.0.clone();
         let nudge = snapshot_tx.clone();
+        let snapshot_trigger_bytes = pipeline_config.snapshot_every_bytes;
         let pipeline = Pipeline::start(
-            config.pipeline.clone(),
+            pipeline_config,
             recovered.writer,
             wal,
             watermark.clone(),
@@ -151,6 +215,16 @@ impl DurableIndex {
             channel,
         )
         .map_err(|e| StoreError::io("starting the snapshot thread", &config.dir, e))?;
+        if let Some(b) = long_replay {
+            tracing::info!(
+                replay_ms = report.phases.replay.as_millis() as u64,
+                replayed_bytes = report.bytes_replayed,
+                max_replay_ms = b.max_replay.as_millis() as u64,
+                "the recovery replayed more WAL than the restart budget allows; taking a \
+                 snapshot in the background"
+            );
+            let _ = snapshot_tx.send(Trigger::AfterLongReplay);
+        }
         let durable = DurableIndex {
             index: recovered.index,
             watermark,
@@ -160,6 +234,8 @@ impl DurableIndex {
             snapshotter,
             snapshot_tx,
             report,
+            budget,
+            snapshot_trigger_bytes,
             config,
             _lock: lock,
         };
@@ -253,6 +329,9 @@ impl DurableIndex {
             last_snapshot_duration_us: s.last_duration_us.load(Ordering::Relaxed),
             wal_failures: p.wal_failures.load(Ordering::Relaxed),
             queued_batches: p.queued.load(Ordering::Relaxed),
+            snapshot_trigger_bytes: self.snapshot_trigger_bytes,
+            replay_bytes_per_sec: self.budget.map_or(0, |b| b.bytes_per_sec as u64),
+            max_replay_ms: self.budget.map_or(0, |b| b.max_replay.as_millis() as u64),
         }
     }
 

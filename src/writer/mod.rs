@@ -12,11 +12,14 @@ mod policy;
 mod request;
 mod snapshotter;
 
-pub use durable_index::{DurableConfig, DurableIndex, DurableStats};
+pub use durable_index::{DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats};
 pub use pipeline::{
     Pipeline, PipelineConfig, PipelineExit, PipelineFailure, PipelineStats, VOUCH_AFTER_IDLE,
     WriteHandle,
 };
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
 pub use request::{WriteError, WriteOp, WriteOutcome};
-pub use snapshotter::{SnapshotResult, SnapshotStats};
+pub use snapshotter::{
+    DEFAULT_REPLAY_BYTES_PER_SEC, MIN_BUDGET_TRIGGER_BYTES, ReplayBudget, SnapshotResult,
+    SnapshotStats,
+};

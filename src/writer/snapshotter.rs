@@ -1,6 +1,11 @@
 //! The snapshot thread: takes fuzzy snapshots while the writer goes on, when
-//! asked (every N WAL bytes, every T seconds, on demand, at shutdown), and
-//! then deletes the WAL files no retained snapshot needs.
+//! asked (every N WAL bytes, every T seconds, on demand, at shutdown, after
+//! a recovery that replayed more than the restart budget), and then deletes
+//! the WAL files no retained snapshot needs.
+//!
+//! The WAL-bytes trigger is the smaller of `--snapshot-wal-bytes` and the
+//! restart budget ([`ReplayBudget`]): the WAL a restart would replay in
+//! `--max-replay-ms` at the measured replay rate.
 //!
 //! Two snapshots are retained (see `store::snapshot`): the newest, and the
 //! previous one as a fallback should the newest be damaged. So the WAL is
@@ -25,10 +30,72 @@ use crate::sync::LsnWatermark;
 /// A snapshot's outcome as callers receive it.
 pub type SnapshotResult = Result<SnapshotInfo, Arc<StoreError>>;
 
+/// WAL bytes per second that a replay is assumed to manage when no
+/// recovery has measured it (one that replayed at least
+/// [`MIN_MEASURED_BYTES`]): about 3M puts/s, above the replay before
+/// issue 11 (2.6M/s) and a fifth of the parallel replay measured on 2
+/// shared cores (BENCHMARKS.md), so that a slower or busier machine still
+/// restarts within the budget.
+pub const DEFAULT_REPLAY_BYTES_PER_SEC: f64 = 100e6;
+
+/// A recovery that replayed fewer WAL bytes than this does not measure the
+/// replay rate (fixed costs dominate).
+pub const MIN_MEASURED_BYTES: u64 = 16 << 20;
+
+/// The smallest WAL-bytes trigger the budget sets: every snapshot writes
+/// the whole index, so not every few writes (as `--snapshot-wal-bytes`).
+pub const MIN_BUDGET_TRIGGER_BYTES: u64 = 1 << 20;
+
+/// The share of the budget the WAL may reach before a snapshot is asked
+/// for: the rest covers the writes that go on while the snapshot is taken
+/// (a restart replays from the snapshot's start).
+const BUDGET_TRIGGER_SHARE: f64 = 0.75;
+
+/// The restart budget, as the WAL bytes a replay gets through within it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReplayBudget {
+    /// The longest replay a restart may take (`--max-replay-ms`).
+    pub max_replay: Duration,
+    /// WAL bytes replayed per second (measured, or the default).
+    pub bytes_per_sec: f64,
+    /// Whether `bytes_per_sec` was measured by this process's recovery.
+    pub measured: bool,
+}
+
+impl ReplayBudget {
+    /// The budget `max_replay` at `rate` (bytes/s), or at the rate the
+    /// recovery measured when it replayed enough to tell, else at
+    /// [`DEFAULT_REPLAY_BYTES_PER_SEC`].
+    pub fn new(
+        max_replay: Duration,
+        rate: Option<f64>,
+        recovered: Option<(u64, Duration)>,
+    ) -> Self {
+        let measured = recovered
+            .filter(|&(bytes, took)| bytes >= MIN_MEASURED_BYTES && !took.is_zero())
+            .map(|(bytes, took)| bytes as f64 / took.as_secs_f64());
+        ReplayBudget {
+            max_replay,
+            bytes_per_sec: rate.or(measured).unwrap_or(DEFAULT_REPLAY_BYTES_PER_SEC),
+            measured: rate.is_none() && measured.is_some(),
+        }
+    }
+
+    /// WAL bytes after which a snapshot is asked for, so that a restart's
+    /// replay stays within the budget (module docs).
+    pub fn trigger_bytes(&self) -> u64 {
+        let bytes = self.max_replay.as_secs_f64() * self.bytes_per_sec * BUDGET_TRIGGER_SHARE;
+        (bytes as u64).max(MIN_BUDGET_TRIGGER_BYTES)
+    }
+}
+
 /// What the snapshot thread is asked to do.
 pub(crate) enum Trigger {
     /// The WAL grew by the configured amount (sent by the writer).
     WalBytes,
+    /// Recovery replayed more than the restart budget: take one so that the
+    /// next restart does not replay it again (sent once, at open).
+    AfterLongReplay,
     /// Take one now and say how it went.
     Now(oneshot::Sender<SnapshotResult>),
     /// Take a last one (if `final_snapshot` is there to hear how it went)
@@ -170,7 +237,7 @@ fn run(config: SnapshotterConfig, rx: mpsc::Receiver<Trigger>, stats: &SnapshotS
                 }
                 return;
             }
-            Trigger::WalBytes => {}
+            Trigger::WalBytes | Trigger::AfterLongReplay => {}
         }
     }
 }

@@ -43,5 +43,5 @@ pub use files::{WalFile, list_wal_files, parse_wal_file_name, remove_covered, wa
 pub use follow::WalFollower;
 pub use reader::{TornTail, WalCursor, WalRecord};
 pub use record::{HEADER_LEN, MAX_BATCH_OPS, MAX_OPS_LEN};
-pub use replay::{ReplayOptions, ReplayOutcome, WalCut, replay};
+pub use replay::{ReplayOptions, ReplayOutcome, WalCut, estimate_puts, replay};
 pub use writer::{WalOptions, WalWriter};

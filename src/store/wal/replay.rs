@@ -176,6 +176,34 @@ pub fn replay(
     Ok(outcome)
 }
 
+/// Bytes of one put in a record (tag, key, value: `record.rs`). Only puts
+/// add entries, so WAL bytes divided by this bound the entries a replay
+/// adds.
+const PUT_BYTES: u64 = 1 + 16 + 16;
+
+/// The most entries that replaying the WAL after `after_lsn` can add, from
+/// the files' sizes alone (nothing is read): every byte past a header
+/// counted as part of a put. Files wholly at or below `after_lsn` (the next
+/// file starts at or before `after_lsn + 1`) are left out; the first file
+/// needed is counted whole, so the bound may exceed the truth by one file.
+/// A file whose size cannot be read counts as empty (replay reports the
+/// error).
+pub fn estimate_puts(io: &dyn Io, dir: &Path, after_lsn: u64) -> Result<u64, StoreError> {
+    let files = super::files::list_wal_files(io, dir)?;
+    let mut bytes = 0u64;
+    for (i, file) in files.iter().enumerate() {
+        if files
+            .get(i + 1)
+            .is_some_and(|next| next.first_lsn <= after_lsn + 1)
+        {
+            continue;
+        }
+        let len = io.file_len(&file.path).unwrap_or(0);
+        bytes += len.saturating_sub(HEADER_LEN as u64);
+    }
+    Ok(bytes / PUT_BYTES)
+}
+
 /// Cuts `path` at `offset`, durably; removes it instead if no record would
 /// remain.
 fn cut(io: &dyn Io, dir: &Path, path: &Path, offset: u64) -> Result<(), StoreError> {
