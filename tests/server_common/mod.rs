@@ -6,10 +6,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use prost::bytes::Bytes;
+use prost::Message;
+use prost::bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tonic::Code;
 use tonic::transport::Channel;
 use uuid::Uuid;
 use uuidmap::server::proto::v1 as pb;
@@ -123,6 +125,78 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
             wanted.sort();
             (n == name && found == wanted).then(|| value.parse().unwrap())
         })
+}
+
+/// The gRPC status of a call made over a bare HTTP/2 connection, which
+/// (unlike tonic's client) does not enforce `grpc-timeout` itself: the
+/// answer is the server's. `body`: the gRPC-framed request, or `None` to
+/// send none (the call then waits for it).
+pub async fn raw_status(
+    server: &TestServer,
+    path: &str,
+    timeout: &str,
+    body: Option<Bytes>,
+) -> (Code, String) {
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::post(format!("http://{}{path}", server.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", timeout)
+        .body(())
+        .unwrap();
+    let (response, mut send) = client.send_request(request, false).unwrap();
+    if let Some(body) = body {
+        send.send_data(body, true).unwrap();
+    }
+    let response = response.await.unwrap();
+    let (head, mut body) = response.into_parts();
+    let status_of = |h: &http::HeaderMap| {
+        h.get("grpc-status").map(|s| {
+            let code = Code::from(s.to_str().unwrap().parse::<i32>().unwrap());
+            let message = h
+                .get("grpc-message")
+                .map(|m| percent_decode(m.to_str().unwrap()))
+                .unwrap_or_default();
+            (code, message)
+        })
+    };
+    if let Some(s) = status_of(&head.headers) {
+        return s;
+    }
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let trailers = body.trailers().await.unwrap().expect("trailers");
+    drop(send);
+    status_of(&trailers).expect("a grpc-status in the trailers")
+}
+
+/// A `grpc-message` value as text (gRPC percent-encodes it).
+pub fn percent_decode(s: &str) -> String {
+    let mut out = Vec::new();
+    let mut bytes = s.bytes();
+    while let Some(c) = bytes.next() {
+        if c == b'%' {
+            let hex: String = bytes.by_ref().take(2).map(char::from).collect();
+            out.push(u8::from_str_radix(&hex, 16).unwrap());
+        } else {
+            out.push(c);
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// `message` in gRPC's length-prefixed framing, uncompressed.
+pub fn framed(message: &impl Message) -> Bytes {
+    let mut out = BytesMut::new();
+    out.put_u8(0);
+    out.put_u32(message.encoded_len() as u32);
+    message.encode(&mut out).unwrap();
+    out.freeze()
 }
 
 pub fn b(u: Uuid) -> Bytes {
