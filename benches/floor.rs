@@ -11,6 +11,9 @@
 //! - `epoch pin` and `ahash of a key`: two parts of that work.
 //!
 //! `cargo bench --bench floor` (about 20 s). Under `cargo test` it runs tiny.
+//! `UUIDMAP_BENCH_THP=on|off` (default on) gives the array and the index
+//! huge pages or not (see `common::THP_ENV`); the run prints the process's
+//! AnonHugePages after filling the array.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -19,6 +22,7 @@ mod common;
 use common::random_keys;
 
 fn main() {
+    common::thp_setup();
     let (words, steps, rounds) = if common::bench_mode() {
         (50_000_000usize, 5_000_000usize, 2_000usize)
     } else {
@@ -38,11 +42,15 @@ fn main() {
     for i in (1..words).rev() {
         next.swap(i, (rnd() as usize) % i);
     }
+    // The array's pages: huge or not as UUIDMAP_BENCH_THP says, advised
+    // before the first write touches them.
     let mut chase = vec![0u64; words];
+    common::advise_huge_pages(&mut chase);
     for i in 0..words {
         chase[next[i] as usize] = next[(i + 1) % words] as u64;
     }
     drop(next);
+    common::print_huge_pages("floor: 400 MB array");
     let t = Instant::now();
     let mut p = 0usize;
     for _ in 0..steps {
@@ -68,7 +76,7 @@ fn main() {
     drop(chase);
 
     let keys = random_keys(4096, common::KEY_SEED);
-    let (mut writer, index) = uuidmap::Index::with_capacity(keys.len());
+    let (mut writer, index) = common::uuidmap_index(keys.len());
     for k in &keys {
         writer.insert(*k, *k).expect("generated keys are valid");
     }

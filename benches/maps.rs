@@ -3,7 +3,10 @@
 //! Maps (all hold `Uuid -> Uuid`; every peer uses `ahash::RandomState`, as
 //! uuidmap itself hashes with seeded ahash):
 //!
-//! - `uuidmap`: [`uuidmap::Index`], presized with `with_capacity(n)`;
+//! - `uuidmap`: [`uuidmap::Index`], presized to `n` (huge pages as
+//!   `UUIDMAP_BENCH_THP` says: `on`, the default, gives every map huge pages,
+//!   peers through jemalloc's `thp:always`; `off` gives none; the run prints
+//!   AnonHugePages after each build, see `common::THP_ENV`);
 //! - `papaya`: `papaya::HashMap` (one `pin()` per operation);
 //! - `scc_hashindex`: `scc::HashIndex` (`peek_with`, which pins per call);
 //! - `dashmap`: `dashmap::DashMap`;
@@ -71,6 +74,7 @@ const WRITER_SHARE: usize = 100;
 const WRITER_CHUNK: usize = 64;
 
 fn benches(c: &mut Criterion) {
+    common::thp_setup();
     let sizes = common::bench_sizes("maps", DEFAULT_SIZES);
     let threads = reader_threads();
     let cores = std::thread::available_parallelism().map_or(1, |p| p.get());
@@ -120,7 +124,7 @@ fn bench_size(c: &mut Criterion, keys: &[Uuid], threads: &[usize], summary: &mut
     let hot = &keys[..(n / WRITER_SHARE).max(1)];
 
     let (mut writer, index) = timed_build("uuidmap", n, || {
-        let (mut w, index) = uuidmap::Index::with_capacity(n);
+        let (mut w, index) = common::uuidmap_index(n);
         for (i, k) in keys.iter().enumerate() {
             w.insert(*k, value_for(i))
                 .expect("generated keys are valid");
@@ -313,6 +317,9 @@ fn timed_build<T>(name: &str, n: usize, build: impl FnOnce() -> T) -> T {
         elapsed,
         per_second(n, elapsed)
     );
+    // Cumulative over the maps built so far: each step should grow by
+    // about the map's size when THP is on, and stay near 0 when it is off.
+    common::print_huge_pages(&format!("maps: after building {name}"));
     map
 }
 

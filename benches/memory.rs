@@ -11,9 +11,15 @@
 //! `RwLock<hashbrown::HashMap>` too: the lock adds a few bytes per map, not
 //! per entry.
 //!
-//! Retired memory: uuidmap's retired tables are freed before the reading (see
-//! [`settle`]); the peers' own deferred reclamation (papaya's seize, scc's
-//! sdd) is not forced, so their figures include whatever they still hold.
+//! Deferred frees, treated alike on every side: before memory is read, each
+//! map's deferred reclamation is forced by `Measured::reclaim`, between two
+//! calls of [`settle`]. uuidmap: epoch flushes hand its retired tables to the
+//! writer, whose `reclaim` frees them. papaya: `guard().flush()` retires the
+//! thread's seize batch and dropping the guard frees it, 8 rounds. scc:
+//! `scc::Guard::new().accelerate()` then dropping the guard, 8 rounds, which
+//! moves sdd's epoch on so that this thread frees what expired. dashmap and
+//! hashbrown free at once and need nothing. Then the thread's jemalloc cache
+//! is flushed and dirty pages purged, the same for all.
 //!
 //! jemalloc's `stats.resident` (active pages, allocator metadata and dirty
 //! pages not yet returned to the OS) is printed for reference, after purging
@@ -90,15 +96,43 @@ impl Measured for (uuidmap::IndexWriter, uuidmap::Index) {
     }
 }
 
+/// Rounds of each peer's forced reclamation in `Measured::reclaim`: enough
+/// for a retired batch to pass through every stage of its collector.
+const PEER_RECLAIM_ROUNDS: usize = 8;
+
 impl Measured for papaya::HashMap<Uuid, Uuid, PeerHasher> {
     fn entries(&self) -> usize {
         self.len()
+    }
+    /// papaya retires the tables it outgrew into seize's per-thread batch,
+    /// which is freed once the batch is retired and no guard can see it.
+    /// `Guard::flush` retires this (the only) thread's batch even when it is
+    /// not full, and dropping the guard lets seize free it.
+    fn reclaim(&mut self) {
+        use papaya::Guard as _;
+        for _ in 0..PEER_RECLAIM_ROUNDS {
+            let guard = self.guard();
+            guard.flush();
+            drop(guard);
+        }
     }
 }
 
 impl Measured for scc::HashIndex<Uuid, Uuid, PeerHasher> {
     fn entries(&self) -> usize {
         self.len()
+    }
+    /// scc retires old bucket arrays and removed entries through sdd, which
+    /// frees them when the epoch has moved on past every guard that could
+    /// see them. `Guard::accelerate` asks for the epoch to advance, and
+    /// dropping the guard lets this thread free what has expired; a few
+    /// rounds pass the epoch through all of its states.
+    fn reclaim(&mut self) {
+        for _ in 0..PEER_RECLAIM_ROUNDS {
+            let guard = scc::Guard::new();
+            guard.accelerate();
+            drop(guard);
+        }
     }
 }
 
@@ -217,8 +251,9 @@ fn measure(
     let start = Instant::now();
     let mut built = build(keys);
     let build_time = start.elapsed();
-    // Epoch flushes hand uuidmap's retired tables to its writer, which frees
-    // them; then the allocator is settled again.
+    // Every map's deferred frees are forced alike: epoch flushes hand
+    // uuidmap's retired tables to its writer, `reclaim` frees them (and runs
+    // papaya's and scc's collectors); then the allocator is settled again.
     settle();
     built.reclaim();
     settle();
@@ -340,21 +375,26 @@ fn print_memory_tables(sizes: &[usize], rows: &[Measurement]) {
 }
 
 /// Single-writer insert rate into a presized and a grown-from-empty uuidmap:
-/// the median of [`INSERT_RUNS`] runs each. The presized index is allocated
-/// before the clock starts (its zeroed pages are first touched, and faulted
-/// in, during the inserts, as they would be in a server).
+/// the median of [`INSERT_RUNS`] runs each, timed twice per run: with the
+/// clock started before `Index::with_capacity` (so the presized index's
+/// allocation and prefaulting of its slot arrays count) and after it.
 fn print_insert_throughput(keys: &[Uuid]) {
     let n = keys.len();
     println!(
         "\n## uuidmap single-writer inserts, {} new keys (median of {INSERT_RUNS})\n",
         label(n)
     );
-    println!("| index | inserts/s | runs (M/s) |");
-    println!("| --- | ---: | --- |");
+    println!("| index | clock starts | inserts/s | runs (M/s) |");
+    println!("| --- | --- | ---: | --- |");
     let mut presized_median = 0.0;
     for (name, capacity) in [("presized", n), ("grown from empty", 0)] {
-        let mut rates: Vec<f64> = (0..INSERT_RUNS)
+        // Each run times two spans: from before `with_capacity` (allocation
+        // and prefaulting of the slot arrays counted) and from after it
+        // (inserts only). Both are reported; the target is judged on the
+        // first, which is what a caller who creates and fills an index pays.
+        let (mut with_alloc, mut inserts_only): (Vec<f64>, Vec<f64>) = (0..INSERT_RUNS)
             .map(|_| {
+                let before_alloc = Instant::now();
                 let (mut writer, index) = uuidmap::Index::with_capacity(capacity);
                 let start = Instant::now();
                 for (i, k) in keys.iter().enumerate() {
@@ -362,20 +402,32 @@ fn print_insert_throughput(keys: &[Uuid]) {
                         .insert(*k, value_for(i))
                         .expect("generated keys are valid");
                 }
-                let elapsed = start.elapsed();
+                let end = Instant::now();
                 assert_eq!(index.len(), n);
                 drop((writer, index));
                 settle();
-                n as f64 / elapsed.as_secs_f64()
+                (
+                    n as f64 / (end - before_alloc).as_secs_f64(),
+                    n as f64 / (end - start).as_secs_f64(),
+                )
             })
-            .collect();
-        let runs: Vec<String> = rates.iter().map(|r| format!("{:.2}", r / 1e6)).collect();
-        rates.sort_by(f64::total_cmp);
-        let median = rates[rates.len() / 2];
-        if capacity > 0 {
-            presized_median = median;
+            .unzip();
+        for (clock, rates) in [
+            ("before `with_capacity`", &mut with_alloc),
+            ("after `with_capacity`", &mut inserts_only),
+        ] {
+            let runs: Vec<String> = rates.iter().map(|r| format!("{:.2}", r / 1e6)).collect();
+            rates.sort_by(f64::total_cmp);
+            let median = rates[rates.len() / 2];
+            println!(
+                "| {name} | {clock} | {:.2} M/s | {} |",
+                median / 1e6,
+                runs.join(", ")
+            );
         }
-        println!("| {name} | {:.2} M/s | {} |", median / 1e6, runs.join(", "));
+        if capacity > 0 {
+            presized_median = with_alloc[with_alloc.len() / 2];
+        }
     }
     let verdict = if presized_median >= PRESIZED_INSERT_TARGET {
         "met"
@@ -383,7 +435,7 @@ fn print_insert_throughput(keys: &[Uuid]) {
         "NOT met"
     };
     println!(
-        "\nTarget >= {:.0} M inserts/s into a presized index: {verdict}.",
+        "\nTarget >= {:.0} M inserts/s into a presized index, clock started before `with_capacity`: {verdict}.",
         PRESIZED_INSERT_TARGET / 1e6
     );
 }

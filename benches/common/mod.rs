@@ -140,3 +140,118 @@ pub fn shuffled(keys: &[Uuid], seed: u64) -> Vec<Uuid> {
 pub fn per_second(count: usize, elapsed: Duration) -> String {
     format!("{:.2} M/s", count as f64 / elapsed.as_secs_f64() / 1e6)
 }
+
+/// Environment variable choosing the page size of every side of a
+/// side-by-side bench: `on` (default) or `off`.
+///
+/// - `on`: uuidmap's tables ask for transparent huge pages (its default,
+///   `madvise(MADV_HUGEPAGE)`), and so does jemalloc for every peer
+///   (`_RJEM_MALLOC_CONF=thp:always`, which makes jemalloc advise its own
+///   mappings), and `floor`'s array is advised too.
+/// - `off`: uuidmap is built with `huge_pages(false)`, jemalloc runs with
+///   `thp:never`, and `floor`'s array is advised `MADV_NOHUGEPAGE`.
+///
+/// Either way both sides get the same page size (with the system's THP
+/// setting at `madvise` or `always`); [`print_huge_pages`] shows what the
+/// process really got.
+pub const THP_ENV: &str = "UUIDMAP_BENCH_THP";
+
+/// The environment variable tikv-jemallocator's (prefixed) jemalloc reads
+/// its options from at start-up.
+const JEMALLOC_CONF_ENV: &str = "_RJEM_MALLOC_CONF";
+
+/// Whether this run uses transparent huge pages ([`THP_ENV`]).
+pub fn thp_on() -> bool {
+    match std::env::var(THP_ENV).as_deref() {
+        Ok("off") => false,
+        Ok("on") | Err(_) => true,
+        Ok(other) => panic!("{THP_ENV}: expected on or off, not {other:?}"),
+    }
+}
+
+/// Makes jemalloc's THP option match [`THP_ENV`]. jemalloc reads its
+/// options only when the process starts, so when `_RJEM_MALLOC_CONF` does not
+/// already say so, the bench re-executes itself with it set (before anything
+/// is measured). Call first thing in `main`.
+pub fn thp_setup() {
+    let want = if thp_on() { "thp:always" } else { "thp:never" };
+    let conf = std::env::var(JEMALLOC_CONF_ENV).unwrap_or_default();
+    if !conf.split(',').any(|o| o == want) {
+        use std::os::unix::process::CommandExt;
+        let conf = if conf.is_empty() {
+            want.to_string()
+        } else {
+            format!("{conf},{want}")
+        };
+        let exe = std::env::current_exe().expect("the bench's own path");
+        let err = std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .env(JEMALLOC_CONF_ENV, conf)
+            .exec();
+        panic!("re-executing with {JEMALLOC_CONF_ENV}: {err}");
+    }
+    eprintln!(
+        "{THP_ENV}={}: {JEMALLOC_CONF_ENV}={conf}, uuidmap huge_pages({}); system THP: {}",
+        if thp_on() { "on" } else { "off" },
+        thp_on(),
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default()
+            .trim()
+    );
+}
+
+/// A presized uuidmap index with huge pages as [`THP_ENV`] says.
+pub fn uuidmap_index(capacity: usize) -> (uuidmap::IndexWriter, uuidmap::Index) {
+    uuidmap::Index::builder()
+        .capacity(capacity)
+        .huge_pages(thp_on())
+        .build()
+        .expect("a valid index configuration")
+}
+
+/// `AnonHugePages` of this process in KiB (from `/proc/self/smaps_rollup`).
+pub fn anon_huge_pages_kib() -> Option<u64> {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Prints how much of the process's anonymous memory is in huge pages, so
+/// that a run shows the THP mode took effect (both sides: print it after
+/// building each map).
+pub fn print_huge_pages(what: &str) {
+    match anon_huge_pages_kib() {
+        Some(kib) => eprintln!(
+            "{what}: AnonHugePages {} MiB ({THP_ENV}={})",
+            kib / 1024,
+            if thp_on() { "on" } else { "off" }
+        ),
+        None => eprintln!("{what}: AnonHugePages unknown (no /proc/self/smaps_rollup)"),
+    }
+}
+
+/// Advises the pages of `buf` (before they are first touched) as huge or
+/// not, as [`THP_ENV`] says.
+pub fn advise_huge_pages<T>(buf: &mut [T]) {
+    const PAGE: usize = 4096;
+    let start = buf.as_mut_ptr() as usize;
+    let end = start + std::mem::size_of_val(buf);
+    let aligned = start.next_multiple_of(PAGE);
+    if end <= aligned {
+        return;
+    }
+    let advice = if thp_on() {
+        libc::MADV_HUGEPAGE
+    } else {
+        libc::MADV_NOHUGEPAGE
+    };
+    // SAFETY: [aligned, end) lies within `buf`, which this process owns;
+    // madvise with these advices changes only how pages are backed, never
+    // their contents.
+    let rc = unsafe { libc::madvise(aligned as *mut libc::c_void, end - aligned, advice) };
+    if rc != 0 {
+        eprintln!("madvise: {}", std::io::Error::last_os_error());
+    }
+}

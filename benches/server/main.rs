@@ -180,6 +180,7 @@ fn run() -> Result<(), String> {
         .map_err(|e| format!("cannot create a temp dir: {e}"))?;
     let mut redis_server = None;
     let mut load_redis = None;
+    let mut redis_loaded_at = None;
     let mut redis_version = None;
     if let Some(bin) = &redis_binary {
         redis_version = Some(redis::version(bin));
@@ -196,6 +197,7 @@ fn run() -> Result<(), String> {
         }
         eprintln!("redis: loaded {n} entries in {took:.2?}");
         load_redis = Some(took);
+        redis_loaded_at = Some(Instant::now());
         redis_server = Some(server);
     } else if s.redis {
         eprintln!("redis-server is not on PATH: no Redis rows (tools/bench-server.sh installs it)");
@@ -208,6 +210,17 @@ fn run() -> Result<(), String> {
         std::thread::sleep(rest);
     }
     let rss_ours_idle = (loaded_at.elapsed(), resident_bytes(ours.pid()));
+    // Redis's resident memory after the same idle time as ours (issue 16
+    // item 4), so neither side is read while still settling.
+    let rss_redis_idle = match (&redis_server, redis_loaded_at) {
+        (Some(r), Some(at)) => {
+            if let Some(rest) = rss_ours_idle.0.checked_sub(at.elapsed()) {
+                std::thread::sleep(rest);
+            }
+            resident_bytes(r.pid())
+        }
+        _ => None,
+    };
 
     let mut rows = Vec::new();
     let phase = |rows: &mut Vec<Row>, row: Row| {
@@ -324,6 +337,7 @@ fn run() -> Result<(), String> {
         rss_ours,
         rss_ours_idle,
         rss_redis,
+        rss_redis_idle,
         redis_version,
         loadavg_before,
         loadavg_after: report::loadavg(),

@@ -64,6 +64,8 @@ pub struct Report {
     /// Resident again after this long idle since the load ended.
     pub rss_ours_idle: (Duration, Option<u64>),
     pub rss_redis: Option<u64>,
+    /// Redis resident after the same idle time as `rss_ours_idle`.
+    pub rss_redis_idle: Option<u64>,
     pub redis_version: Option<String>,
     pub loadavg_before: String,
     pub loadavg_after: String,
@@ -100,7 +102,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "**Load:** uuidmap {n} entries by `Write` batches in {:.2} s ({:.2} M/s), resident {} right after and {} after {:.0} s idle; Redis{} by pipelined `SET`s in {}, resident {}.\n",
+            "**Load:** uuidmap {n} entries by `Write` batches in {:.2} s ({:.2} M/s), resident {} right after and {} after {:.0} s idle; Redis{} by pipelined `SET`s in {}, resident {} right after and {} after the same {:.0} s idle.\n",
             self.load_ours.as_secs_f64(),
             self.entries as f64 / self.load_ours.as_secs_f64() / 1e6,
             mib(self.rss_ours),
@@ -117,6 +119,8 @@ impl Report {
             self.load_redis
                 .map_or("–".into(), |d| format!("{:.2} s", d.as_secs_f64())),
             mib(self.rss_redis),
+            mib(self.rss_redis_idle),
+            self.rss_ours_idle.0.as_secs_f64(),
         );
 
         let _ = writeln!(
