@@ -31,6 +31,7 @@ use uuid::Uuid;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::store::sim_io::SimIo;
 use uuidmap::store::wal::HEADER_LEN;
+use uuidmap::store::wal::Preallocate;
 use uuidmap::store::{Io, StoreError};
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
 
@@ -78,6 +79,7 @@ fn build(batches: u64, snapshots: &[u64], end: End, seed: u64) -> Built {
     c.pipeline.snapshot_every_bytes = 0;
     c.pipeline.policy = FsyncPolicy::Always;
     c.wal_segment_bytes = 1024;
+    c.wal_preallocate = Preallocate::Inline;
     let d = DurableIndex::open(c).unwrap();
     if let End::Crash(k, _) = end {
         io.set_crash_after(Some(k));

@@ -19,6 +19,7 @@ const VALUE: &str = "00000000-0000-4000-8000-00000000000a";
 fn quiet(config: &mut DurableConfig) {
     config.snapshot_every = None;
     config.snapshot_on_shutdown = false;
+    config.wal_preallocate = uuidmap::store::wal::Preallocate::Off;
 }
 
 #[test]

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use uuid::Uuid;
 use uuidmap::store::sim_io::SimIo;
+use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
 
 const KEYS: u64 = 24;
@@ -108,6 +109,7 @@ fn config(io: &SimIo, wal_bytes: u64) -> DurableConfig {
     c.snapshot_on_shutdown = false;
     c.pipeline.snapshot_every_bytes = 0;
     c.wal_segment_bytes = wal_bytes;
+    c.wal_preallocate = Preallocate::Inline;
     c
 }
 

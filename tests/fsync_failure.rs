@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 use uuidmap::store::SimIo;
+use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
 
 fn open(io: &SimIo) -> DurableIndex {
@@ -14,6 +15,8 @@ fn open(io: &SimIo) -> DurableIndex {
     c.io = Arc::new(io.clone());
     c.snapshot_every = None;
     c.pipeline.policy = FsyncPolicy::Always;
+    // Counts fsyncs: no spare file made in between.
+    c.wal_preallocate = Preallocate::Off;
     DurableIndex::open(c).unwrap()
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 use uuidmap::store::SimIo;
+use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
 
 fn key(i: u64) -> Uuid {
@@ -19,6 +20,8 @@ fn open(io: &SimIo, policy: FsyncPolicy) -> DurableIndex {
     c.snapshot_every = None;
     c.pipeline.policy = policy;
     c.pipeline.max_batch_ops = 100;
+    // 64 MiB spares on the simulated disk would only slow these down.
+    c.wal_preallocate = Preallocate::Off;
     DurableIndex::open(c).unwrap()
 }
 

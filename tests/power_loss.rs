@@ -18,6 +18,7 @@ use proptest::prelude::*;
 use uuid::Uuid;
 use uuidmap::store::Io;
 use uuidmap::store::sim_io::SimIo;
+use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
 
 /// Keys the batches touch (a few hundred, so big batches spread over many
@@ -123,6 +124,7 @@ fn config(io: &SimIo, policy: FsyncPolicy, wal_bytes: u64, snapshot_bytes: u64) 
     c.pipeline.policy = policy;
     c.pipeline.snapshot_every_bytes = snapshot_bytes;
     c.wal_segment_bytes = wal_bytes;
+    c.wal_preallocate = Preallocate::Inline;
     c
 }
 

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
+use uuidmap::store::wal::Preallocate;
 use uuidmap::store::wal::{WalCursor, list_wal_files};
 use uuidmap::store::{Io, OsIo, SimIo, StoreError};
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
@@ -36,6 +37,7 @@ fn open(io: Arc<dyn Io>, dir: &Path) -> Result<DurableIndex, StoreError> {
     c.snapshot_every = None;
     c.pipeline.policy = FsyncPolicy::Never;
     c.wal_segment_bytes = 1 << 20;
+    c.wal_preallocate = Preallocate::Inline;
     DurableIndex::open(c)
 }
 

@@ -25,6 +25,8 @@ type Client = UuidMapClient<Channel>;
 async fn start(io: &SimIo) -> TestServer {
     let mut c = config(Path::new("/data"));
     c.disk = DataDisk(Arc::new(io.clone()));
+    // The disk's capacity is counted to the byte: no spare WAL file.
+    c.wal_preallocate = uuidmap::store::wal::Preallocate::Off;
     TestServer::start_with(c).await
 }
 

@@ -454,6 +454,12 @@ impl Io for FullDisk {
             budget: self.budget,
         }))
     }
+    fn open_write(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+        Ok(Box::new(FullFile {
+            inner: OsIo.open_write(path)?,
+            budget: self.budget,
+        }))
+    }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         OsIo.read(path)
     }

@@ -34,6 +34,7 @@
 //! snapshot_interval = 600             # seconds, or "10m", or "off"; at least 1 s
 //! max_replay_ms = 500                 # restart budget, or "off"; at least 1 ms
 //! replay_workers = "auto"             # or "serial", or a thread count
+//! wal_preallocate = "on"              # or "off"
 //! ```
 
 use std::net::SocketAddr;
@@ -47,6 +48,7 @@ use serde::Deserialize;
 use super::metrics::{DEFAULT_METRICS_LISTEN, MetricsListen};
 use super::tls::TlsFiles;
 use crate::store::replay_apply::ReplayWorkers;
+use crate::store::wal::Preallocate;
 use crate::store::{Io, OsIo};
 use crate::writer::{DurableConfig, FsyncPolicy};
 
@@ -167,6 +169,9 @@ pub struct ServeConfig {
     /// WAL files are rotated at this size (a snapshot lets the files it
     /// covers be removed, which is how far back `Watch` can start).
     pub wal_file_bytes: u64,
+    /// Whether WAL files are made ahead of need, zero-filled, so that each
+    /// fsync is a data-only flush (the default).
+    pub wal_preallocate: Preallocate,
     /// Take a snapshot each time this many bytes were written to the WAL.
     pub snapshot_wal_bytes: u64,
     /// Take a snapshot this long after the previous one (`None`: only on
@@ -219,6 +224,7 @@ impl ServeConfig {
             limits: Limits::default(),
             admission: AdmissionLimits::default(),
             wal_file_bytes: store.wal_segment_bytes,
+            wal_preallocate: store.wal_preallocate,
             snapshot_wal_bytes: store.pipeline.snapshot_every_bytes,
             snapshot_interval: store.snapshot_every,
             max_replay: store.max_replay,
@@ -330,6 +336,12 @@ pub struct ServeArgs {
     /// `serial` (on the starting thread), or a count [default: auto].
     #[arg(long, env = "UUIDMAP_REPLAY_WORKERS")]
     pub replay_workers: Option<ReplayWorkers>,
+    /// `on`: make each next WAL file ahead of need, on a background
+    /// thread, as a file of written zeros (one --wal-file-bytes of disk
+    /// beyond the WAL), so that a WAL fsync is a data-only flush and
+    /// cheaper; `off`: WAL files grow as they are written [default: on].
+    #[arg(long, env = "UUIDMAP_WAL_PREALLOCATE")]
+    pub wal_preallocate: Option<Preallocate>,
 }
 
 /// `--max-replay-ms`: milliseconds, or `off` (`None`).
@@ -428,6 +440,7 @@ struct FileConfig {
     snapshot_interval: Option<FileInterval>,
     max_replay_ms: Option<FileMaxReplay>,
     replay_workers: Option<String>,
+    wal_preallocate: Option<String>,
 }
 
 /// Options that cannot be used.
@@ -685,6 +698,16 @@ impl ServeArgs {
         };
         if let Some(workers) = self.replay_workers.or(from_file) {
             config.replay_workers = workers;
+        }
+        let from_file = match &file.wal_preallocate {
+            Some(t) => Some(
+                t.parse::<Preallocate>()
+                    .map_err(|e| bad(format!("wal_preallocate: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(preallocate) = self.wal_preallocate.or(from_file) {
+            config.wal_preallocate = preallocate;
         }
         if config.max_replay.is_some_and(|b| b.is_zero()) {
             return Err(ConfigError::TooSmall {

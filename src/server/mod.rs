@@ -306,6 +306,7 @@ async fn open(config: &ServeConfig) -> Result<Arc<DurableIndex>, ServeError> {
     durable.io = config.disk.0.clone();
     durable.pipeline.policy = config.fsync;
     durable.wal_segment_bytes = config.wal_file_bytes;
+    durable.wal_preallocate = config.wal_preallocate;
     durable.pipeline.snapshot_every_bytes = config.snapshot_wal_bytes;
     durable.snapshot_every = config.snapshot_interval;
     durable.max_replay = config.max_replay;

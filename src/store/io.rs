@@ -39,6 +39,9 @@ pub trait Io: Send + Sync + 'static {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Creates a new, empty file for appending; fails if it already exists.
     fn create(&self, path: &Path) -> io::Result<Box<dyn IoFile>>;
+    /// Opens an existing file for writing (the WAL's spare file); appends
+    /// go at its end.
+    fn open_write(&self, path: &Path) -> io::Result<Box<dyn IoFile>>;
     /// The whole contents of a file.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// The contents of a file from byte `offset` on (empty if the file is
@@ -47,6 +50,14 @@ pub trait Io: Send + Sync + 'static {
     fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
         let mut data = self.read(path)?;
         data.drain(..data.len().min(offset as usize));
+        Ok(data)
+    }
+    /// At most `len` bytes of a file from byte `offset` on (fewer at its
+    /// end): lets a reader of a preallocated WAL file read its records
+    /// without its zero-filled rest.
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut data = self.read_from(path, offset)?;
+        data.truncate(len);
         Ok(data)
     }
     /// The length of a file in bytes.
@@ -75,10 +86,11 @@ pub trait Io: Send + Sync + 'static {
 pub trait IoFile: Send {
     /// Appends all of `buf` at the end of the file.
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
-    /// Overwrites `buf.len()` bytes at `offset`, which must lie within the
-    /// file (the WAL's synced-end slots in its header). Not durable until
-    /// `sync`; after a crash before it, the old bytes, the new ones or (for
-    /// a write that crosses a sector) a mix may be there.
+    /// Writes `buf` at `offset`, over what is there and past the end if it
+    /// reaches there (the WAL's records in a preallocated file, and its
+    /// synced-end slots). Not durable until `sync`; after a crash before
+    /// it, the old bytes, the new ones or (for a write that crosses a
+    /// sector) a mix may be there.
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Makes every byte written so far durable (fdatasync).
     fn sync(&mut self) -> io::Result<()>;
@@ -216,8 +228,24 @@ impl Io for OsIo {
         Ok(Box::new(OsFile { file, len: 0 }))
     }
 
+    fn open_write(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+        use std::io::Seek;
+        let mut file = OpenOptions::new().write(true).open(path)?;
+        let len = file.seek(io::SeekFrom::End(0))?;
+        Ok(Box::new(OsFile { file, len }))
+    }
+
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         fs::read(path)
+    }
+
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = File::open(path)?;
+        file.seek(SeekFrom::Start(offset))?;
+        let mut data = Vec::with_capacity(len.min(1 << 20));
+        file.take(len as u64).read_to_end(&mut data)?;
+        Ok(data)
     }
 
     fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
@@ -287,8 +315,9 @@ impl IoFile for OsFile {
 
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
-        debug_assert!(offset + buf.len() as u64 <= self.len);
-        self.file.write_all_at(buf, offset)
+        self.file.write_all_at(buf, offset)?;
+        self.len = self.len.max(offset + buf.len() as u64);
+        Ok(())
     }
 
     fn sync(&mut self) -> io::Result<()> {

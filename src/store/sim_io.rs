@@ -452,6 +452,18 @@ impl Io for SimIo {
         }))
     }
 
+    fn open_write(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+        let mut disk = self.lock();
+        disk.step()?;
+        let ino = disk.inode_of(path)?;
+        let len = disk.inodes[&ino].current.len() as u64;
+        Ok(Box::new(SimFile {
+            disk: Arc::clone(&self.disk),
+            inode: ino,
+            len,
+        }))
+    }
+
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         let disk = self.lock();
         disk.alive()?;

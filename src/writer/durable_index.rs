@@ -15,7 +15,7 @@ use super::snapshotter::{
 };
 use crate::index::Index;
 use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
-use crate::store::wal::{WalOptions, WalWriter};
+use crate::store::wal::{Preallocate, WalOptions, WalWriter};
 use crate::store::{DirLock, Io, OsIo, StoreError, lock_data_dir};
 use crate::sync::LsnWatermark;
 
@@ -33,6 +33,10 @@ pub struct DurableConfig {
     pub pipeline: PipelineConfig,
     /// WAL file rotation size.
     pub wal_segment_bytes: u64,
+    /// Whether new WAL files are made from a zero-filled spare, so that an
+    /// fsync is a data-only flush (`store::wal` `spare`; default: prepared on
+    /// a background thread).
+    pub wal_preallocate: Preallocate,
     /// Take a snapshot this often (`None`: only on the other triggers).
     pub snapshot_every: Option<Duration>,
     /// Take a final snapshot when shutting down.
@@ -61,6 +65,7 @@ impl DurableConfig {
             io: Arc::new(OsIo),
             pipeline: PipelineConfig::default(),
             wal_segment_bytes: 64 << 20,
+            wal_preallocate: Preallocate::default(),
             snapshot_every: Some(Duration::from_secs(600)),
             snapshot_on_shutdown: true,
             recovery: RecoveryOptions::default(),
@@ -181,6 +186,7 @@ impl DurableIndex {
             recovered.next_lsn,
             WalOptions {
                 segment_bytes: config.wal_segment_bytes,
+                preallocate: config.wal_preallocate,
             },
         )?;
         let channel = Snapshotter::channel();

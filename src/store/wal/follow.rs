@@ -17,6 +17,10 @@
 //!   rolled back and its LSNs reused, so bytes once seen there may be
 //!   replaced. A record is returned only from a read made after its LSN
 //!   was known committed.
+//! - Reads are bounded ([`READ_CHUNK`], or a whole record when one is
+//!   larger): the newest file may be preallocated, tens of MiB of zeros
+//!   past its records. Zeros where a record should be mean the same as the
+//!   end of the file: nothing more is written here yet.
 //! - An LSN the WAL no longer holds (its file removed after a snapshot, or
 //!   never logged because a snapshot held it) is
 //!   [`StoreError::WalNotRetained`], never skipped: a follower returns every
@@ -26,8 +30,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::files::{WalFile, list_wal_files};
-use super::record::{HEADER_LEN, check_header, decode_record};
+use super::record::{HEADER_LEN, RECORD_OVERHEAD, check_header, claimed_len, decode_record};
+use super::spare::all_zero;
 use crate::store::{Io, Op, StoreError};
+
+/// Bytes a follower reads at a time (more when one record is larger).
+pub const READ_CHUNK: usize = 256 << 10;
 
 /// A reader that follows the WAL from an LSN on.
 pub struct WalFollower {
@@ -41,6 +49,9 @@ pub struct WalFollower {
     buf: Vec<u8>,
     /// Offset in the file of `buf[0]`.
     buf_start: u64,
+    /// Whether the read that filled `buf` stopped at its size limit (the
+    /// file may go on past it).
+    capped: bool,
     /// Offset in `buf` of the next record of the file.
     pos: usize,
     /// The LSN the record at `pos` has (records of a file are consecutive).
@@ -74,6 +85,7 @@ impl WalFollower {
             file: None,
             buf: Vec::new(),
             buf_start: 0,
+            capped: false,
             pos: 0,
             file_next: 0,
             trusted_upto: 0,
@@ -103,8 +115,13 @@ impl WalFollower {
                 self.enter(self.locate()?, upto)?;
                 refilled = true;
             }
-            if self.file_next <= self.trusted_upto && self.pos < self.buf.len() {
-                match decode_record(&self.buf[self.pos..], &mut self.ops) {
+            let rest = &self.buf[self.pos..];
+            // What a read from `pos` must hold for the record there to be
+            // whole, if its header says.
+            let mut need = 0;
+            let unwritten = all_zero(&rest[..rest.len().min(RECORD_OVERHEAD)]);
+            if self.file_next <= self.trusted_upto && !unwritten {
+                match decode_record(rest, &mut self.ops) {
                     Ok(rec) => {
                         if rec.lsn != self.file_next {
                             return Err(self.corrupt(format!(
@@ -121,19 +138,20 @@ impl WalFollower {
                         return Ok(Some((rec.lsn, &self.ops)));
                     }
                     // Cut off (or not yet whole): more of it may have been
-                    // written since; re-read once before calling it damage.
-                    Err(bad) if !bad.written_so => {}
+                    // written since, or read; re-read before calling it
+                    // damage.
+                    Err(bad) if !bad.written_so => need = claimed_len(rest).unwrap_or(0),
                     Err(bad) => return Err(self.corrupt(bad.reason)),
                 }
             }
-            if !refilled {
-                self.refill(upto)?;
+            if !refilled || (self.capped && need > self.buf.len() - self.pos) {
+                self.refill(upto, need)?;
                 refilled = true;
                 continue;
             }
             // Read after `upto` was committed, and still not there: the
             // record is in the next file.
-            if self.pos < self.buf.len() {
+            if !all_zero(&self.buf[self.pos..]) {
                 return Err(self.corrupt(format!(
                     "LSN {} is committed, but its record here is cut off",
                     self.file_next
@@ -182,7 +200,8 @@ impl WalFollower {
 
     /// Starts reading `file` from its beginning.
     fn enter(&mut self, file: WalFile, upto: u64) -> Result<(), StoreError> {
-        self.buf = self.read(&file.path, 0)?;
+        self.buf = self.read(&file.path, 0, READ_CHUNK)?;
+        self.capped = self.buf.len() == READ_CHUNK;
         self.trusted_upto = upto;
         if let Err(bad) = check_header(&self.buf, file.first_lsn) {
             return Err(StoreError::WalCorrupt {
@@ -198,8 +217,9 @@ impl WalFollower {
         Ok(())
     }
 
-    /// Reads what the current file holds from the next record on.
-    fn refill(&mut self, upto: u64) -> Result<(), StoreError> {
+    /// Reads what the current file holds from the next record on: a chunk,
+    /// or `need` bytes if more.
+    fn refill(&mut self, upto: u64, need: usize) -> Result<(), StoreError> {
         let offset = self.buf_start + self.pos as u64;
         let path = self
             .file
@@ -207,16 +227,19 @@ impl WalFollower {
             .expect("a file is being read")
             .path
             .clone();
-        self.buf = self.read(&path, offset)?;
+        let want = need.max(READ_CHUNK);
+        self.buf = self.read(&path, offset, want)?;
+        self.capped = self.buf.len() == want;
         self.buf_start = offset;
         self.pos = 0;
         self.trusted_upto = upto;
         Ok(())
     }
 
-    /// Reads `path` from `offset`; a file that is gone is not retained.
-    fn read(&self, path: &Path, offset: u64) -> Result<Vec<u8>, StoreError> {
-        match self.io.read_from(path, offset) {
+    /// Reads at most `len` bytes of `path` from `offset`; a file that is
+    /// gone is not retained.
+    fn read(&self, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>, StoreError> {
+        match self.io.read_at(path, offset, len) {
             Ok(data) => Ok(data),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let files = list_wal_files(self.io.as_ref(), &self.dir)?;
@@ -262,7 +285,16 @@ mod tests {
         let io: Arc<dyn Io> = Arc::new(SimIo::new());
         let dir = PathBuf::from("/data");
         io.create_dir_all(&dir).unwrap();
-        let w = WalWriter::create(io.clone(), &dir, 1, WalOptions { segment_bytes }).unwrap();
+        let w = WalWriter::create(
+            io.clone(),
+            &dir,
+            1,
+            WalOptions {
+                segment_bytes,
+                preallocate: crate::store::wal::Preallocate::Inline,
+            },
+        )
+        .unwrap();
         (io, dir, w)
     }
 

@@ -27,6 +27,8 @@
 //! - `record`: the header and record encodings.
 //! - `files`: names, listing, removal of covered files.
 //! - `writer`: [`WalWriter`], group commit, rollback, rotation.
+//! - `spare`: the zero-filled file made ahead of need that the next WAL
+//!   file is made from (a data-only fdatasync), and [`Preallocate`].
 //! - `reader`: [`WalCursor`], the checks and the torn-tail rule.
 //! - `replay`: recovery, [`replay`].
 //! - `follow`: [`WalFollower`], reading a live log as it grows (change
@@ -37,6 +39,7 @@ mod follow;
 mod reader;
 mod record;
 mod replay;
+mod spare;
 mod writer;
 
 pub use files::{WalFile, list_wal_files, parse_wal_file_name, remove_covered, wal_file_name};
@@ -44,4 +47,5 @@ pub use follow::WalFollower;
 pub use reader::{TornTail, WalCursor, WalRecord};
 pub use record::{HEADER_LEN, MAX_BATCH_OPS, MAX_OPS_LEN};
 pub use replay::{ReplayOptions, ReplayOutcome, WalCut, estimate_puts, replay};
+pub use spare::{Preallocate, SPARE_NAME};
 pub use writer::{WalOptions, WalWriter};

@@ -28,6 +28,15 @@
 //! fsync (or the writer's idle fsync): a synced last group that is damaged
 //! later is the one loss this cannot see.
 //!
+//! # Zeros after the last record
+//!
+//! A WAL file made from a spare (`spare`) is zeros past its records. In the
+//! last file, a record that would be a torn tail but starts a run of zeros
+//! to the end of the file is the **end of the log**, not a tear
+//! ([`TornTail::zeros`]): recovery cuts the zeros off quietly. Inside the
+//! vouched prefix zeros are corruption like any bad record; in any other
+//! file too, since the writer cuts a file's zeros before leaving it.
+//!
 //! Corruption stops reading with [`StoreError::WalCorrupt`], which names
 //! the file and offset.
 
@@ -37,6 +46,7 @@ use super::files::{WalFile, list_wal_files};
 use super::record::{
     BadRecord, HEADER_LEN, SyncedEnd, check_header, decode_record, read_synced_end,
 };
+use super::spare::{all_zero, records_end};
 use crate::store::{Io, Op, StoreError};
 
 /// A record read from the WAL. The ops borrow the cursor's buffer.
@@ -65,6 +75,9 @@ pub struct TornTail {
     pub file_len: u64,
     /// Records before the torn one in this file.
     pub records_before: u64,
+    /// The bytes from `offset` on are all zeros: the unwritten rest of a
+    /// preallocated file, a clean end rather than a torn write.
+    pub zeros: bool,
 }
 
 /// A read-only cursor over the records of the WAL files, in LSN order,
@@ -84,8 +97,11 @@ pub struct WalCursor<'io> {
     file: usize,
     /// Whether `data` holds file `file` (false before the first read).
     loaded: bool,
-    /// The bytes of the current file.
+    /// The bytes of the current file (for the last file, up to where its
+    /// trailing zeros begin, as far as `records_end` can tell).
     data: Vec<u8>,
+    /// The current file's length.
+    file_len: u64,
     /// Offset in `data` of the next record.
     offset: usize,
     /// The LSN the next record of the current file must have.
@@ -129,6 +145,7 @@ impl<'io> WalCursor<'io> {
             file: first,
             loaded: false,
             data: Vec::new(),
+            file_len: 0,
             offset: 0,
             expect_lsn: 0,
             file_records: 0,
@@ -214,7 +231,13 @@ impl<'io> WalCursor<'io> {
     /// Where the log ended in a torn tail, if it did (after `next_record`
     /// returned `None`).
     pub fn torn_tail(&self) -> Option<&TornTail> {
-        self.torn.as_ref()
+        self.torn.as_ref().filter(|t| !t.zeros)
+    }
+
+    /// Where the log ended in the zeros of a preallocated file (a clean
+    /// end; recovery cuts them off), if it did.
+    pub fn unwritten_tail(&self) -> Option<&TornTail> {
+        self.torn.as_ref().filter(|t| t.zeros)
     }
 
     /// The highest LSN read from the log so far (returned or skipped).
@@ -265,10 +288,19 @@ impl<'io> WalCursor<'io> {
                 ),
             ));
         }
-        self.data = self
-            .io
-            .read(&file.path)
-            .map_err(|e| StoreError::io("reading the WAL file", &file.path, e))?;
+        let last = self.file + 1 == self.files.len();
+        let read_err = |e| StoreError::io("reading the WAL file", &file.path, e);
+        self.file_len = self.io.file_len(&file.path).map_err(read_err)?;
+        self.data = if last {
+            // A preallocated file: read its records, not its zeros.
+            let end = records_end(self.io, &file.path, self.file_len)?;
+            self.io
+                .read_at(&file.path, 0, end as usize)
+                .map_err(read_err)?
+        } else {
+            self.io.read(&file.path).map_err(read_err)?
+        };
+        self.file_len = self.file_len.max(self.data.len() as u64);
         self.loaded = true;
         self.offset = HEADER_LEN;
         self.expect_lsn = file.first_lsn;
@@ -277,7 +309,6 @@ impl<'io> WalCursor<'io> {
             // Files are renamed into place with their whole header.
             return Err(self.corrupt(0, bad.reason));
         }
-        let last = self.file + 1 == self.files.len();
         self.vouched = if last {
             // A damaged slot may have vouched for records the other does
             // not: without it nothing tells a tear from lost synced records.
@@ -347,8 +378,9 @@ impl<'io> WalCursor<'io> {
         self.torn = Some(TornTail {
             path: self.files[self.file].path.clone(),
             offset: offset as u64,
-            file_len: self.data.len() as u64,
+            file_len: self.file_len,
             records_before: self.file_records,
+            zeros: all_zero(&self.data[offset..]),
         });
         Ok(())
     }

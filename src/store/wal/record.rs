@@ -230,6 +230,15 @@ pub struct BadRecord {
     /// version). Always damage (or a foreign file), wherever it is.
     pub written_so: bool,
 }
+/// The length a record at the start of `buf` claims, if its header is
+/// whole and its header checksum matches (a reader that read too little of
+/// a file learns how much more it needs).
+pub fn claimed_len(buf: &[u8]) -> Option<usize> {
+    if buf.len() < RECORD_OVERHEAD || crc32c::crc32c(&buf[..16]) != u32_at(buf, 16) {
+        return None;
+    }
+    Some(RECORD_OVERHEAD + u32_at(buf, 0) as usize)
+}
 
 /// Decodes the record at the start of `buf` (which runs to the end of the
 /// file) into `ops` (cleared first; its capacity is reused).

@@ -140,6 +140,7 @@ pub fn replay(
     outcome.log_end = cursor.last_lsn_seen();
     outcome.next_lsn = after_lsn.max(outcome.log_end.unwrap_or(0)) + 1;
 
+    let zeros = cursor.unwritten_tail().cloned();
     if let Some(torn) = cursor.torn_tail() {
         outcome.torn_bytes = torn.file_len - torn.offset;
         tracing::warn!(
@@ -172,6 +173,17 @@ pub fn replay(
         // creating it): remove it so the writer can create it again.
         remove(io, last)?;
         sync_dir(io, dir)?;
+    } else if let Some(zeros) = zeros
+        && !options.read_only
+    {
+        // The unwritten rest of a preallocated file: only the newest file
+        // may end in zeros, and this one is about to stop being it.
+        tracing::debug!(
+            file = %zeros.path.display(),
+            offset = zeros.offset,
+            "cutting the unwritten, zero-filled rest of the last WAL file"
+        );
+        cut(io, dir, &zeros.path, zeros.offset)?;
     }
     Ok(outcome)
 }
@@ -182,8 +194,9 @@ pub fn replay(
 const PUT_BYTES: u64 = 1 + 16 + 16;
 
 /// The most entries that replaying the WAL after `after_lsn` can add, from
-/// the files' sizes alone (nothing is read): every byte past a header
-/// counted as part of a put. Files wholly at or below `after_lsn` (the next
+/// the files' sizes alone (nothing is read but a few pages of the newest
+/// file, to find where its records end if it is preallocated): every byte
+/// past a header counted as part of a put. Files wholly at or below `after_lsn` (the next
 /// file starts at or before `after_lsn + 1`) are left out; the first file
 /// needed is counted whole, so the bound may exceed the truth by one file.
 /// A file whose size cannot be read counts as empty (replay reports the
@@ -198,7 +211,11 @@ pub fn estimate_puts(io: &dyn Io, dir: &Path, after_lsn: u64) -> Result<u64, Sto
         {
             continue;
         }
-        let len = io.file_len(&file.path).unwrap_or(0);
+        let mut len = io.file_len(&file.path).unwrap_or(0);
+        if i + 1 == files.len() {
+            // The newest file may be preallocated: count its records only.
+            len = super::spare::records_end(io, &file.path, len).unwrap_or(len);
+        }
         bytes += len.saturating_sub(HEADER_LEN as u64);
     }
     Ok(bytes / PUT_BYTES)

@@ -34,10 +34,20 @@
 //!   Recovery refuses a file that lost anything the header vouches for.
 //! - **Never append to a file of an earlier run.** `create` starts a new
 //!   file at the next LSN; replay has already cut the old files' tails.
-//! - **A new file is used only once durable**: written as `….log.tmp`,
-//!   header fsynced, renamed into place, directory fsynced; so a file with
-//!   a WAL name always has its whole header. Before the switch the previous file is fsynced, so a
+//! - **A new file is used only once durable**: written as `….log.tmp` (or
+//!   the zero-filled spare, see `spare`), header fsynced, renamed into
+//!   place, directory fsynced; so a file with a WAL name always has its
+//!   whole header. Before the switch the previous file is fsynced, so a
 //!   later `sync` of the new file covers everything written before it.
+//! - **Records go at `end`, which may be short of the file's length**: a
+//!   file made from a spare is zeros past its records (readers take zeros
+//!   after the last record as the end of the log, `reader`). Before the
+//!   writer leaves a file it cuts the zeros off (`set_len` + fsync), so
+//!   only the newest file ever has them; recovery cuts them from that one.
+//!   A rollback is a cut too, zeros and all.
+//! - A file not made from a spare (the first one in a new directory, or
+//!   when no spare was ready) is left for one that is as soon as a spare
+//!   is ready, whatever its size.
 //! - Rotation happens after a commit that brings the file to
 //!   `segment_bytes`. If it fails, the commit still succeeded (its records
 //!   are in the old file); the next commit retries the rotation before
@@ -48,8 +58,10 @@ use std::sync::Arc;
 
 use super::files::wal_file_name;
 use super::record::{
-    HEADER_LEN, SyncedEnd, empty_synced_end, encode_header, encode_record, encode_synced_end,
+    HEADER_LEN, RECORD_OVERHEAD, SyncedEnd, empty_synced_end, encode_header, encode_record,
+    encode_synced_end,
 };
+use super::spare::{Preallocate, Spares, all_zero};
 use crate::store::{Io, IoFile, Op, StoreError};
 
 /// Tuning of the WAL writer.
@@ -58,12 +70,15 @@ pub struct WalOptions {
     /// Start a new file once the current one reaches this many bytes
     /// (default 64 MiB). A group is never split, so files can exceed it.
     pub segment_bytes: u64,
+    /// Whether new files come from a zero-filled spare (`spare`).
+    pub preallocate: Preallocate,
 }
 
 impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
             segment_bytes: 64 << 20,
+            preallocate: Preallocate::default(),
         }
     }
 }
@@ -80,6 +95,12 @@ pub struct WalWriter {
     file: Box<dyn IoFile>,
     /// Its path.
     path: PathBuf,
+    /// Where the next group goes in `file`: the end of its records.
+    end: u64,
+    /// Whether `file` was made from a spare (zero-filled ahead).
+    preallocated: bool,
+    /// The zero-filled file the next WAL file is made from.
+    spares: Spares,
     /// Encoded records appended but not yet committed.
     pending: Vec<u8>,
     /// The LSN after the last committed record: the first pending record's.
@@ -116,7 +137,9 @@ impl WalWriter {
         next_lsn: u64,
         options: WalOptions,
     ) -> Result<WalWriter, StoreError> {
-        let (file, path) = start_file(&*io, dir, next_lsn)?;
+        let mut spares = Spares::new(io.clone(), dir, options.segment_bytes, options.preallocate);
+        let (file, path, preallocated) = start_file(&*io, dir, next_lsn, spares.take())?;
+        spares.replenish();
         let empty = empty_synced_end(next_lsn);
         Ok(WalWriter {
             io,
@@ -124,6 +147,9 @@ impl WalWriter {
             options,
             file,
             path,
+            end: HEADER_LEN as u64,
+            preallocated,
+            spares,
             pending: Vec::new(),
             committed_next: next_lsn,
             next_lsn,
@@ -165,8 +191,8 @@ impl WalWriter {
         if self.pending.is_empty() {
             return if sync { self.sync() } else { Ok(()) };
         }
-        let start = self.file.len();
-        if let Err(e) = self.file.write_all(&self.pending) {
+        let start = self.end;
+        if let Err(e) = self.file.write_at(start, &self.pending) {
             let e = StoreError::io("writing the WAL file", &self.path, e);
             self.forget_pending();
             if let Err(rollback) = self.roll_back(start) {
@@ -183,15 +209,18 @@ impl WalWriter {
             return Err(e);
         }
         self.total_bytes += self.pending.len() as u64;
+        self.end += self.pending.len() as u64;
         self.pending.clear();
         self.committed_next = self.next_lsn;
         self.unsynced = true;
         if sync {
             self.fsync()?;
         }
-        if self.file.len() >= self.options.segment_bytes
-            && let Err(e) = self.rotate()
-        {
+        // A file not made from a spare (the first in a new directory) is
+        // left as soon as a spare is ready.
+        let full =
+            self.end >= self.options.segment_bytes || (!self.preallocated && self.spares.ready());
+        if full && let Err(e) = self.rotate() {
             if self.failed.is_some() {
                 return Err(e);
             }
@@ -260,7 +289,7 @@ impl WalWriter {
         }
         self.synced = SyncedEnd {
             lsn: self.committed_next - 1,
-            offset: self.file.len(),
+            offset: self.end,
         };
         self.unsynced = false;
         Ok(())
@@ -322,6 +351,7 @@ impl WalWriter {
         self.file
             .set_len(len)
             .map_err(|e| StoreError::io("rolling back the WAL file", &self.path, e))?;
+        self.end = len;
         self.rollback_to = None;
         // Under `never`, earlier groups may be unsynced too: this fsync
         // covers them, and a failure here is as fatal as any.
@@ -336,9 +366,26 @@ impl WalWriter {
         if self.unsynced {
             self.fsync()?;
         }
-        let (file, path) = start_file(&*self.io, &self.dir, self.committed_next)?;
+        if self.file.len() > self.end {
+            // Only the newest file may end in zeros (module docs).
+            self.file
+                .set_len(self.end)
+                .map_err(|e| StoreError::io("cutting the zeros off the WAL file", &self.path, e))?;
+            if let Err(e) = self.file.sync() {
+                return Err(self.fail("fsyncing the WAL file", e));
+            }
+        }
+        let (file, path, preallocated) = start_file(
+            &*self.io,
+            &self.dir,
+            self.committed_next,
+            self.spares.take(),
+        )?;
+        self.spares.replenish();
         self.file = file;
         self.path = path;
+        self.preallocated = preallocated;
+        self.end = HEADER_LEN as u64;
         self.total_bytes += HEADER_LEN as u64;
         self.rotate_pending = false;
         self.synced = empty_synced_end(self.committed_next);
@@ -353,20 +400,25 @@ impl WalWriter {
     }
 }
 
-/// Creates `wal-{first_lsn}.log` durably: written as `….log.tmp`, header
-/// fsynced, renamed into place, directory fsynced, so that a file with a WAL
-/// name always has its whole header. An existing file of that name is
-/// replaced only if it holds no record. On failure, removes what it
-/// created (best effort: a leftover `.tmp` is replaced by the next attempt
-/// and ignored by readers).
+/// Creates `wal-{first_lsn}.log` durably: written as `….log.tmp` (or made
+/// from `spare`), header fsynced, renamed into place, directory fsynced, so
+/// that a file with a WAL name always has its whole header. An existing
+/// file of that name is replaced only if it holds no record. On failure,
+/// removes what it created (best effort: a leftover `.tmp` is replaced by
+/// the next attempt and ignored by readers). Also returns whether the file
+/// was made from the spare.
 fn start_file(
     io: &dyn Io,
     dir: &Path,
     first_lsn: u64,
-) -> Result<(Box<dyn IoFile>, PathBuf), StoreError> {
+    spare: Option<PathBuf>,
+) -> Result<(Box<dyn IoFile>, PathBuf, bool), StoreError> {
     let path = dir.join(wal_file_name(first_lsn));
     if let Ok(len) = io.file_len(&path)
         && len > HEADER_LEN as u64
+        && !io
+            .read_at(&path, HEADER_LEN as u64, RECORD_OVERHEAD)
+            .is_ok_and(|first| all_zero(&first))
     {
         // A record in it would be an LSN we are about to reuse.
         return Err(StoreError::io(
@@ -374,6 +426,18 @@ fn start_file(
             &path,
             std::io::Error::from(std::io::ErrorKind::AlreadyExists),
         ));
+    }
+    if let Some(spare) = spare {
+        match from_spare(io, dir, &spare, &path, first_lsn) {
+            Ok(file) => return Ok((file, path, true)),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "could not make the next WAL file from the spare; creating one instead"
+                );
+                let _ = io.remove(&spare);
+            }
+        }
     }
     let mut temp = path.clone().into_os_string();
     temp.push(".tmp");
@@ -401,10 +465,33 @@ fn start_file(
                 .map_err(|e| StoreError::io("syncing the data directory", dir, e))
         });
     match made {
-        Ok(()) => Ok((file, path)),
+        Ok(()) => Ok((file, path, false)),
         Err(e) => {
             let _ = io.remove(&temp);
             Err(e)
         }
     }
+}
+
+/// Makes the zero-filled `spare` the WAL file `path`: header written over
+/// its first bytes and fsynced, renamed, directory fsynced.
+fn from_spare(
+    io: &dyn Io,
+    dir: &Path,
+    spare: &Path,
+    path: &Path,
+    first_lsn: u64,
+) -> Result<Box<dyn IoFile>, StoreError> {
+    let mut file = io
+        .open_write(spare)
+        .map_err(|e| StoreError::io("opening the spare WAL file", spare, e))?;
+    file.write_at(0, &encode_header(first_lsn))
+        .map_err(|e| StoreError::io("writing the WAL file header", spare, e))?;
+    file.sync()
+        .map_err(|e| StoreError::io("fsyncing the WAL file", spare, e))?;
+    io.rename(spare, path)
+        .map_err(|e| StoreError::io("renaming into place the WAL file", path, e))?;
+    io.sync_dir(dir)
+        .map_err(|e| StoreError::io("syncing the data directory", dir, e))?;
+    Ok(file)
 }
