@@ -11,6 +11,10 @@
 //! | `uuidmap_entries` | gauge | | entries in the index |
 //! | `uuidmap_applied_lsn` | gauge | | every write up to it is visible |
 //! | `uuidmap_wal_bytes` | counter | | WAL bytes written since start |
+//! | `uuidmap_write_groups` | counter | | groups the writer committed |
+//! | `uuidmap_write_batches` | counter | | write batches applied |
+//! | `uuidmap_write_calls` | counter | | write calls answered |
+//! | `uuidmap_write_step_seconds_total` | counter | `step` | where writes' time went: `queue`, `decide` (per batch), `wal_write`, `wal_sync`, `apply`, `complete` (per group), `call` (whole calls) |
 //! | `uuidmap_snapshot_age_seconds` | gauge | | since the newest snapshot this process wrote (absent: none yet) |
 //! | `uuidmap_snapshot_duration_seconds` | gauge | | how long that snapshot took (absent: none yet) |
 //! | `uuidmap_recovery_phase_seconds` | gauge | `phase` | this start's recovery: `map`, `verify`, `restore`, `estimate`, `presize`, `replay` |
@@ -501,6 +505,24 @@ pub fn render(durable: &DurableIndex) -> String {
         "WAL bytes written since the server started.",
         s.wal_bytes as f64,
     );
+    series(
+        "uuidmap_write_groups",
+        "counter",
+        "Groups the writer committed (one WAL write and, under always, one fsync each).",
+        s.groups as f64,
+    );
+    series(
+        "uuidmap_write_batches",
+        "counter",
+        "Write batches applied.",
+        s.batches as f64,
+    );
+    series(
+        "uuidmap_write_calls",
+        "counter",
+        "Write calls answered by the writer.",
+        s.write_calls as f64,
+    );
     if s.last_snapshot_unix_ms > 0 {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -539,6 +561,19 @@ pub fn render(durable: &DurableIndex) -> String {
         }
     }
     render_restart(&mut out, durable, &s);
+    let _ = write!(
+        out,
+        "# HELP uuidmap_write_step_seconds_total Where writes' time went: queue and decide are \
+         per batch, wal_write, wal_sync, apply and complete per group, call is whole write \
+         calls.\n# TYPE uuidmap_write_step_seconds_total counter\n"
+    );
+    for (step, ns) in s.write_step_ns {
+        let _ = writeln!(
+            out,
+            "uuidmap_write_step_seconds_total{{step=\"{step}\"}} {}",
+            ns as f64 / 1e9
+        );
+    }
     out
 }
 

@@ -119,6 +119,14 @@ pub struct DurableStats {
     pub replay_bytes_per_sec: u64,
     /// The restart budget in ms (0: off).
     pub max_replay_ms: u64,
+    /// Groups the writer committed, and batches in them.
+    pub groups: u64,
+    pub batches: u64,
+    /// Where writes' time went since start: (step, nanoseconds), see
+    /// `pipeline::WriteSteps`; `call` is whole write calls.
+    pub write_step_ns: [(&'static str, u64); 7],
+    /// Write calls answered.
+    pub write_calls: u64,
 }
 
 impl DurableIndex {
@@ -338,6 +346,22 @@ impl DurableIndex {
             snapshot_trigger_bytes: self.snapshot_trigger_bytes,
             replay_bytes_per_sec: self.budget.map_or(0, |b| b.bytes_per_sec as u64),
             max_replay_ms: self.budget.map_or(0, |b| b.max_replay.as_millis() as u64),
+            groups: p.groups.load(Ordering::Relaxed),
+            batches: p.batches.load(Ordering::Relaxed),
+            write_step_ns: {
+                let t = &p.steps;
+                let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+                [
+                    ("queue", get(&t.queue_ns)),
+                    ("decide", get(&t.decide_ns)),
+                    ("wal_write", get(&t.wal_write_ns)),
+                    ("wal_sync", get(&t.wal_sync_ns)),
+                    ("apply", get(&t.apply_ns)),
+                    ("complete", get(&t.complete_ns)),
+                    ("call", get(&t.call_ns)),
+                ]
+            },
+            write_calls: p.steps.calls.load(Ordering::Relaxed),
         }
     }
 

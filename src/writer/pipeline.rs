@@ -111,12 +111,49 @@ pub struct PipelineStats {
     pub queued: AtomicU64,
     /// Every batch up to this LSN is durable in the WAL.
     pub synced_lsn: AtomicU64,
+    /// Where a write's time goes, step by step.
+    pub steps: WriteSteps,
+}
+
+/// Where a write's time goes, summed since the pipeline started, in
+/// nanoseconds (`/metrics`: `uuidmap_write_step_seconds_total`). Divided by
+/// `batches` (or by `groups` for the per-group steps) it gives the cost of
+/// each step of a write; `call` minus the writer's steps is what the
+/// hand-offs cost (the caller's wake-up above all).
+#[derive(Debug, Default)]
+pub struct WriteSteps {
+    /// From a caller's submit to the writer taking the batch from the queue
+    /// (per batch: the queue and the writer's wake-up).
+    pub queue_ns: AtomicU64,
+    /// Deciding batches: compare-and-sets, encoding the WAL record (per
+    /// batch).
+    pub decide_ns: AtomicU64,
+    /// The WAL `write` of a group (per group).
+    pub wal_write_ns: AtomicU64,
+    /// The WAL fsync of a group, the synced-end slot's write included (per
+    /// group; 0 unless the policy syncs each group).
+    pub wal_sync_ns: AtomicU64,
+    /// Applying a group to the index and publishing its LSN (per group).
+    pub apply_ns: AtomicU64,
+    /// Sending the group's answers, which wakes the callers (per group).
+    pub complete_ns: AtomicU64,
+    /// Whole `write` calls, from submit to the answer in the caller's hands.
+    pub call_ns: AtomicU64,
+    /// `write` calls that got an answer.
+    pub calls: AtomicU64,
+}
+
+/// Adds the time since `since` to `counter`.
+fn add_elapsed(counter: &AtomicU64, since: Instant) {
+    counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }
 
 /// A caller's batch and where to send its answer.
 struct Request {
     ops: Vec<WriteOp>,
     reply: oneshot::Sender<Result<WriteOutcome, WriteError>>,
+    /// When the caller submitted it.
+    submitted: Instant,
 }
 
 enum Message {
@@ -253,26 +290,37 @@ impl WriteHandle {
     /// policy says). A full queue makes this wait for room.
     pub async fn write(&self, ops: Vec<WriteOp>) -> Result<WriteOutcome, WriteError> {
         let (request, answer) = self.request(ops)?;
+        let submitted = request.submitted;
         self.stats.queued.fetch_add(1, Ordering::Relaxed);
         let sent = self.tx.send(Message::Write(request)).await;
         if sent.is_err() {
             self.stats.queued.fetch_sub(1, Ordering::Relaxed);
             return Err(WriteError::ShuttingDown);
         }
-        answer.await.unwrap_or(Err(WriteError::ShuttingDown))
+        let outcome = answer.await.unwrap_or(Err(WriteError::ShuttingDown));
+        self.count_call(submitted);
+        outcome
+    }
+
+    fn count_call(&self, submitted: Instant) {
+        add_elapsed(&self.stats.steps.call_ns, submitted);
+        self.stats.steps.calls.fetch_add(1, Ordering::Relaxed);
     }
 
     /// [`WriteHandle::write`] for threads outside an async runtime.
     pub fn write_blocking(&self, ops: Vec<WriteOp>) -> Result<WriteOutcome, WriteError> {
         let (request, answer) = self.request(ops)?;
+        let submitted = request.submitted;
         self.stats.queued.fetch_add(1, Ordering::Relaxed);
         if self.tx.blocking_send(Message::Write(request)).is_err() {
             self.stats.queued.fetch_sub(1, Ordering::Relaxed);
             return Err(WriteError::ShuttingDown);
         }
-        answer
+        let outcome = answer
             .blocking_recv()
-            .unwrap_or(Err(WriteError::ShuttingDown))
+            .unwrap_or(Err(WriteError::ShuttingDown));
+        self.count_call(submitted);
+        outcome
     }
 
     /// Makes the WAL durable through `lsn`, which must be committed (for
@@ -331,7 +379,15 @@ impl WriteHandle {
             check_key(&op.key()).map_err(|source| WriteError::Key { index, source })?;
         }
         let (reply, answer) = oneshot::channel();
-        Ok((Request { ops, reply }, answer))
+        let submitted = Instant::now();
+        Ok((
+            Request {
+                ops,
+                reply,
+                submitted,
+            },
+            answer,
+        ))
     }
 }
 
@@ -555,6 +611,11 @@ impl WriterThread {
     /// writes and gives it an LSN, or refuses it.
     fn decide(&mut self, request: Request) {
         self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+        let taken = Instant::now();
+        self.stats.steps.queue_ns.fetch_add(
+            taken.duration_since(request.submitted).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
         let start = self.ops.len();
         let mut refused = None;
         for (index, op) in request.ops.iter().enumerate() {
@@ -601,6 +662,7 @@ impl WriterThread {
             reply: request.reply,
             decided,
         });
+        add_elapsed(&self.stats.steps.decide_ns, taken);
     }
 
     /// The value of `key` as the group's writes so far (the current batch's
@@ -629,7 +691,17 @@ impl WriterThread {
         if let Some(first_lsn) = first_lsn {
             let sync = self.policy == FsyncPolicy::Always;
             let before = self.wal.total_bytes();
-            if let Err(e) = self.wal.commit(sync) {
+            let (write_ns, sync_ns) = self.wal.io_nanos();
+            let committed = self.wal.commit(sync);
+            let (write_after, sync_after) = self.wal.io_nanos();
+            let steps = &self.stats.steps;
+            steps
+                .wal_write_ns
+                .fetch_add(write_after - write_ns, Ordering::Relaxed);
+            steps
+                .wal_sync_ns
+                .fetch_add(sync_after - sync_ns, Ordering::Relaxed);
+            if let Err(e) = committed {
                 self.fail_group(first_lsn, e);
                 return;
             }
@@ -641,18 +713,22 @@ impl WriterThread {
             }
             let written = self.wal.total_bytes() - before;
             self.stats.wal_bytes.fetch_add(written, Ordering::Relaxed);
+            let applying = Instant::now();
             self.apply_group();
+            add_elapsed(&self.stats.steps.apply_ns, applying);
             self.maybe_ask_for_snapshot();
         }
         self.overlay.clear();
         self.overlay_upto = 0;
         self.ops.clear();
+        let completing = Instant::now();
         for pending in self.group.drain(..) {
             // A caller that went away does not mind.
             let _ = pending
                 .reply
                 .send(pending.decided.map(|(lsn, _)| WriteOutcome { lsn }));
         }
+        add_elapsed(&self.stats.steps.complete_ns, completing);
         self.writer.reclaim();
     }
 

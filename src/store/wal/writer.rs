@@ -124,6 +124,10 @@ pub struct WalWriter {
     next_slot: usize,
     /// Set by a failed fsync: why the writer accepts nothing more.
     failed: Option<String>,
+    /// Time spent in record writes and in fsyncs (slot writes included),
+    /// nanoseconds since creation.
+    write_ns: u64,
+    sync_ns: u64,
 }
 
 impl WalWriter {
@@ -161,6 +165,8 @@ impl WalWriter {
             vouched: empty,
             next_slot: 0,
             failed: None,
+            write_ns: 0,
+            sync_ns: 0,
         })
     }
 
@@ -192,7 +198,10 @@ impl WalWriter {
             return if sync { self.sync() } else { Ok(()) };
         }
         let start = self.end;
-        if let Err(e) = self.file.write_at(start, &self.pending) {
+        let writing = std::time::Instant::now();
+        let written = self.file.write_at(start, &self.pending);
+        self.write_ns += writing.elapsed().as_nanos() as u64;
+        if let Err(e) = written {
             let e = StoreError::io("writing the WAL file", &self.path, e);
             self.forget_pending();
             if let Err(rollback) = self.roll_back(start) {
@@ -269,10 +278,23 @@ impl WalWriter {
         self.failed.is_some()
     }
 
+    /// Time spent writing records and syncing (slot writes included),
+    /// nanoseconds since creation: the pipeline's per-step figures.
+    pub fn io_nanos(&self) -> (u64, u64) {
+        (self.write_ns, self.sync_ns)
+    }
+
     /// Writes the header slot for the previous synced end (if it moved),
     /// then fsyncs. Any failure fails the writer for good.
     fn fsync(&mut self) -> Result<(), StoreError> {
         self.check_failed()?;
+        let syncing = std::time::Instant::now();
+        let synced = self.write_slot_and_sync();
+        self.sync_ns += syncing.elapsed().as_nanos() as u64;
+        synced
+    }
+
+    fn write_slot_and_sync(&mut self) -> Result<(), StoreError> {
         let vouch = self.synced;
         if vouch != self.vouched {
             let (at, bytes) = encode_synced_end(self.next_slot, vouch);
