@@ -624,3 +624,131 @@ fn a_real_directory_round_trips() {
     assert!(wal::list_wal_files(&*io, tmp.path()).unwrap().len() > 3);
     let _: &Path = writer.current_path();
 }
+
+// ---- Preallocated files (the spare) ----
+
+fn put(k: u128) -> Op {
+    Op::Put {
+        key: Uuid::from_u128(k),
+        value: Uuid::from_u128(k + 1),
+    }
+}
+
+fn preallocated_writer(io: &SimIo, next_lsn: u64, segment_bytes: u64) -> WalWriter {
+    let io: Arc<dyn Io> = Arc::new(io.clone());
+    let options = WalOptions {
+        segment_bytes,
+        preallocate: Preallocate::Inline,
+    };
+    WalWriter::create(io, &dir(), next_lsn, options).unwrap()
+}
+
+/// Commits `n` one-put batches, each its own synced group.
+fn commit_puts(writer: &mut WalWriter, n: u64) -> Vec<Record> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let lsn = writer.next_lsn();
+        let ops = vec![put(lsn as u128)];
+        writer.append(lsn, &ops);
+        writer.commit(true).unwrap();
+        out.push((lsn, ops));
+    }
+    out
+}
+
+#[test]
+fn a_spare_left_by_one_run_makes_the_next_runs_first_file_and_recovery_cuts_the_zeros() {
+    let sim = new_disk();
+    let segment = 64 << 10;
+    let spare = dir().join(wal::SPARE_NAME);
+    let mut writer = preallocated_writer(&sim, 1, segment);
+    // The first file of a new directory is left for a spare at once.
+    let mut committed = commit_puts(&mut writer, 3);
+    assert_eq!(
+        sim.file_len(&spare).unwrap(),
+        segment,
+        "the next spare is ready"
+    );
+    let newest = file_names(&sim).pop().unwrap();
+    assert_eq!(sim.file_len(&newest).unwrap(), segment, "made from a spare");
+    committed.extend(commit_puts(&mut writer, 5));
+    drop(writer);
+
+    // The read-only cursor reads the records and stops at the zeros, a
+    // clean end: no torn tail, nothing changed.
+    assert_eq!(read_live(&sim), committed);
+    assert_eq!(sim.file_len(&newest).unwrap(), segment);
+    // Recovery cuts the zeros off, quietly: the file ends at its records.
+    let (seen, outcome) = replay_all(&sim, 0, strict()).unwrap();
+    assert_eq!(seen, committed);
+    assert_eq!(outcome.torn_bytes, 0);
+    let records_end = record_offsets(&sim, &committed).last().unwrap().1
+        + record_len(&committed.last().unwrap().1);
+    assert_eq!(sim.file_len(&newest).unwrap(), records_end);
+
+    // The next run takes the spare left behind for its first file.
+    let mut writer = preallocated_writer(&sim, outcome.next_lsn, segment);
+    let first = file_names(&sim).pop().unwrap();
+    assert_ne!(first, newest);
+    assert_eq!(
+        sim.file_len(&first).unwrap(),
+        segment,
+        "made from the old spare"
+    );
+    assert_eq!(
+        sim.file_len(&spare).unwrap(),
+        segment,
+        "and a new spare is made"
+    );
+    committed.extend(commit_puts(&mut writer, 4));
+    drop(writer);
+    // After a power loss too, every synced record is there.
+    let (seen, _) = replay_all(&sim.restart(7), 0, strict()).unwrap();
+    assert_eq!(seen, committed);
+}
+
+#[test]
+fn zeros_where_the_header_says_records_were_synced_are_corruption_not_an_end() {
+    let sim = new_disk();
+    let mut writer = preallocated_writer(&sim, 1, 64 << 10);
+    let committed = commit_puts(&mut writer, 6);
+    // The idle vouch: the header now vouches for all six records.
+    writer.vouch().unwrap();
+    drop(writer);
+    let offsets = record_offsets(&sim, &committed);
+    let (path, start) = offsets[3].clone();
+    // Zero everything from record 4 on, as a lost write would leave a
+    // preallocated file: it must not read as the clean end of the log.
+    let mut bytes = sim.read(&path).unwrap();
+    bytes[start as usize..].fill(0);
+    sim.remove(&path).unwrap();
+    sim.create(&path).unwrap().write_all(&bytes).unwrap();
+    match replay_all(&sim, 0, strict()) {
+        Err(StoreError::WalCorrupt {
+            path: p, offset, ..
+        }) => {
+            assert_eq!((p, offset), (path, start));
+        }
+        other => panic!("expected WalCorrupt, got {:?}", other.map(|r| r.1)),
+    }
+}
+
+#[test]
+fn a_torn_write_into_the_zeros_is_still_a_torn_tail() {
+    let sim = new_disk();
+    let mut writer = preallocated_writer(&sim, 1, 64 << 10);
+    let committed = commit_puts(&mut writer, 4);
+    drop(writer);
+    let newest = file_names(&sim).pop().unwrap();
+    // Half a record's bytes past the last one, then zeros again.
+    let end = record_offsets(&sim, &committed).last().unwrap().1
+        + record_len(&committed.last().unwrap().1);
+    let mut bytes = sim.read(&newest).unwrap();
+    bytes[end as usize..end as usize + 20].fill(0xab);
+    sim.remove(&newest).unwrap();
+    sim.create(&newest).unwrap().write_all(&bytes).unwrap();
+    let (seen, outcome) = replay_all(&sim, 0, strict()).unwrap();
+    assert_eq!(seen, committed);
+    assert_eq!(outcome.torn_bytes, bytes.len() as u64 - end);
+    assert_eq!(sim.file_len(&newest).unwrap(), end);
+}

@@ -1006,6 +1006,11 @@ max_replay_ms = 250
         );
         let off = parse(&["serve", "--max-replay-ms", "off"]).unwrap();
         assert_eq!(off.resolve().unwrap().max_replay, None);
+        assert_eq!(defaults.wal_preallocate, Preallocate::Background);
+        let off = parse(&["serve", "--wal-preallocate", "off"]).unwrap();
+        assert_eq!(off.resolve().unwrap().wal_preallocate, Preallocate::Off);
+        let e = parse(&["serve", "--wal-preallocate", "sometimes"]).unwrap_err();
+        assert!(e.contains("--wal-preallocate") && e.contains("`on`"), "{e}");
         assert_eq!(defaults.replay_workers, ReplayWorkers::PerCore);
         for (flag, workers) in [
             ("serial", ReplayWorkers::Serial),
@@ -1075,13 +1080,13 @@ max_replay_ms = 250
         assert!(e.contains("--snapshot-interval must be at least"), "{e}");
         std::fs::write(
             &path,
-            "max_replay_ms = \"off\"\nreplay_workers = \"serial\"\n",
+            "max_replay_ms = \"off\"\nreplay_workers = \"serial\"\nwal_preallocate = \"off\"\n",
         )
         .unwrap();
         let c = from_file.resolve().unwrap();
         assert_eq!(
-            (c.max_replay, c.replay_workers),
-            (None, ReplayWorkers::Serial)
+            (c.max_replay, c.replay_workers, c.wal_preallocate),
+            (None, ReplayWorkers::Serial, Preallocate::Off)
         );
         std::fs::write(&path, "snapshot_interval = \"soon\"\n").unwrap();
         let e = from_file.resolve().unwrap_err().to_string();

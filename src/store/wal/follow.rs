@@ -363,6 +363,34 @@ mod tests {
     }
 
     #[test]
+    fn follows_a_preallocated_file_with_records_larger_than_a_read() {
+        // A file made from a spare: megabytes of zeros after the records;
+        // one record alone is larger than a read.
+        let (io, dir, mut w) = setup(4 << 20);
+        let mut f = WalFollower::open(io.clone(), &dir, 1).unwrap();
+        commit(&mut w, 1..=2);
+        assert_eq!(read_all(&mut f, 2), vec![1, 2]);
+        let big: Vec<Op> = (1..=10_000).map(put).collect();
+        assert!(big.len() * 33 > READ_CHUNK);
+        w.append(3, &big);
+        w.commit(false).unwrap();
+        commit(&mut w, 4..=5);
+        let newest = list_wal_files(io.as_ref(), &dir).unwrap().pop().unwrap();
+        assert!(
+            io.file_len(&newest.path).unwrap() >= 4 << 20,
+            "preallocated"
+        );
+        let (lsn, ops) = f.next_record(5).unwrap().unwrap();
+        assert_eq!((lsn, ops.len()), (3, big.len()));
+        assert_eq!(ops, &big[..]);
+        assert_eq!(read_all(&mut f, 5), vec![4, 5]);
+        // Zeros where the next record would be: nothing more yet.
+        assert!(f.next_record(5).unwrap().is_none());
+        commit(&mut w, 6..=6);
+        assert_eq!(read_all(&mut f, 6), vec![6]);
+    }
+
+    #[test]
     fn bytes_read_past_upto_are_not_trusted_later() {
         let (io, dir, mut w) = setup(1 << 20);
         commit(&mut w, 1..=2);
