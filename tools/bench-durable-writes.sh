@@ -33,7 +33,8 @@
 #
 # Knobs (environment): ROUNDS (default 3), N1 (requests at 1 writer,
 # default 20000), N64 (requests at 64 writers, default 200000), MODES
-# (default "always never"). The machine may be shared: the load average is
+# (default "always never"), PREALLOCATE (uuidmap's --wal-preallocate,
+# default on). The machine may be shared: the load average is
 # printed with each round; record it with the results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,7 @@ ROUNDS=${ROUNDS:-3}
 N1=${N1:-20000}
 N64=${N64:-200000}
 MODES=${MODES:-"always never"}
+PREALLOCATE=${PREALLOCATE:-on}
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else false; fi
@@ -106,9 +108,17 @@ run_uuidmap() {
   mkdir -p "$dir"
   port=$(free_port)
   "$uuidmap" serve --data-dir "$dir" --listen "127.0.0.1:$port" --fsync "$mode" \
-    --metrics-listen off >"$work/uuidmap.log" 2>&1 &
+    --wal-preallocate "$PREALLOCATE" --metrics-listen off >"$work/uuidmap.log" 2>&1 &
   server_pid=$!
   wait_port "$port"
+  # Steady state: a fresh server makes its first spare WAL file in the
+  # background within about a second, and its first write after that moves
+  # the log onto it. Wait for it and send a few writes first.
+  if [ "$PREALLOCATE" = on ]; then
+    for _ in $(seq 100); do [ -e "$dir/wal-spare" ] && break; sleep 0.1; done
+  fi
+  h2load -n 20 -c1 -m1 -d "$body" -H 'content-type: application/grpc' -H 'te: trailers' \
+    "http://127.0.0.1:$port/uuidmap.v1.UuidMap/Put" >/dev/null 2>&1
   out=$(h2load "$@" -d "$body" -H 'content-type: application/grpc' -H 'te: trailers' \
     "http://127.0.0.1:$port/uuidmap.v1.UuidMap/Put" 2>&1)
   kill -0 "$server_pid" || { echo "uuidmap died:" >&2; cat "$work/uuidmap.log" >&2; exit 1; }
