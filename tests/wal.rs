@@ -752,3 +752,26 @@ fn a_torn_write_into_the_zeros_is_still_a_torn_tail() {
     assert_eq!(outcome.torn_bytes, bytes.len() as u64 - end);
     assert_eq!(sim.file_len(&newest).unwrap(), end);
 }
+
+#[test]
+fn the_put_estimate_leaves_out_zeros_and_records_a_snapshot_already_holds() {
+    let sim = new_disk();
+    let mut writer = preallocated_writer(&sim, 1, 64 << 10);
+    commit_puts(&mut writer, 1);
+    // The first file is left for the spare: the rest is in one
+    // preallocated file of 64 KiB, mostly zeros.
+    commit_puts(&mut writer, 9);
+    writer.vouch().unwrap(); // as a clean stop does
+    drop(writer);
+    // Everything after LSN 0: the ten puts, not 64 KiB of zeros as puts.
+    let all = wal::estimate_puts(&sim, &dir(), 0).unwrap();
+    // (Every byte counts as a put's: ten records of 57 bytes.)
+    assert_eq!(all, 10 * 57 / 33);
+    // A snapshot at LSN 10 holds every record the newest file vouches for:
+    // a restart presizes for none of them (it did for the whole file).
+    assert_eq!(wal::estimate_puts(&sim, &dir(), 10).unwrap(), 0);
+    // At LSN 5 the file's vouched records go past the snapshot: counted
+    // whole, an upper bound.
+    let from_five = wal::estimate_puts(&sim, &dir(), 5).unwrap();
+    assert!(from_five >= 5, "{from_five}");
+}

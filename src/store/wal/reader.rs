@@ -292,10 +292,11 @@ impl<'io> WalCursor<'io> {
         let read_err = |e| StoreError::io("reading the WAL file", &file.path, e);
         self.file_len = self.io.file_len(&file.path).map_err(read_err)?;
         self.data = if last {
-            // A preallocated file: read its records, not its zeros.
+            // A preallocated file: read its records, not its zeros (but a
+            // page of them, so that the end shows as zeros, not as a cut).
             let end = records_end(self.io, &file.path, self.file_len)?;
             self.io
-                .read_at(&file.path, 0, end as usize)
+                .read_at(&file.path, 0, (end + 4096) as usize)
                 .map_err(read_err)?
         } else {
             self.io.read(&file.path).map_err(read_err)?

@@ -194,11 +194,14 @@ pub fn replay(
 const PUT_BYTES: u64 = 1 + 16 + 16;
 
 /// The most entries that replaying the WAL after `after_lsn` can add, from
-/// the files' sizes alone (nothing is read but a few pages of the newest
-/// file, to find where its records end if it is preallocated): every byte
-/// past a header counted as part of a put. Files wholly at or below `after_lsn` (the next
-/// file starts at or before `after_lsn + 1`) are left out; the first file
-/// needed is counted whole, so the bound may exceed the truth by one file.
+/// the files' sizes (nothing is read but a few pages of the newest file, to
+/// find where its records end if it is preallocated, and the header of the
+/// first file needed): every byte past a header counted as part of a put.
+/// Files wholly at or below `after_lsn` (the next file starts at or before
+/// `after_lsn + 1`) are left out; in the first file needed, the records its
+/// header vouches for are left out too when they are all at or below
+/// `after_lsn` (a clean stop vouches for the whole file); otherwise it is
+/// counted whole, so the bound may exceed the truth by one file.
 /// A file whose size cannot be read counts as empty (replay reports the
 /// error).
 pub fn estimate_puts(io: &dyn Io, dir: &Path, after_lsn: u64) -> Result<u64, StoreError> {
@@ -216,7 +219,19 @@ pub fn estimate_puts(io: &dyn Io, dir: &Path, after_lsn: u64) -> Result<u64, Sto
             // The newest file may be preallocated: count its records only.
             len = super::spare::records_end(io, &file.path, len).unwrap_or(len);
         }
-        bytes += len.saturating_sub(HEADER_LEN as u64);
+        // The first file needed may start with records the snapshot holds
+        // (after a clean stop, all of them): its header says where the
+        // records it vouches for end, and if they are all at or below
+        // `after_lsn` they add nothing. Otherwise it counts whole.
+        let mut start = HEADER_LEN as u64;
+        if file.first_lsn <= after_lsn
+            && let Ok(header) = io.read_at(&file.path, 0, HEADER_LEN)
+            && let Ok(vouched) = super::record::read_synced_end(&header)
+            && vouched.lsn <= after_lsn
+        {
+            start = start.max(vouched.offset);
+        }
+        bytes += len.saturating_sub(start);
     }
     Ok(bytes / PUT_BYTES)
 }

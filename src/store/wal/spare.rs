@@ -273,21 +273,21 @@ pub fn all_zero(bytes: &[u8]) -> bool {
 }
 
 /// Where the records of a WAL file end, as far as a few page reads can
-/// tell: the offset of a zero-filled 4 KiB page such that the page before
-/// it is not all zeros (a binary search from the end, assuming the records
-/// are followed only by zeros), or the file's length if its last page is
-/// not zero. Records never hold a whole page of zeros (every op has a
-/// non-nil key), so for an undamaged file this is the end of the last
-/// record's page. Used to read and estimate a preallocated file without
-/// its zeros; everything read is still checked.
+/// tell: a binary search from the end finds a zero-filled 4 KiB page whose
+/// page before is not all zeros (assuming the records are followed only by
+/// zeros), and the result is just past that page's last non-zero byte; or
+/// the file's length if its last page is not zero. Records never hold a
+/// whole page of zeros (every op has a non-nil key), so for an undamaged
+/// file this is the end of the last record, give or take the zero bytes
+/// a record may end with. Used to read and estimate a preallocated file
+/// without its zeros; everything read is still checked.
 pub fn records_end(io: &dyn Io, path: &Path, file_len: u64) -> Result<u64, StoreError> {
     const PAGE: u64 = 4096;
-    let page_is_zero = |page: u64| -> Result<bool, StoreError> {
-        let data = io
-            .read_at(path, page * PAGE, PAGE as usize)
-            .map_err(|e| StoreError::io("reading the WAL file", path, e))?;
-        Ok(all_zero(&data))
+    let read_page = |page: u64| -> Result<Vec<u8>, StoreError> {
+        io.read_at(path, page * PAGE, PAGE as usize)
+            .map_err(|e| StoreError::io("reading the WAL file", path, e))
     };
+    let page_is_zero = |page: u64| -> Result<bool, StoreError> { Ok(all_zero(&read_page(page)?)) };
     let pages = file_len.div_ceil(PAGE);
     if pages <= 1 || !page_is_zero(pages - 1)? {
         return Ok(file_len);
@@ -302,5 +302,7 @@ pub fn records_end(io: &dyn Io, path: &Path, file_len: u64) -> Result<u64, Store
             lo = mid;
         }
     }
-    Ok(hi * PAGE)
+    let last = read_page(lo)?;
+    let used = last.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    Ok(lo * PAGE + used as u64)
 }
