@@ -117,10 +117,11 @@ impl WalFollower {
             }
             let rest = &self.buf[self.pos..];
             // What a read from `pos` must hold for the record there to be
-            // whole, if its header says.
-            let mut need = 0;
-            let unwritten = all_zero(&rest[..rest.len().min(RECORD_OVERHEAD)]);
-            if self.file_next <= self.trusted_upto && !unwritten {
+            // whole: at least its header (a read can end inside one), and
+            // what the header says, once it is whole.
+            let mut need = RECORD_OVERHEAD;
+            let unwritten = rest.len() >= RECORD_OVERHEAD && all_zero(&rest[..RECORD_OVERHEAD]);
+            if self.file_next <= self.trusted_upto && rest.len() >= RECORD_OVERHEAD && !unwritten {
                 match decode_record(rest, &mut self.ops) {
                     Ok(rec) => {
                         if rec.lsn != self.file_next {
@@ -140,7 +141,7 @@ impl WalFollower {
                     // Cut off (or not yet whole): more of it may have been
                     // written since, or read; re-read before calling it
                     // damage.
-                    Err(bad) if !bad.written_so => need = claimed_len(rest).unwrap_or(0),
+                    Err(bad) if !bad.written_so => need = claimed_len(rest).unwrap_or(need),
                     Err(bad) => return Err(self.corrupt(bad.reason)),
                 }
             }
@@ -388,6 +389,37 @@ mod tests {
         assert!(f.next_record(5).unwrap().is_none());
         commit(&mut w, 6..=6);
         assert_eq!(read_all(&mut f, 6), vec![6]);
+    }
+
+    #[test]
+    fn a_read_that_ends_inside_a_record_header_reads_on() {
+        // Records of 57 bytes after one of 24 + 33 * p: for some p a read
+        // of READ_CHUNK bytes ends inside a record's 24-byte header.
+        for p in 0..20u64 {
+            let (io, dir, mut w) = setup(1 << 20);
+            // The first commit moves the log onto a preallocated file.
+            commit(&mut w, 1..=1);
+            let first: Vec<Op> = (1..=p as u128).map(put).collect();
+            w.append(2, &first);
+            w.commit(false).unwrap();
+            let n = (READ_CHUNK as u64 / 57) + 10;
+            for lsn in 3..=n {
+                w.append(lsn, &[put(lsn as u128)]);
+            }
+            w.commit(false).unwrap();
+            let newest = list_wal_files(io.as_ref(), &dir).unwrap().pop().unwrap();
+            assert_eq!(newest.first_lsn, 2, "one file holds LSN 2 on");
+            // Each follower skips records up to its start within one call,
+            // so it meets the end of a read inside a header in that call too.
+            let mut f = WalFollower::open(io.clone(), &dir, 3).unwrap();
+            assert_eq!(read_all(&mut f, n), (3..=n).collect::<Vec<_>>(), "p = {p}");
+            let mut late = WalFollower::open(io.clone(), &dir, n - 3).unwrap();
+            assert_eq!(
+                read_all(&mut late, n),
+                (n - 3..=n).collect::<Vec<_>>(),
+                "p = {p}"
+            );
+        }
     }
 
     #[test]
