@@ -30,11 +30,12 @@
 //! # Faults
 //!
 //! - **Crash**: [`SimIo::set_crash_after`]`(Some(k))` lets `k` more mutating
-//!   or syncing calls (create, write_all, sync, set_len, rename, remove,
-//!   sync_dir, truncate) succeed; the next one and every call after it fail
-//!   with "simulated crash": the process is dead. The write that crashes
-//!   lands in the current bytes (unsynced), so a restart may keep a prefix
-//!   of it, as a power cut in the middle of a write would.
+//!   or syncing calls (create, open_write, write_all, write_at, sync,
+//!   set_len, rename, remove, sync_dir, truncate) succeed; the next one and
+//!   every call after it fail with "simulated crash": the process is dead.
+//!   The write that crashes lands in the current bytes (unsynced), so a
+//!   restart may keep a prefix of it, as a power cut in the middle of a
+//!   write would.
 //! - **Failed fsync**: [`SimIo::set_sync_failure_after`]`(Some(k))` lets `k`
 //!   more `IoFile::sync` calls succeed; the next one fails with `EIO` and,
 //!   as Linux may, forgets the file's pending writes: reads still see them,
