@@ -432,3 +432,24 @@ fn zeroing_both_synced_end_slots_and_a_record_of_the_last_wal_file_is_refused() 
     )
     .unwrap();
 }
+
+/// Another case the long campaign found: a crash, then a cut of the first
+/// WAL file back to its header, which left it with no record while the
+/// next file starts after it. Recovery refused with a gap, but named only
+/// the next file ("the oldest WAL file starts at LSN 2"), not the file that
+/// lost its records: the gap error names the file before the gap whenever
+/// there is one, even if none of its records could be read.
+#[test]
+fn a_wal_file_cut_to_its_header_before_the_next_one_is_named_in_the_refusal() {
+    let mut tally = Tally::default();
+    trial(
+        End::Crash(7, 0),
+        5014408095770687474,
+        3923751964492399128,
+        2,
+        6664764747366855901,
+        0,
+        &mut tally,
+    )
+    .unwrap();
+}

@@ -270,9 +270,13 @@ impl<'io> WalCursor<'io> {
                 dir: self.dir.clone(),
                 expected: self.next_wanted,
                 found: file.first_lsn,
+                // The file before was read (the cursor starts at a file
+                // that begins at or before the LSN wanted): it ended early,
+                // even if it held no record at all.
                 ends_early: self
-                    .last_lsn_seen
-                    .and_then(|_| Some(self.files.get(self.file.checked_sub(1)?)?.path.clone())),
+                    .file
+                    .checked_sub(1)
+                    .map(|before| self.files[before].path.clone()),
                 next_file: file.path.clone(),
             });
         }

@@ -104,6 +104,9 @@ pub fn replay(
     let mut cursor =
         WalCursor::open(io, dir, after_lsn + 1)?.synced_through(options.synced_through);
     let mut outcome = ReplayOutcome::default();
+    // For a gap: the first LSN missing (no record before it may have been
+    // read, when the file before the gap lost all of its records).
+    let mut gap_from = None;
     let damage = loop {
         match cursor.next_record() {
             Ok(Some(rec)) => {
@@ -131,6 +134,7 @@ pub fn replay(
                     early.display(),
                     next_file.display()
                 );
+                gap_from = Some(expected);
                 break Some((next_file, 0, reason));
             }
             Err(e) => return Err(e),
@@ -159,9 +163,11 @@ pub fn replay(
             .iter()
             .position(|f| f.path == path)
             .expect("the damaged file is one of the listed files");
-        let first_lost = cursor
-            .last_lsn_seen()
-            .map_or(files[at].first_lsn, |l| l + 1);
+        let first_lost = gap_from.unwrap_or_else(|| {
+            cursor
+                .last_lsn_seen()
+                .map_or(files[at].first_lsn, |l| l + 1)
+        });
         let wal_cut = discard_from(io, dir, &files, at, offset, first_lost, reason, options)?;
         outcome.discarded_bytes = wal_cut.bytes;
         outcome.cut = Some(wal_cut);
