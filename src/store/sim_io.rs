@@ -472,6 +472,16 @@ impl Io for SimIo {
         Ok(disk.inodes[&ino].current.clone())
     }
 
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let disk = self.lock();
+        disk.alive()?;
+        let ino = disk.inode_of(path)?;
+        let bytes = &disk.inodes[&ino].current;
+        let start = (offset as usize).min(bytes.len());
+        let end = start.saturating_add(len).min(bytes.len());
+        Ok(bytes[start..end].to_vec())
+    }
+
     fn file_len(&self, path: &Path) -> io::Result<u64> {
         let disk = self.lock();
         disk.alive()?;
