@@ -355,16 +355,13 @@ impl Scheme for Bucketed {
     }
 }
 
-/// SplitMix64: a small, fixed random stream for keys and lookup orders.
-struct SplitMix(u64);
+/// SplitMix64 (testkit's): a small, fixed random stream for keys and lookup
+/// orders.
+struct SplitMix(uuidmap_testkit::data::SplitMix64);
 
 impl SplitMix {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A random key: never the nil (empty) or max (reserved) key in practice,
@@ -518,7 +515,7 @@ fn main() {
     let [a, b, c, d] = SEEDS;
     let h = Hasher(RandomState::with_seeds(a, b, c, d));
     let max_entries = (slots as f64 * LOADS[LOADS.len() - 1]) as usize;
-    let mut rng = SplitMix(0x7072_6f62_696e_6701);
+    let mut rng = SplitMix(uuidmap_testkit::data::SplitMix64(0x7072_6f62_696e_6701));
     let keys: Vec<[u64; 2]> = (0..max_entries).map(|_| rng.key()).collect();
     let misses: Vec<[u64; 2]> = (0..lookups.min(max_entries)).map(|_| rng.key()).collect();
     let mut table = Slots::zeroed(slots, huge_pages);

@@ -44,6 +44,8 @@ use uuidmap::store::wal::{self, ReplayOptions};
 use uuidmap::store::{Op, OsIo};
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, ReplayBudget, WriteOp};
 
+#[path = "common/binary.rs"]
+mod binary;
 #[path = "common/redis.rs"]
 mod redis;
 
@@ -56,12 +58,8 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// A random-looking 64-bit mix (splitmix64's finaliser).
-fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
+/// The tests' and benches' one generator (testkit's splitmix64).
+use uuidmap_testkit::data::mix;
 
 fn key(i: u64) -> Uuid {
     Uuid::from_u64_pair(mix(i) | 1, mix(!i))
@@ -355,7 +353,7 @@ fn main() {
     println!("serial, last round: {}  ", notes[1]);
     println!("parallel, last round: {}\n", notes[2]);
 
-    let new_bin = PathBuf::from(env!("CARGO_BIN_EXE_uuidmap"));
+    let new_bin = binary::uuidmap_binary();
     let old_bin = std::env::var_os("UUIDMAP_OLD_BIN").map(PathBuf::from);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -1,7 +1,11 @@
-//! uuidmap: a lock-free in-memory index from 16-byte UUIDs to 16-byte UUIDs.
+//! uuidmap: a lock-free in-memory index from 16-byte UUIDs to 16-byte UUIDs,
+//! served over gRPC, durable through a write-ahead log and mmap'd snapshots.
 //!
-//! One writer, many readers that never lock. See `ARCHITECTURE.md` for the
-//! layers and their invariants.
+//! This package is the binary (`uuidmap serve` and the CLI) and its
+//! end-to-end tests. Its library re-exports the workspace's layers under one
+//! name, for users who want a single dependency; a user who needs only the
+//! map depends on `uuidmap-index` and compiles no network code. See
+//! `ARCHITECTURE.md` for the crates and what each may import.
 //!
 //! ```
 //! use uuid::Uuid;
@@ -14,19 +18,12 @@
 //! writer.compare_and_set(file, Some(shard), Some(Uuid::from_u128(0xb))).unwrap();
 //! ```
 
-#[cfg(not(uuidmap_loom))]
-pub mod client;
-#[cfg(not(uuidmap_loom))]
-#[doc(hidden)]
-pub mod crashtest;
-pub mod error_chain;
-pub mod index;
-#[cfg(not(uuidmap_loom))]
-pub mod server;
-pub mod store;
-pub mod sync;
-#[cfg(not(uuidmap_loom))]
-pub mod writer;
+pub use uuidmap_client as client;
+pub use uuidmap_engine::{store, writer};
+pub use uuidmap_index as index;
+pub use uuidmap_index::sync;
+pub use uuidmap_proto::error_chain;
+pub use uuidmap_server as server;
 
 pub use index::{CasError, Index, IndexBuilder, IndexWriter, KeyError};
 

@@ -20,6 +20,7 @@ use uuid::Uuid;
 use uuidmap::store::OsIo;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
+use uuidmap_testkit::data::mix;
 
 const KEYS: u64 = 40;
 
@@ -28,13 +29,6 @@ fn key(k: u64) -> Uuid {
 }
 
 type Model = BTreeMap<Uuid, Uuid>;
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// Writes 300 batches with two snapshots in between; returns the state
 /// after every batch (index 0: empty).

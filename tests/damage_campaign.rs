@@ -29,11 +29,12 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use uuid::Uuid;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
-use uuidmap::store::sim_io::SimIo;
 use uuidmap::store::wal::HEADER_LEN;
 use uuidmap::store::wal::Preallocate;
 use uuidmap::store::{Io, StoreError};
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
+use uuidmap_testkit::SimIo;
+use uuidmap_testkit::data::mix;
 
 const KEYS: u64 = 64;
 const DIR: &str = "/data";
@@ -43,13 +44,6 @@ fn key(k: u64) -> Uuid {
 }
 
 type Model = BTreeMap<Uuid, Uuid>;
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// How the writing process ended.
 #[derive(Clone, Copy, Debug)]

@@ -10,8 +10,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serve_child::{ServeChild, clear_uuidmap_env, client, run_to_exit, serve_command};
-use uuidmap::store::{SimIo, StoreError};
+use uuidmap::store::StoreError;
 use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
+use uuidmap_testkit::SimIo;
 
 const KEY: &str = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
 const VALUE: &str = "00000000-0000-4000-8000-00000000000a";

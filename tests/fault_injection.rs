@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use uuid::Uuid;
-use uuidmap::store::sim_io::SimIo;
 use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
+use uuidmap_testkit::SimIo;
 
 const KEYS: u64 = 24;
 

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use uuid::Uuid;
-use uuidmap::store::SimIo;
 use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
+use uuidmap_testkit::SimIo;
 
 fn open(io: &SimIo) -> DurableIndex {
     let mut c = DurableConfig::new("/data");

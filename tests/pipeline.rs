@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uuid::Uuid;
-use uuidmap::store::SimIo;
 use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
+use uuidmap_testkit::SimIo;
 
 fn key(i: u64) -> Uuid {
     Uuid::from_u128(0xabcd_0000_0000_0000_0000_0000_0000_0000 | (i as u128 + 1))

@@ -17,9 +17,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use uuid::Uuid;
 use uuidmap::store::Io;
-use uuidmap::store::sim_io::SimIo;
 use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
+use uuidmap_testkit::SimIo;
 
 /// Keys the batches touch (a few hundred, so big batches spread over many
 /// index segments and make WAL records larger than a WAL file).

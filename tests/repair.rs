@@ -20,8 +20,9 @@ use uuid::Uuid;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::store::wal::Preallocate;
 use uuidmap::store::wal::{WalCursor, list_wal_files};
-use uuidmap::store::{Io, OsIo, SimIo, StoreError};
+use uuidmap::store::{Io, OsIo, StoreError};
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
+use uuidmap_testkit::SimIo;
 
 fn key(group: u64, i: u64) -> Uuid {
     Uuid::from_u128(((group as u128 + 1) << 64) | (i as u128 + 1))

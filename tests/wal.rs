@@ -12,7 +12,8 @@ use uuid::Uuid;
 use uuidmap::store::wal::{
     self, HEADER_LEN, Preallocate, ReplayOptions, ReplayOutcome, WalCursor, WalOptions, WalWriter,
 };
-use uuidmap::store::{Io, Op, SimIo, StoreError};
+use uuidmap::store::{Io, Op, StoreError};
+use uuidmap_testkit::SimIo;
 
 type Batch = Vec<Op>;
 type Record = (u64, Batch);

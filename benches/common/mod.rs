@@ -121,12 +121,8 @@ pub fn value_for(i: usize) -> Uuid {
     Uuid::from_u64_pair(hi, lo)
 }
 
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// The tests' and benches' one generator (testkit's splitmix64).
+use uuidmap_testkit::data::mix as splitmix64;
 
 /// `keys` in a random order, for lookups that jump around memory rather than
 /// follow insertion order.

@@ -552,12 +552,8 @@ fn write_key(writer: usize, i: u64) -> Uuid {
     uuid::Builder::from_random_bytes(bytes).into_uuid()
 }
 
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// The tests' and benches' one generator (testkit's splitmix64).
+use uuidmap_testkit::data::mix as splitmix64;
 
 /// Runs `writers` threads, each calling `op(writer, i)` in a loop for
 /// `window`; returns the operations finished inside the window and the

@@ -37,6 +37,8 @@ use std::time::{Duration, Instant};
 
 use prost::bytes::Bytes;
 
+#[path = "../common/binary.rs"]
+mod binary;
 #[path = "../common/mod.rs"]
 mod common;
 mod data;
@@ -154,8 +156,8 @@ fn run() -> Result<(), String> {
     let data = Data::new(n);
 
     // Our server, loaded.
-    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_uuidmap"));
-    let mut ours = OurServer::start(binary, &[])?;
+    let binary = binary::uuidmap_binary();
+    let mut ours = OurServer::start(&binary, &[])?;
     let port = ours.port;
     let ready = ours.wait_ready(|| runtime.block_on(grpc::ping_once(port)))?;
     eprintln!(

@@ -1,10 +1,6 @@
 //! Helpers shared by the integration tests.
 
-/// A 64-bit mixer (splitmix64's finaliser): spreads small inputs over the
-/// whole space, so that keys derived from counters hash like random ones.
-pub fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
+/// The tests' one deterministic generator (testkit's splitmix64): spreads
+/// small inputs over the whole space, so that keys derived from counters
+/// hash like random ones.
+pub use uuidmap_testkit::data::mix;

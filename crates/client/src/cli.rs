@@ -1,0 +1,484 @@
+//! The client commands of the `uuidmap` binary: `get`, `put`, `del`,
+//! `scan`, `stats`, `snapshot`, against a running server.
+//!
+//! UUIDs are read and printed in their text form
+//! (`67e55044-10b1-426f-9247-bb680e5fe0c8`; the simple, braced and URN
+//! forms are read too). Exit codes: 0 done (for `get`: found), 1 `get`
+//! found no entry, 2 any error (bad arguments, no server, a refused call);
+//! errors go to stderr, answers to stdout.
+//!
+//! `scan` prints one `key value` line per entry. On a terminal (stderr) it
+//! shows a progress bar; piped or redirected, stderr stays quiet. If the
+//! stream breaks, or `--limit` stops it, the message on stderr gives the
+//! `--cursor` that continues exactly after the last printed entry.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use prost::bytes::Bytes;
+use uuid::Uuid;
+
+use super::{Client, ClientError, ClientOptions, DEFAULT_SERVER};
+use uuidmap_proto::v1 as pb;
+
+/// Exit code: done (`get`: found).
+pub const EXIT_OK: i32 = 0;
+/// Exit code: `get` found no entry for the key.
+pub const EXIT_NOT_FOUND: i32 = 1;
+/// Exit code: any error.
+pub const EXIT_ERROR: i32 = 2;
+
+/// How to reach the server (every client command).
+#[derive(clap::Args, Clone, Debug)]
+pub struct ConnectArgs {
+    /// Server address: http://host:port, or https://host:port for TLS.
+    #[arg(long, env = "UUIDMAP_SERVER", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// Bearer token (prefer the environment variable: a flag shows in `ps`).
+    #[arg(long, env = "UUIDMAP_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// PEM of the CA that signed the server's certificate (https only).
+    #[arg(long, env = "UUIDMAP_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM), for a server that requires one (mTLS).
+    #[arg(long, env = "UUIDMAP_CLIENT_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "UUIDMAP_CLIENT_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Seconds to wait for the connection and for each call (a scan's
+    /// stream is not bounded).
+    #[arg(long, env = "UUIDMAP_TIMEOUT", default_value = "10", value_parser = seconds)]
+    pub timeout: Duration,
+}
+
+impl ConnectArgs {
+    fn options(&self) -> ClientOptions {
+        ClientOptions {
+            server: self.server.clone(),
+            token: self.token.clone(),
+            tls_ca: self.tls_ca.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// The client commands (flattened into the binary's commands).
+#[derive(clap::Subcommand, Clone, Debug)]
+pub enum ClientCommand {
+    /// Print the value of KEY (exit code 1 if it has none).
+    Get {
+        /// The file id, as a UUID (e.g. 67e55044-10b1-426f-9247-bb680e5fe0c8).
+        #[arg(value_parser = uuid_arg)]
+        key: Uuid,
+        /// How to reach the server.
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
+    /// Set KEY to VALUE; prints the write's LSN.
+    Put {
+        /// The file id, as a UUID (e.g. 67e55044-10b1-426f-9247-bb680e5fe0c8).
+        #[arg(value_parser = uuid_arg)]
+        key: Uuid,
+        /// Its location, as a UUID.
+        #[arg(value_parser = uuid_arg)]
+        value: Uuid,
+        /// How to reach the server.
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
+    /// Remove KEY (whether or not it has an entry); prints the LSN.
+    Del {
+        /// The file id, as a UUID (e.g. 67e55044-10b1-426f-9247-bb680e5fe0c8).
+        #[arg(value_parser = uuid_arg)]
+        key: Uuid,
+        /// How to reach the server.
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
+    /// Print entries, one `key value` line each.
+    Scan(ScanArgs),
+    /// Print the server's figures.
+    Stats {
+        /// How to reach the server.
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
+    /// Take a snapshot now (needs the write role).
+    Snapshot {
+        /// How to reach the server.
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
+}
+
+/// `uuidmap scan`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ScanArgs {
+    /// Only split I of N (0 <= I < N): N such scans together print every
+    /// entry once.
+    #[arg(long, value_name = "I/N", value_parser = split_arg)]
+    pub split: Option<(u32, u32)>,
+    /// Only entries whose value is one of these (comma-separated UUIDs).
+    #[arg(long, value_name = "V,...", value_delimiter = ',', value_parser = uuid_arg)]
+    pub values: Vec<Uuid>,
+    /// Stop after this many entries (at least 1; without --limit, every
+    /// entry is printed).
+    #[arg(long, value_parser = limit_arg)]
+    pub limit: Option<u64>,
+    /// Continue a scan where an earlier one stopped (the hex cursor it
+    /// printed); --split is then ignored.
+    #[arg(long, value_parser = cursor_arg)]
+    pub cursor: Option<Bytes>,
+    /// How to reach the server.
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+/// Runs `command`; the process exit code.
+pub fn run(command: ClientCommand) -> i32 {
+    let name = command.name();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("uuidmap {name}: cannot start the async runtime: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    match runtime.block_on(execute(command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("uuidmap {name}: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+/// What a client command can fail with.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("cannot write the output: {0}")]
+    Output(std::io::Error),
+    #[error(
+        "the scan stopped after {printed} entries: {source}. Continue after the last printed \
+         entry with --cursor {cursor}"
+    )]
+    ScanStopped {
+        printed: u64,
+        cursor: String,
+        source: ClientError,
+    },
+}
+
+impl ClientCommand {
+    fn name(&self) -> &'static str {
+        match self {
+            ClientCommand::Get { .. } => "get",
+            ClientCommand::Put { .. } => "put",
+            ClientCommand::Del { .. } => "del",
+            ClientCommand::Scan(_) => "scan",
+            ClientCommand::Stats { .. } => "stats",
+            ClientCommand::Snapshot { .. } => "snapshot",
+        }
+    }
+}
+
+async fn execute(command: ClientCommand) -> Result<i32, CliError> {
+    match command {
+        ClientCommand::Get { key, connect } => {
+            let mut c = Client::connect(&connect.options()).await?;
+            match c.get(key).await? {
+                Some(value) => {
+                    println!("{value}");
+                    Ok(EXIT_OK)
+                }
+                None => {
+                    eprintln!("uuidmap get: {key} has no entry");
+                    Ok(EXIT_NOT_FOUND)
+                }
+            }
+        }
+        ClientCommand::Put {
+            key,
+            value,
+            connect,
+        } => {
+            let mut c = Client::connect(&connect.options()).await?;
+            println!("lsn {}", c.put(key, value).await?);
+            Ok(EXIT_OK)
+        }
+        ClientCommand::Del { key, connect } => {
+            let mut c = Client::connect(&connect.options()).await?;
+            println!("lsn {}", c.delete(key).await?);
+            Ok(EXIT_OK)
+        }
+        ClientCommand::Stats { connect } => {
+            let mut c = Client::connect(&connect.options()).await?;
+            let s = c.stats().await?;
+            let mut fields = vec![
+                ("entries", s.entries.to_string()),
+                ("table_bytes", s.table_bytes.to_string()),
+                ("applied_lsn", s.applied_lsn.to_string()),
+                ("wal_bytes", s.wal_bytes.to_string()),
+                ("wal_failures", s.wal_failures.to_string()),
+                ("queued_batches", s.queued_batches.to_string()),
+                ("snapshots_taken", s.snapshots_taken.to_string()),
+                ("snapshots_failed", s.snapshots_failed.to_string()),
+                ("last_snapshot_lsn", s.last_snapshot_lsn.to_string()),
+                (
+                    "snapshot_age_ms",
+                    s.snapshot_age_ms.map_or("none".into(), |ms| ms.to_string()),
+                ),
+                (
+                    "last_snapshot_duration_us",
+                    s.last_snapshot_duration_us.to_string(),
+                ),
+            ];
+            if let Some(r) = s.restart {
+                // Where this server's start went, and the restart budget.
+                let workers: Vec<String> = r
+                    .workers
+                    .iter()
+                    .map(|w| format!("{}ops/{}us", w.ops, w.apply_us))
+                    .collect();
+                fields.extend([
+                    ("restart_snapshot_used", r.snapshot_used.to_string()),
+                    ("restart_map_us", r.map_us.to_string()),
+                    ("restart_verify_us", r.verify_us.to_string()),
+                    ("restart_restore_us", r.restore_us.to_string()),
+                    ("restart_presize_us", r.presize_us.to_string()),
+                    ("restart_replay_us", r.replay_us.to_string()),
+                    ("restart_ops_replayed", r.ops_replayed.to_string()),
+                    ("restart_workers", workers.join(" ")),
+                    ("max_replay_ms", r.max_replay_ms.to_string()),
+                    ("replay_bytes_per_sec", r.replay_bytes_per_sec.to_string()),
+                    (
+                        "snapshot_trigger_bytes",
+                        r.snapshot_trigger_bytes.to_string(),
+                    ),
+                ]);
+            }
+            print_fields(&fields);
+            Ok(EXIT_OK)
+        }
+        ClientCommand::Snapshot { connect } => {
+            let mut c = Client::connect(&connect.options()).await?;
+            let s = c.snapshot().await?;
+            print_fields(&[
+                ("path", s.path),
+                ("lsn", s.lsn.to_string()),
+                ("min_capture_lsn", s.min_capture_lsn.to_string()),
+                ("entries", s.entries.to_string()),
+                ("bytes", s.bytes.to_string()),
+                ("duration_us", s.duration_us.to_string()),
+            ]);
+            Ok(EXIT_OK)
+        }
+        ClientCommand::Scan(args) => scan(args).await,
+    }
+}
+
+async fn scan(args: ScanArgs) -> Result<i32, CliError> {
+    let mut client = Client::connect(&args.connect.options()).await?;
+    let (split, splits) = args.split.unwrap_or((0, 1));
+    let progress = progress_bar(&mut client, &args, splits).await;
+    let request = pb::ScanRequest {
+        cursor: args.cursor.clone().unwrap_or_default(),
+        split,
+        splits,
+        values: args
+            .values
+            .iter()
+            .flat_map(|v| *v.as_bytes())
+            .collect::<Vec<u8>>()
+            .into(),
+        limit: args.limit.unwrap_or(0),
+        min_lsn: 0,
+    };
+    let mut cursor = request.cursor.clone();
+    let mut stream = client.scan(request).await?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut printed = 0u64;
+    loop {
+        let page = match stream.next().await {
+            Ok(Some(page)) => page,
+            Ok(None) => break,
+            Err(source) => {
+                progress.finish_and_clear();
+                flush(&mut out)?;
+                return Err(CliError::ScanStopped {
+                    printed,
+                    cursor: hex(&cursor),
+                    source,
+                });
+            }
+        };
+        let written = progress.suspend(|| -> std::io::Result<()> {
+            for (k, v) in &page.entries {
+                writeln!(out, "{k} {v}")?;
+            }
+            Ok(())
+        });
+        match written {
+            Ok(()) => {}
+            // `uuidmap scan | head`: the reader has seen enough.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(EXIT_OK),
+            Err(e) => return Err(CliError::Output(e)),
+        }
+        printed += page.entries.len() as u64;
+        progress.inc(page.entries.len() as u64);
+        cursor = page.cursor;
+    }
+    progress.finish_and_clear();
+    flush(&mut out)?;
+    if !cursor.is_empty() {
+        eprintln!(
+            "uuidmap scan: stopped after {printed} entries (--limit); continue with --cursor {}",
+            hex(&cursor)
+        );
+    }
+    Ok(EXIT_OK)
+}
+
+/// One `name  value` line per field, the values aligned two spaces after
+/// the longest name.
+pub fn print_fields(fields: &[(&str, String)]) {
+    let width = fields.iter().map(|(name, _)| name.len()).max().unwrap_or(0) + 2;
+    for (name, value) in fields {
+        println!("{name:width$}{value}");
+    }
+}
+
+fn flush(out: &mut impl Write) -> Result<(), CliError> {
+    match out.flush() {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::Output(e)),
+        _ => Ok(()),
+    }
+}
+
+/// A bar on stderr when it is a terminal (with the expected total when the
+/// scan is unfiltered: the entry count over the splits, capped by the
+/// limit); hidden otherwise.
+async fn progress_bar(client: &mut Client, args: &ScanArgs, splits: u32) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let total = if args.values.is_empty() && args.cursor.is_none() {
+        client
+            .stats()
+            .await
+            .ok()
+            .map(|s| s.entries / u64::from(splits.max(1)))
+            .map(|n| args.limit.map_or(n, |l| n.min(l)))
+    } else {
+        args.limit
+    };
+    let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
+    let template = match total {
+        Some(_) => "{bar:40} {human_pos}/{human_len} entries, {per_sec}, {eta} left",
+        None => "{spinner} {human_pos} entries, {per_sec}",
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn uuid_arg(s: &str) -> Result<Uuid, String> {
+    Uuid::parse_str(s).map_err(|e| {
+        format!("not a UUID ({e}); expected text like 67e55044-10b1-426f-9247-bb680e5fe0c8")
+    })
+}
+
+fn split_arg(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("expected I/N with 0 <= I < N, like 0/4 (got {s:?})");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let i: u32 = i.trim().parse().map_err(|_| bad())?;
+    let n: u32 = n.trim().parse().map_err(|_| bad())?;
+    if i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The wire's `limit = 0` means "no limit", so a user's `--limit 0` would
+/// print every entry: refused instead.
+fn limit_arg(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => {
+            Err("the limit must be at least 1 (leave --limit out to print every entry)".into())
+        }
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "expected a number of entries, like 1000 (got {s:?})"
+        )),
+    }
+}
+
+fn seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("expected seconds, like 10 or 0.5 (got {s:?})"))?;
+    if secs <= 0.0 {
+        return Err("the timeout must be more than 0 seconds".into());
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{e}"))
+}
+
+fn cursor_arg(s: &str) -> Result<Bytes, String> {
+    let s = s.trim();
+    if !s.len().is_multiple_of(2) {
+        return Err("a cursor is an even number of hex digits, as printed by uuidmap scan".into());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map(Bytes::from)
+        .map_err(|_| "a cursor is hex digits only, as printed by uuidmap scan".into())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_checked_with_a_message_that_says_what_was_expected() {
+        assert_eq!(
+            uuid_arg("00000000-0000-0000-0000-000000000001").unwrap(),
+            Uuid::from_u128(1)
+        );
+        assert!(uuid_arg("xyz").unwrap_err().contains("not a UUID"));
+        assert_eq!(split_arg("2/8"), Ok((2, 8)));
+        for bad in ["8/8", "1", "a/b", "3/0"] {
+            assert!(split_arg(bad).is_err(), "{bad}");
+        }
+        assert_eq!(limit_arg("1000"), Ok(1000));
+        assert!(limit_arg("0").unwrap_err().contains("at least 1"));
+        assert!(limit_arg("x").is_err() && limit_arg("-1").is_err());
+        assert_eq!(seconds("0.5"), Ok(Duration::from_millis(500)));
+        assert!(seconds("0").is_err() && seconds("x").is_err());
+    }
+
+    #[test]
+    fn a_printed_cursor_reads_back_as_the_same_bytes() {
+        let c = Bytes::from_static(&[0, 1, 0xab, 0xff]);
+        assert_eq!(hex(&c), "0001abff");
+        assert_eq!(cursor_arg(&hex(&c)).unwrap(), c);
+        assert!(cursor_arg("abc").is_err() && cursor_arg("zz").is_err());
+    }
+}

@@ -1,0 +1,34 @@
+//! The durable store: the write-ahead log, snapshots, and recovery of an
+//! index from them. All file access goes through [`io::Io`].
+//!
+//! - [`io`]: the file-system trait, the real implementation, and mappings.
+//! - [`dir_lock`]: the data directory's exclusive lock. Whatever writes a
+//!   data directory takes it first, through [`lock_data_dir`], and holds
+//!   the [`DirLock`] while it writes; a second taker is refused with
+//!   [`StoreError::DirInUse`], which names the holder's PID.
+//! - [`op`]: the blind writes the log records.
+//! - `error`: the layer's error type, `StoreError`.
+//! - [`wal`]: the write-ahead log: record format, the group-committing
+//!   writer, and replay.
+//! - [`snapshot`]: snapshot files: written while the writer goes on, mapped
+//!   back in place on restart.
+//! - [`recovery`]: from a data directory to a live index.
+//! - [`replay_apply`]: the replayed records applied on every core.
+
+pub mod dir_lock;
+pub mod error;
+pub mod io;
+mod le;
+pub mod op;
+pub mod recovery;
+pub mod replay_apply;
+pub mod snapshot;
+pub mod wal;
+
+pub use dir_lock::{DirLock, lock_data_dir};
+pub use error::StoreError;
+pub use io::{Io, IoFile, MappedFile, OsIo};
+pub use op::Op;
+pub use snapshot::{
+    OpenedSnapshot, RestoredIndex, SnapshotInfo, list_snapshots, open_snapshot, write_snapshot,
+};

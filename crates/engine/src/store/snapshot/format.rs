@@ -1,0 +1,423 @@
+//! The snapshot file's bytes: the prologue, the header with its segment
+//! directory, the trailer, and the structural checks every reader runs
+//! before it trusts an offset. `docs/format.md` ("Snapshot") is the
+//! field-by-field description; this file is its implementation.
+//!
+//! Layout, all integers little-endian:
+//!
+//! ```text
+//! 0            prologue: magic, format version, zeros up to 4096
+//! 4096         segment 0's slot array (capacity * 32 bytes)
+//! (4096-aligned) segment 1's slot array ... one per segment, in order
+//! H            header: fixed fields, segment directory, crc32c of the header
+//! end - 16     trailer: H (u64), magic
+//! ```
+//!
+//! The header comes last because files are written strictly by appending
+//! ([`crate::store::IoFile`]) and a segment's place and size are known only
+//! once it has been copied (the writer may grow it while the snapshot is
+//! being written).
+
+use crate::store::le::{u32_at, u64_at};
+use uuidmap_index::{HashSeeds, MAX_SEGMENTS};
+
+/// First and last eight bytes of every snapshot file, and the header's first.
+pub(super) const MAGIC: [u8; 8] = *b"UUIDMAPS";
+/// The format this build writes and the only one it reads.
+pub(super) const FORMAT_VERSION: u32 = 1;
+/// Alignment of every slot array in the file: a page, so that the private
+/// mapping of the file can serve as the tables in place.
+pub(super) const PAGE: u64 = 4096;
+/// Bytes before the first slot array.
+pub(super) const PROLOGUE_LEN: u64 = PAGE;
+/// Bytes after the header: its offset and the magic.
+pub(super) const TRAILER_LEN: u64 = 16;
+/// Bytes of one slot (key, then value).
+pub(super) const SLOT_BYTES: u64 = 32;
+/// Bytes of the header before the segment directory.
+const HEADER_FIXED_LEN: usize = 104;
+/// Bytes of one directory entry.
+const DIRECTORY_ENTRY_LEN: usize = 40;
+/// Bytes of the header's closing checksum.
+const HEADER_CRC_LEN: usize = 4;
+
+/// One segment as the directory describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentEntry {
+    /// Byte offset of the slot array in the file (a multiple of 4096).
+    pub offset: u64,
+    /// Slots in the array; it spans `capacity * 32` bytes.
+    pub capacity: u64,
+    /// Entries (non-empty slots) in it.
+    pub len: u64,
+    /// Every batch with an LSN up to this one is wholly contained in the
+    /// array (see the module docs of `snapshot`).
+    pub capture_lsn: u64,
+    /// The table's growth generation.
+    pub generation: u32,
+    /// crc32c of the array's bytes.
+    pub crc: u32,
+}
+
+impl SegmentEntry {
+    /// Bytes of the slot array.
+    pub fn bytes(&self) -> u64 {
+        self.capacity * SLOT_BYTES
+    }
+}
+
+/// Everything the header says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Header {
+    /// The index's hash seeds.
+    pub seeds: HashSeeds,
+    /// The hash fingerprint of the build that wrote the file.
+    pub fingerprint: u64,
+    /// The snapshot's LSN (its name): at least the applied LSN when the last
+    /// segment had been copied, and at least every capture LSN.
+    pub lsn: u64,
+    /// Smallest capture LSN of any segment.
+    pub min_capture_lsn: u64,
+    /// Largest capture LSN of any segment.
+    pub max_capture_lsn: u64,
+    /// When the file was written, in milliseconds since the Unix epoch.
+    pub created_unix_millis: u64,
+    /// Entries in all segments.
+    pub entries: u64,
+    /// The directory, one entry per segment, in segment order.
+    pub segments: Vec<SegmentEntry>,
+}
+
+/// The prologue: magic, version, zeros up to the first page boundary.
+pub(super) fn prologue() -> Vec<u8> {
+    let mut p = vec![0u8; PROLOGUE_LEN as usize];
+    p[..8].copy_from_slice(&MAGIC);
+    p[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    p
+}
+
+/// The trailer for a header at `header_offset`.
+pub(super) fn trailer(header_offset: u64) -> [u8; TRAILER_LEN as usize] {
+    let mut t = [0u8; TRAILER_LEN as usize];
+    t[..8].copy_from_slice(&header_offset.to_le_bytes());
+    t[8..].copy_from_slice(&MAGIC);
+    t
+}
+
+/// Bytes of a header with `segments` directory entries.
+pub(super) fn header_len(segments: usize) -> usize {
+    HEADER_FIXED_LEN + segments * DIRECTORY_ENTRY_LEN + HEADER_CRC_LEN
+}
+
+impl Header {
+    /// The header's bytes, checksum included.
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let len = header_len(self.segments.len());
+        let mut b = Vec::with_capacity(len);
+        b.extend_from_slice(&MAGIC);
+        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&(len as u32).to_le_bytes());
+        b.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes()); // flags: none defined
+        for seed in self.seeds.0 {
+            b.extend_from_slice(&seed.to_le_bytes());
+        }
+        for v in [
+            self.fingerprint,
+            self.lsn,
+            self.min_capture_lsn,
+            self.max_capture_lsn,
+            self.created_unix_millis,
+            self.entries,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        debug_assert_eq!(b.len(), HEADER_FIXED_LEN);
+        for s in &self.segments {
+            for v in [s.offset, s.capacity, s.len, s.capture_lsn] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            b.extend_from_slice(&s.generation.to_le_bytes());
+            b.extend_from_slice(&s.crc.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(b.len(), len);
+        b
+    }
+
+    /// Reads the header of a whole snapshot file and checks its structure:
+    /// magics, version, checksum, and that every segment lies inside the
+    /// file, page aligned, in order, without overlap, with a free slot. Does
+    /// not read the slot arrays. The error is a reason for a user.
+    pub(super) fn parse_file(file: &[u8]) -> Result<Header, String> {
+        let file_len = file.len() as u64;
+        if file_len < PROLOGUE_LEN + TRAILER_LEN {
+            return Err(format!(
+                "the file is {file_len} bytes, shorter than the smallest snapshot \
+                 ({} bytes): it was cut short",
+                PROLOGUE_LEN + TRAILER_LEN
+            ));
+        }
+        if file[..8] != MAGIC {
+            return Err(
+                "the file does not start with the snapshot magic \"UUIDMAPS\": \
+                        it is not a snapshot, or its first page is damaged"
+                    .into(),
+            );
+        }
+        let version = u32_at(file, 8);
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "the file is in snapshot format version {version}; this build reads \
+                 version {FORMAT_VERSION}"
+            ));
+        }
+        let trailer_at = file.len() - TRAILER_LEN as usize;
+        if file[trailer_at + 8..] != MAGIC {
+            return Err(format!(
+                "the file ({file_len} bytes) does not end with the snapshot trailer: \
+                 it was cut short or its end is damaged"
+            ));
+        }
+        let header_offset = u64_at(file, trailer_at);
+        let min_header = header_len(0) as u64;
+        if header_offset < PROLOGUE_LEN
+            || header_offset > file_len - TRAILER_LEN
+            || file_len - TRAILER_LEN - header_offset < min_header
+        {
+            return Err(format!(
+                "the trailer places the header at byte {header_offset}, outside the \
+                 file ({file_len} bytes): the trailer is damaged"
+            ));
+        }
+        let header = &file[header_offset as usize..trailer_at];
+        let declared_len = u32_at(header, 12) as usize;
+        if declared_len != header.len() {
+            return Err(format!(
+                "the header at byte {header_offset} says it is {declared_len} bytes, but \
+                 {} bytes lie between it and the trailer: the file is {file_len} bytes, \
+                 not the length its header implies",
+                header.len()
+            ));
+        }
+        let (body, crc) = header.split_at(header.len() - HEADER_CRC_LEN);
+        if crc32c::crc32c(body) != u32_at(crc, 0) {
+            return Err(format!(
+                "the header at byte {header_offset} fails its checksum: the file is damaged"
+            ));
+        }
+        // The checksum holds, so what follows describes what the writer wrote;
+        // the checks below guard against a writer bug or a forged file.
+        if header[..8] != MAGIC || u32_at(header, 8) != FORMAT_VERSION {
+            return Err("the header's magic or version disagrees with the file's start".into());
+        }
+        let count = u32_at(header, 16) as usize;
+        if count == 0 || count > MAX_SEGMENTS || !count.is_power_of_two() {
+            return Err(format!(
+                "the header claims {count} segments; a snapshot has a power of two \
+                 between 1 and {MAX_SEGMENTS}"
+            ));
+        }
+        if header_len(count) != header.len() {
+            return Err(format!(
+                "the header is {} bytes but {count} segments need {}",
+                header.len(),
+                header_len(count)
+            ));
+        }
+        let flags = u32_at(header, 20);
+        if flags != 0 {
+            return Err(format!(
+                "the header sets flags {flags:#x}, which this build does not know"
+            ));
+        }
+        let seeds = HashSeeds([
+            u64_at(header, 24),
+            u64_at(header, 32),
+            u64_at(header, 40),
+            u64_at(header, 48),
+        ]);
+        let h = Header {
+            seeds,
+            fingerprint: u64_at(header, 56),
+            lsn: u64_at(header, 64),
+            min_capture_lsn: u64_at(header, 72),
+            max_capture_lsn: u64_at(header, 80),
+            created_unix_millis: u64_at(header, 88),
+            entries: u64_at(header, 96),
+            segments: (0..count)
+                .map(|i| {
+                    let e = &header[HEADER_FIXED_LEN + i * DIRECTORY_ENTRY_LEN..];
+                    SegmentEntry {
+                        offset: u64_at(e, 0),
+                        capacity: u64_at(e, 8),
+                        len: u64_at(e, 16),
+                        capture_lsn: u64_at(e, 24),
+                        generation: u32_at(e, 32),
+                        crc: u32_at(e, 36),
+                    }
+                })
+                .collect(),
+        };
+        h.check_layout(header_offset)?;
+        Ok(h)
+    }
+
+    /// Checks that the segments tile `[PROLOGUE_LEN, header_offset)` in
+    /// order, page aligned, and that the totals agree with the directory.
+    fn check_layout(&self, header_offset: u64) -> Result<(), String> {
+        let mut end = PROLOGUE_LEN;
+        let mut entries = 0u64;
+        let (mut min, mut max) = (u64::MAX, 0);
+        for (i, s) in self.segments.iter().enumerate() {
+            if !s.offset.is_multiple_of(PAGE) {
+                return Err(format!(
+                    "segment {i} starts at byte {}, not at a multiple of {PAGE}",
+                    s.offset
+                ));
+            }
+            if s.offset < end {
+                return Err(format!(
+                    "segment {i} starts at byte {}, overlapping what comes before it \
+                     (which ends at byte {end})",
+                    s.offset
+                ));
+            }
+            if s.len >= s.capacity {
+                return Err(format!(
+                    "segment {i} claims {} entries in {} slots; a table always keeps a \
+                     free slot",
+                    s.len, s.capacity
+                ));
+            }
+            let seg_end = s
+                .capacity
+                .checked_mul(SLOT_BYTES)
+                .and_then(|b| b.checked_add(s.offset))
+                .filter(|&e| e <= header_offset)
+                .ok_or_else(|| {
+                    format!(
+                        "segment {i} ({} slots at byte {}) runs past the header at byte \
+                         {header_offset}: the file is shorter than its header says",
+                        s.capacity, s.offset
+                    )
+                })?;
+            end = seg_end;
+            entries += s.len;
+            min = min.min(s.capture_lsn);
+            max = max.max(s.capture_lsn);
+        }
+        if entries != self.entries {
+            return Err(format!(
+                "the segments hold {entries} entries but the header says {}",
+                self.entries
+            ));
+        }
+        if min != self.min_capture_lsn || max != self.max_capture_lsn || max > self.lsn {
+            return Err(format!(
+                "the capture LSNs (from {min} to {max}) disagree with the header's range \
+                 ({} to {}) or exceed the snapshot's LSN {}",
+                self.min_capture_lsn, self.max_capture_lsn, self.lsn
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (Header, Vec<u8>) {
+        let segments = vec![
+            SegmentEntry {
+                offset: PROLOGUE_LEN,
+                capacity: 3,
+                len: 1,
+                capture_lsn: 5,
+                generation: 0,
+                crc: 0,
+            },
+            SegmentEntry {
+                offset: 2 * PAGE,
+                capacity: 200,
+                len: 2,
+                capture_lsn: 9,
+                generation: 7,
+                crc: 0,
+            },
+        ];
+        let header = Header {
+            seeds: HashSeeds([1, 2, 3, 4]),
+            fingerprint: 77,
+            lsn: 10,
+            min_capture_lsn: 5,
+            max_capture_lsn: 9,
+            created_unix_millis: 123,
+            entries: 3,
+            segments,
+        };
+        let mut file = prologue();
+        file.resize(2 * PAGE as usize + 200 * 32, 0);
+        let at = file.len() as u64;
+        file.extend_from_slice(&header.encode());
+        file.extend_from_slice(&trailer(at));
+        (header, file)
+    }
+
+    #[test]
+    fn a_header_reads_back_as_written() {
+        let (header, file) = sample();
+        assert_eq!(Header::parse_file(&file).unwrap(), header);
+    }
+
+    #[test]
+    fn every_single_byte_change_to_the_header_is_caught() {
+        let (_, file) = sample();
+        let header_at = file.len() - TRAILER_LEN as usize - header_len(2);
+        for i in header_at..file.len() {
+            let mut bad = file.clone();
+            bad[i] ^= 0x10;
+            assert!(Header::parse_file(&bad).is_err(), "byte {i}");
+        }
+        for i in 0..12 {
+            let mut bad = file.clone();
+            bad[i] ^= 0x01;
+            assert!(Header::parse_file(&bad).is_err(), "prologue byte {i}");
+        }
+    }
+
+    #[test]
+    fn overlapping_or_unaligned_segments_are_refused() {
+        let (mut header, _) = sample();
+        header.segments[1].offset = PROLOGUE_LEN;
+        assert!(
+            header
+                .check_layout(1 << 20)
+                .unwrap_err()
+                .contains("overlapping")
+        );
+        header.segments[1].offset = 2 * PAGE + 8;
+        assert!(
+            header
+                .check_layout(1 << 20)
+                .unwrap_err()
+                .contains("multiple")
+        );
+        header.segments[1].offset = 2 * PAGE;
+        assert!(
+            header
+                .check_layout(2 * PAGE + 100)
+                .unwrap_err()
+                .contains("runs past")
+        );
+        header.segments[1].capacity = u64::MAX;
+        assert!(
+            header
+                .check_layout(u64::MAX)
+                .unwrap_err()
+                .contains("runs past")
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! Opening a snapshot on restart: map the file privately, check it, and make
+//! the live index out of it — in place (the mapped slot arrays become the
+//! tables) when this build hashes like the one that wrote it, by rebuilding
+//! otherwise.
+
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use uuid::Uuid;
+
+use super::format::{Header, SLOT_BYTES, SegmentEntry};
+use crate::store::{Io, MappedFile, StoreError};
+use uuidmap_index::{
+    ExternalSlots, HashSeeds, Index, IndexBuilder, IndexWriter, RestoredSegment, Slot,
+    hash_fingerprint,
+};
+
+/// How to open a snapshot.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    /// Check every segment's checksum (reads the whole file, in parallel).
+    /// Without it the slot arrays are trusted as they are: a damaged byte
+    /// in them goes unnoticed (the header and the layout are always
+    /// checked, so the index never reaches outside the file).
+    pub verify: bool,
+    /// The hash fingerprint to expect instead of this build's (tests of the
+    /// rebuild path).
+    #[doc(hidden)]
+    pub expected_fingerprint: Option<u64>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            verify: true,
+            expected_fingerprint: None,
+        }
+    }
+}
+
+/// A snapshot file mapped and checked, ready to become an index.
+pub struct OpenedSnapshot {
+    /// The file.
+    pub path: PathBuf,
+    /// Its LSN (see [`super::SnapshotInfo::lsn`]).
+    pub lsn: u64,
+    /// The hash seeds of the index it holds.
+    pub seeds: HashSeeds,
+    /// The hash fingerprint of the build that wrote it.
+    pub fingerprint: u64,
+    /// When it was written, in milliseconds since the Unix epoch.
+    pub created_unix_millis: u64,
+    /// Entries in it.
+    pub entries: u64,
+    /// The segment directory, in segment order.
+    pub segments: Vec<SegmentEntry>,
+    /// The fingerprint the tables must have been hashed with to be used in
+    /// place.
+    expected_fingerprint: u64,
+    /// The whole file, mapped privately.
+    map: MappedFile,
+}
+
+/// The live index made from a snapshot, and where log replay must start.
+pub struct RestoredIndex {
+    /// The index's one writer.
+    pub writer: IndexWriter,
+    /// A read handle.
+    pub index: Index,
+    /// The snapshot's LSN: the log must reach at least this far.
+    pub lsn: u64,
+    /// Per segment of `index`: every logged batch with a higher LSN must be
+    /// replayed for that segment's keys (lower ones are in it already).
+    /// Replaying every batch after the smallest of them, for every key, is
+    /// also correct, merely slower.
+    pub capture_lsns: Vec<u64>,
+    /// How the tables were made.
+    pub how: Restored,
+}
+
+/// How [`OpenedSnapshot::into_index`] made the tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Restored {
+    /// The mapped slot arrays are the tables (no copy).
+    ZeroCopy,
+    /// This build hashes differently from the one that wrote the snapshot:
+    /// every entry was inserted into fresh tables. Entries may have moved
+    /// between segments, so every segment's capture LSN is the snapshot's
+    /// smallest one.
+    Rebuilt {
+        /// The fingerprint in the file.
+        file_fingerprint: u64,
+        /// This build's.
+        build_fingerprint: u64,
+    },
+}
+
+impl RestoredIndex {
+    /// The smallest capture LSN: replaying every batch after it restores
+    /// the state (see `capture_lsns`).
+    pub fn replay_after(&self) -> u64 {
+        self.capture_lsns.iter().copied().min().unwrap_or(0)
+    }
+}
+
+/// Maps the snapshot at `path` and checks it: always its header and layout;
+/// with `options.verify`, also every segment's checksum.
+pub fn open_snapshot(
+    io: &dyn Io,
+    path: &Path,
+    options: &OpenOptions,
+) -> Result<OpenedSnapshot, StoreError> {
+    let corrupt = |reason: String| StoreError::SnapshotCorrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let map = io
+        .map_private(path)
+        .map_err(|e| StoreError::io("opening the snapshot", path, e))?;
+    let header = Header::parse_file(map.as_slice()).map_err(corrupt)?;
+    let opened = OpenedSnapshot {
+        path: path.to_path_buf(),
+        lsn: header.lsn,
+        seeds: header.seeds,
+        fingerprint: header.fingerprint,
+        created_unix_millis: header.created_unix_millis,
+        entries: header.entries,
+        segments: header.segments,
+        expected_fingerprint: options
+            .expected_fingerprint
+            .unwrap_or_else(hash_fingerprint),
+        map,
+    };
+    if options.verify {
+        opened.verify()?;
+    }
+    Ok(opened)
+}
+
+/// The lowest-numbered segment whose bytes fail their checksum, checking
+/// segments on every available CPU (threads take the next unchecked segment
+/// from a shared counter, so one large segment does not idle the others).
+fn first_bad_segment(file: &[u8], segments: &[SegmentEntry]) -> Option<usize> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(segments.len());
+    let next = AtomicUsize::new(0);
+    let first_bad = AtomicUsize::new(usize::MAX);
+    let check = || {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(s) = segments.get(i) else { break };
+            let bytes = &file[s.offset as usize..(s.offset + s.bytes()) as usize];
+            if crc32c::crc32c(bytes) != s.crc {
+                first_bad.fetch_min(i, Ordering::Relaxed);
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(check);
+        }
+        check();
+    });
+    Some(first_bad.into_inner()).filter(|&i| i != usize::MAX)
+}
+
+impl OpenedSnapshot {
+    /// Checks every segment's checksum (what [`open_snapshot`] does with
+    /// `verify`; recovery calls it apart to time it).
+    pub fn verify(&self) -> Result<(), StoreError> {
+        self.map.will_need();
+        match first_bad_segment(self.map.as_slice(), &self.segments) {
+            Some(segment) => Err(StoreError::SnapshotCorrupt {
+                path: self.path.clone(),
+                reason: format!("segment {segment}'s checksum does not match: the file is damaged"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Capture LSN of each segment (index = segment number).
+    pub fn capture_lsns(&self) -> Vec<u64> {
+        self.segments.iter().map(|s| s.capture_lsn).collect()
+    }
+
+    /// The smallest capture LSN: the log after it is needed for recovery.
+    pub fn min_capture_lsn(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(|s| s.capture_lsn)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Builds the live index.
+    ///
+    /// If the file was written by a build that hashes like this one (equal
+    /// fingerprints), the mapped slot arrays become the tables as they are
+    /// (no copy; pages are read on first touch and copied only when
+    /// written). Each table is stamped `capture_lsn`, so a later snapshot
+    /// that copies it before any write computes
+    /// `max(applied, capture_lsn - 1) = applied` (recovery starts the
+    /// watermark at the log's end, which is at least every capture): still
+    /// exact, and the stamp never claims an LSN the log may not hold.
+    ///
+    /// Otherwise (another CPU or ahash version) the map is rebuilt by
+    /// inserting every entry into fresh tables with the same seeds and
+    /// segment count, and a warning is logged; see [`Restored::Rebuilt`].
+    pub fn into_index(self) -> Result<RestoredIndex, StoreError> {
+        if self.fingerprint != self.expected_fingerprint {
+            return self.rebuild();
+        }
+        let capture_lsns = self.capture_lsns();
+        let OpenedSnapshot {
+            path,
+            lsn,
+            seeds,
+            segments,
+            mut map,
+            ..
+        } = self;
+        let base = map.as_mut_ptr();
+        let keepalive: Arc<dyn Send + Sync> = Arc::new(map);
+        let tables = segments
+            .iter()
+            .map(|s| {
+                // SAFETY: `parse_file` checked that `[offset, offset +
+                // capacity * 32)` lies inside the file, so the pointer is in
+                // the mapping; it is page aligned (the mapping is, and the
+                // offset is a multiple of 4096), hence 8-aligned.
+                let ptr = unsafe { base.add(s.offset as usize) };
+                let ptr = NonNull::new(ptr).expect("a mapping is never at address 0");
+                // SAFETY: the range is valid for reads and writes (a private
+                // mapping, or a heap copy) while `keepalive` lives, which the
+                // table holds; the checked layout keeps segments apart, and
+                // nothing else touches the mapping once `self` is consumed;
+                // `capacity > len >= 0`, so it is at least 1.
+                let slots =
+                    unsafe { ExternalSlots::new(ptr, s.capacity as usize, keepalive.clone()) };
+                RestoredSegment {
+                    slots,
+                    len: s.len as usize,
+                    generation: s.generation,
+                    stamp: s.capture_lsn,
+                }
+            })
+            .collect();
+        let (writer, index) = IndexBuilder::default()
+            .seeds(seeds)
+            .restore(tables)
+            .map_err(|e| StoreError::SnapshotCorrupt {
+                path,
+                reason: e.to_string(),
+            })?;
+        Ok(RestoredIndex {
+            writer,
+            index,
+            lsn,
+            capture_lsns,
+            how: Restored::ZeroCopy,
+        })
+    }
+
+    /// Inserts every entry into a fresh index with the same seeds and
+    /// segment count.
+    fn rebuild(self) -> Result<RestoredIndex, StoreError> {
+        tracing::warn!(
+            path = %self.path.display(),
+            file_fingerprint = self.fingerprint,
+            build_fingerprint = self.expected_fingerprint,
+            "this build hashes keys differently from the one that wrote the snapshot; \
+             rebuilding the index from its entries (slower than mapping it in place)"
+        );
+        let min_capture = self.min_capture_lsn();
+        let (mut writer, index) = IndexBuilder::default()
+            .seeds(self.seeds)
+            .segments(self.segments.len())
+            .capacity(self.entries as usize)
+            .build()?;
+        // Later copies of a table nothing has touched since then must not
+        // claim more than the uniform capture (see `into_index`).
+        writer.set_stamp(min_capture);
+        let file = self.map.as_slice();
+        for (i, s) in self.segments.iter().enumerate() {
+            let bytes = &file[s.offset as usize..(s.offset + s.capacity * SLOT_BYTES) as usize];
+            let slots: &[Slot] = bytemuck::cast_slice(bytes);
+            for (at, slot) in slots.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+                let key = Uuid::from_bytes(slot.key);
+                writer
+                    .insert(key, Uuid::from_bytes(slot.value))
+                    .map_err(|e| StoreError::SnapshotCorrupt {
+                        path: self.path.clone(),
+                        reason: format!("segment {i}, slot {at}: {e}"),
+                    })?;
+            }
+        }
+        Ok(RestoredIndex {
+            writer,
+            index,
+            lsn: self.lsn,
+            capture_lsns: vec![min_capture; self.segments.len()],
+            how: Restored::Rebuilt {
+                file_fingerprint: self.fingerprint,
+                build_fingerprint: self.expected_fingerprint,
+            },
+        })
+    }
+}

@@ -1,0 +1,399 @@
+//! [`DurableIndex`]: an index recovered from its data directory, with the
+//! writer pipeline and the snapshot thread running over it. This is what
+//! the server (and the crash tests' child process) open.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure, PipelineStats, WriteHandle};
+use super::snapshotter::{
+    ReplayBudget, SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger,
+};
+use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
+use crate::store::wal::{Preallocate, WalOptions, WalWriter};
+use crate::store::{DirLock, Io, OsIo, StoreError, lock_data_dir};
+use uuidmap_index::Index;
+use uuidmap_index::sync::LsnWatermark;
+
+/// The default restart budget (`--max-replay-ms`).
+pub const DEFAULT_MAX_REPLAY: Duration = Duration::from_millis(500);
+
+/// Everything [`DurableIndex::open`] needs.
+#[derive(Clone)]
+pub struct DurableConfig {
+    /// The data directory (created if missing).
+    pub dir: PathBuf,
+    /// The file system (the real one by default).
+    pub io: Arc<dyn Io>,
+    /// Writer pipeline limits and the fsync policy.
+    pub pipeline: PipelineConfig,
+    /// WAL file rotation size.
+    pub wal_segment_bytes: u64,
+    /// Whether new WAL files are made from a zero-filled spare, so that an
+    /// fsync is a data-only flush (`store::wal` `spare`; default: prepared on
+    /// a background thread).
+    pub wal_preallocate: Preallocate,
+    /// Take a snapshot this often (`None`: only on the other triggers).
+    pub snapshot_every: Option<Duration>,
+    /// Take a final snapshot when shutting down.
+    pub snapshot_on_shutdown: bool,
+    /// Recovery options (checksums, corrupt WAL handling, presize, replay
+    /// workers).
+    pub recovery: RecoveryOptions,
+    /// The restart budget: take a snapshot before the WAL a restart would
+    /// replay takes longer than this to replay, and after a recovery whose
+    /// replay took longer (`None`: off; the WAL-bytes and time triggers
+    /// remain).
+    pub max_replay: Option<Duration>,
+    /// The replay rate (WAL bytes/s) that sizes the budget; `None`: the
+    /// rate this recovery measured if it replayed enough to tell, else
+    /// `snapshotter::DEFAULT_REPLAY_BYTES_PER_SEC`.
+    pub replay_bytes_per_sec: Option<f64>,
+}
+
+impl DurableConfig {
+    /// Defaults for `dir`: fsync `always`, snapshots every 256 MiB of WAL,
+    /// before a restart would replay for more than 500 ms, every 10 minutes
+    /// and at shutdown, 64 MiB WAL files.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        DurableConfig {
+            dir: dir.into(),
+            io: Arc::new(OsIo),
+            pipeline: PipelineConfig::default(),
+            wal_segment_bytes: 64 << 20,
+            wal_preallocate: Preallocate::default(),
+            snapshot_every: Some(Duration::from_secs(600)),
+            snapshot_on_shutdown: true,
+            recovery: RecoveryOptions::default(),
+            max_replay: Some(DEFAULT_MAX_REPLAY),
+            replay_bytes_per_sec: None,
+        }
+    }
+}
+
+/// A durable, running index.
+pub struct DurableIndex {
+    index: Index,
+    watermark: Arc<LsnWatermark>,
+    pipeline: Option<Pipeline>,
+    writes: WriteHandle,
+    /// Set when the WAL failed for good (a failed fsync).
+    failure: PipelineFailure,
+    snapshotter: Snapshotter,
+    snapshot_tx: std::sync::mpsc::Sender<Trigger>,
+    report: RecoveryReport,
+    /// The restart budget in force (`None`: off).
+    budget: Option<ReplayBudget>,
+    /// The WAL-bytes snapshot trigger in force: the smaller of the
+    /// configured one and the budget's (0: none).
+    snapshot_trigger_bytes: u64,
+    config: DurableConfig,
+    /// The data directory's lock. Last, so that it is dropped (released)
+    /// only after the fields above have stopped the writer and snapshot
+    /// threads: no other process may write the directory before then.
+    _lock: DirLock,
+}
+
+/// A point-in-time summary for `Stats` and metrics.
+#[derive(Clone, Debug)]
+pub struct DurableStats {
+    /// Entries in the index.
+    pub entries: u64,
+    /// Bytes of the index's tables.
+    pub table_bytes: u64,
+    /// The LSN up to which every batch is applied and visible.
+    pub applied_lsn: u64,
+    /// Bytes of WAL on disk.
+    pub wal_bytes: u64,
+    /// Snapshots this process wrote.
+    pub snapshots_taken: u64,
+    /// Snapshots this process attempted and failed to write.
+    pub snapshots_failed: u64,
+    /// The LSN the newest snapshot covers (0: none).
+    pub last_snapshot_lsn: u64,
+    /// Unix ms of the newest snapshot written by this process (0: none).
+    pub last_snapshot_unix_ms: u64,
+    /// How long the newest snapshot took to write, in µs.
+    pub last_snapshot_duration_us: u64,
+    /// WAL writes or syncs that failed since start.
+    pub wal_failures: u64,
+    /// Batches waiting for the writer thread.
+    pub queued_batches: u64,
+    /// The WAL-bytes snapshot trigger in force (0: none).
+    pub snapshot_trigger_bytes: u64,
+    /// The replay rate the budget assumes (WAL bytes/s; 0: budget off).
+    pub replay_bytes_per_sec: u64,
+    /// The restart budget in ms (0: off).
+    pub max_replay_ms: u64,
+    /// Groups the writer committed, and batches in them.
+    pub groups: u64,
+    /// Batches in the committed groups.
+    pub batches: u64,
+    /// Where writes' time went since start: (step, nanoseconds), see
+    /// `pipeline::WriteSteps`; `call` is whole write calls.
+    pub write_step_ns: [(&'static str, u64); 7],
+    /// Write calls answered.
+    pub write_calls: u64,
+}
+
+impl DurableIndex {
+    /// Locks the data directory (refusing with [`StoreError::DirInUse`]
+    /// if another process holds it), recovers it and starts the writer and
+    /// snapshot threads. The lock is held until the `DurableIndex` is
+    /// dropped.
+    pub fn open(config: DurableConfig) -> Result<DurableIndex, StoreError> {
+        let io = config.io.clone();
+        io.create_dir_all(&config.dir)
+            .map_err(|e| StoreError::io("creating the data directory", &config.dir, e))?;
+        // Before recovery, which may repair files (cut a torn WAL tail).
+        let lock = lock_data_dir(io.as_ref(), &config.dir)?;
+        let recovered = recover(io.as_ref(), &config.dir, &config.recovery)?;
+        let report = recovered.report;
+        report.log_phases();
+        tracing::info!(
+            snapshot = ?report.snapshot,
+            rejected = report.rejected.len(),
+            replayed = report.records_replayed,
+            last_lsn = report.last_lsn,
+            open_ms = report.open_time.as_millis() as u64,
+            replay_ms = report.replay_time.as_millis() as u64,
+            "recovered {} entries from {}",
+            recovered.index.len(),
+            config.dir.display()
+        );
+        let budget = config.max_replay.map(|max| {
+            ReplayBudget::new(
+                max,
+                config.replay_bytes_per_sec,
+                Some((report.bytes_replayed, report.phases.replay)),
+            )
+        });
+        let mut pipeline_config = config.pipeline.clone();
+        if let Some(b) = &budget {
+            let configured = pipeline_config.snapshot_every_bytes;
+            let trigger = b.trigger_bytes();
+            if configured == 0 || trigger < configured {
+                pipeline_config.snapshot_every_bytes = trigger;
+            }
+            tracing::info!(
+                max_replay_ms = b.max_replay.as_millis() as u64,
+                replay_bytes_per_sec = b.bytes_per_sec as u64,
+                measured = b.measured,
+                snapshot_wal_bytes = pipeline_config.snapshot_every_bytes,
+                "restart budget: a snapshot every {} bytes of WAL",
+                pipeline_config.snapshot_every_bytes
+            );
+        }
+        // A replay over the budget would be paid again by the next crash:
+        // snapshot once the server serves. So would one that used a
+        // quarter of the trigger's bytes: the writer counts the trigger's
+        // bytes from this start, so the next restart could replay both
+        // (with a quarter, both stay within the budget).
+        let long_replay = budget.filter(|b| {
+            report.phases.replay > b.max_replay
+                || (pipeline_config.snapshot_every_bytes > 0
+                    && report.bytes_replayed >= pipeline_config.snapshot_every_bytes / 4)
+        });
+        let watermark = Arc::new(LsnWatermark::new(report.last_lsn));
+        let wal = WalWriter::create(
+            io.clone(),
+            &config.dir,
+            recovered.next_lsn,
+            WalOptions {
+                segment_bytes: config.wal_segment_bytes,
+                preallocate: config.wal_preallocate,
+            },
+        )?;
+        let channel = Snapshotter::channel();
+        let snapshot_tx = channel.0.clone();
+        let nudge = snapshot_tx.clone();
+        let snapshot_trigger_bytes = pipeline_config.snapshot_every_bytes;
+        let pipeline = Pipeline::start(
+            pipeline_config,
+            recovered.writer,
+            wal,
+            watermark.clone(),
+            Some(Box::new(move || {
+                let _ = nudge.send(Trigger::WalBytes);
+            })),
+        )
+        .map_err(|e| StoreError::io("starting the writer thread", &config.dir, e))?;
+        let writes = pipeline.handle();
+        let log = writes.clone();
+        let snapshotter = Snapshotter::start(
+            SnapshotterConfig {
+                io: io.clone(),
+                dir: config.dir.clone(),
+                index: recovered.index.clone(),
+                watermark: watermark.clone(),
+                every: config.snapshot_every,
+                recovered_from: report
+                    .snapshot
+                    .as_ref()
+                    .map(|_| (report.snapshot_lsn, report.min_capture_lsn)),
+                make_log_durable: Box::new(move |lsn| log.make_durable_blocking(lsn)),
+            },
+            channel,
+        )
+        .map_err(|e| StoreError::io("starting the snapshot thread", &config.dir, e))?;
+        if let Some(b) = long_replay {
+            tracing::info!(
+                replay_ms = report.phases.replay.as_millis() as u64,
+                replayed_bytes = report.bytes_replayed,
+                max_replay_ms = b.max_replay.as_millis() as u64,
+                "the recovery replayed more WAL than the restart budget allows; taking a \
+                 snapshot in the background"
+            );
+            let _ = snapshot_tx.send(Trigger::AfterLongReplay);
+        }
+        let durable = DurableIndex {
+            index: recovered.index,
+            watermark,
+            failure: pipeline.failure(),
+            writes,
+            pipeline: Some(pipeline),
+            snapshotter,
+            snapshot_tx,
+            report,
+            budget,
+            snapshot_trigger_bytes,
+            config,
+            _lock: lock,
+        };
+        Ok(durable)
+    }
+
+    /// Resolves once the WAL has failed for good (a failed fsync; see
+    /// `writer::pipeline`), with the error: the process should then stop, so
+    /// that a restart recovers from what is on disk. Never resolves while
+    /// the WAL works.
+    pub async fn wal_failed(&self) -> Arc<StoreError> {
+        let mut failure = self.failure.clone();
+        loop {
+            if let Some(e) = failure.borrow_and_update().clone() {
+                return e;
+            }
+            if failure.changed().await.is_err() {
+                // The pipeline is gone without failing: never resolve.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// The WAL's failure, if it failed for good.
+    pub fn wal_failure(&self) -> Option<Arc<StoreError>> {
+        self.failure.borrow().clone()
+    }
+
+    /// The read handle.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Submits writes.
+    pub fn writes(&self) -> &WriteHandle {
+        &self.writes
+    }
+
+    /// The applied-LSN watermark (read-your-writes, long polls).
+    pub fn watermark(&self) -> &Arc<LsnWatermark> {
+        &self.watermark
+    }
+
+    /// The file system the store uses (for readers of the WAL).
+    pub fn io(&self) -> &Arc<dyn Io> {
+        &self.config.io
+    }
+
+    /// What recovery found.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.config.dir
+    }
+
+    /// Takes a snapshot now and waits for it.
+    pub async fn snapshot_now(&self) -> SnapshotResult {
+        let (tx, rx) = oneshot::channel();
+        self.snapshot_tx
+            .send(Trigger::Now(tx))
+            .map_err(|_| Arc::new(stopped(&self.config.dir)))?;
+        rx.await.map_err(|_| Arc::new(stopped(&self.config.dir)))?
+    }
+
+    /// [`DurableIndex::snapshot_now`] for threads outside an async runtime.
+    pub fn snapshot_now_blocking(&self) -> SnapshotResult {
+        let (tx, rx) = oneshot::channel();
+        self.snapshot_tx
+            .send(Trigger::Now(tx))
+            .map_err(|_| Arc::new(stopped(&self.config.dir)))?;
+        rx.blocking_recv()
+            .map_err(|_| Arc::new(stopped(&self.config.dir)))?
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> DurableStats {
+        let p: &PipelineStats = self.writes.stats();
+        let s: &SnapshotStats = self.snapshotter.stats();
+        DurableStats {
+            entries: self.index.len() as u64,
+            table_bytes: self.index.table_bytes() as u64,
+            applied_lsn: self.watermark.current(),
+            wal_bytes: p.wal_bytes.load(Ordering::Relaxed),
+            snapshots_taken: s.taken.load(Ordering::Relaxed),
+            snapshots_failed: s.failed.load(Ordering::Relaxed),
+            last_snapshot_lsn: s.last_lsn.load(Ordering::Relaxed),
+            last_snapshot_unix_ms: s.last_unix_ms.load(Ordering::Relaxed),
+            last_snapshot_duration_us: s.last_duration_us.load(Ordering::Relaxed),
+            wal_failures: p.wal_failures.load(Ordering::Relaxed),
+            queued_batches: p.queued.load(Ordering::Relaxed),
+            snapshot_trigger_bytes: self.snapshot_trigger_bytes,
+            replay_bytes_per_sec: self.budget.map_or(0, |b| b.bytes_per_sec as u64),
+            max_replay_ms: self.budget.map_or(0, |b| b.max_replay.as_millis() as u64),
+            groups: p.groups.load(Ordering::Relaxed),
+            batches: p.batches.load(Ordering::Relaxed),
+            write_step_ns: {
+                let t = &p.steps;
+                let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+                [
+                    ("queue", get(&t.queue_ns)),
+                    ("decide", get(&t.decide_ns)),
+                    ("wal_write", get(&t.wal_write_ns)),
+                    ("wal_sync", get(&t.wal_sync_ns)),
+                    ("apply", get(&t.apply_ns)),
+                    ("complete", get(&t.complete_ns)),
+                    ("call", get(&t.call_ns)),
+                ]
+            },
+            write_calls: p.steps.calls.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Graceful stop: refuses new writes, finishes the queued ones, syncs the
+    /// WAL, takes a final snapshot (if configured), stops the threads and
+    /// releases the directory's lock. Returns the final snapshot's outcome
+    /// (`None`: not configured). When it failed, nothing acknowledged is
+    /// lost: the WAL holds it, and the next open replays it.
+    pub fn shutdown(mut self) -> Option<SnapshotResult> {
+        if let Some(pipeline) = self.pipeline.take() {
+            pipeline.stop();
+        }
+        let final_snapshot = self.config.snapshot_on_shutdown;
+        self.snapshotter.stop(final_snapshot)
+    }
+}
+
+fn stopped(dir: &std::path::Path) -> StoreError {
+    StoreError::io(
+        "taking a snapshot in",
+        dir,
+        std::io::Error::other("the snapshot thread has stopped"),
+    )
+}

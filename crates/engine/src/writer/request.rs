@@ -1,0 +1,129 @@
+//! What callers ask the writer to do, and what they get back.
+
+use uuid::Uuid;
+
+use crate::store::StoreError;
+use uuidmap_index::KeyError;
+
+/// One operation of a write batch, as a caller states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Set `key` to `value`.
+    Put {
+        /// The key to set.
+        key: Uuid,
+        /// The value to give it.
+        value: Uuid,
+    },
+    /// Remove `key` (succeeds whether or not it was present).
+    Delete {
+        /// The key to remove.
+        key: Uuid,
+    },
+    /// Set `key` to `new` only if its value is `expected` at this point of
+    /// the batch (`None` = absent on either side: `new: None` removes).
+    CompareAndSet {
+        /// The key to compare and set.
+        key: Uuid,
+        /// The value it must have (`None`: absent).
+        expected: Option<Uuid>,
+        /// The value to give it (`None`: remove it).
+        new: Option<Uuid>,
+    },
+}
+
+impl WriteOp {
+    /// The key this operation is about.
+    pub fn key(&self) -> Uuid {
+        match *self {
+            WriteOp::Put { key, .. }
+            | WriteOp::Delete { key }
+            | WriteOp::CompareAndSet { key, .. } => key,
+        }
+    }
+}
+
+/// An accepted batch: it became visible, whole, at this LSN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// The batch's log sequence number.
+    pub lsn: u64,
+}
+
+/// Why a batch was not applied. Nothing of a refused batch is logged or
+/// applied.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The batch has no operations.
+    #[error("a write batch needs at least one operation")]
+    Empty,
+    /// The batch has more operations than the configured limit.
+    #[error("a write batch may hold at most {max} operations; this one holds {len}")]
+    TooLarge {
+        /// The operations in the batch.
+        len: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// An operation's key is reserved.
+    #[error("operation {index} of the batch: {source}")]
+    Key {
+        /// Position of the operation in the batch.
+        index: usize,
+        /// Why the key is refused.
+        source: KeyError,
+    },
+    /// A compare-and-set found another value; the batch was not applied.
+    #[error(
+        "compare-and-set failed at operation {index} of the batch: key {key} is {}, not {}",
+        describe(*current), describe(*expected)
+    )]
+    CasMismatch {
+        /// Position of the compare-and-set in the batch.
+        index: usize,
+        /// The key compared.
+        key: Uuid,
+        /// The value the caller expected (`None`: absent).
+        expected: Option<Uuid>,
+        /// The value found (as of the batch's turn, earlier operations of the
+        /// batch included).
+        current: Option<Uuid>,
+    },
+    /// The write-ahead log could not be written or synced (a full or failing
+    /// disk). The batch was not applied; retry once the disk is fixed.
+    #[error(
+        "the write-ahead log is unavailable, the batch was not applied: {0}{hint}",
+        hint = resume_hint(.0)
+    )]
+    Wal(#[source] std::sync::Arc<StoreError>),
+    /// A WAL fsync failed: this process accepts no more writes (see
+    /// `wal::writer`). The batches of the failing group were written to the
+    /// log but not made durable: whether they survive the restart is
+    /// unknown. Later batches are refused without being logged.
+    #[error(
+        "the write-ahead log failed and this server accepts no more writes; a batch in \
+         flight when it failed may or may not survive the restart (read the key after it to \
+         find out): {0}"
+    )]
+    WalFailed(#[source] std::sync::Arc<StoreError>),
+    /// The writer is shutting down or has stopped.
+    #[error("the server is shutting down and accepts no more writes")]
+    ShuttingDown,
+}
+
+/// True of a running writer only: each group tries the disk again (see
+/// `pipeline`), so a full disk needs no restart once it has room.
+fn resume_hint(e: &StoreError) -> &'static str {
+    if e.is_disk_full() {
+        "; free space on the data disk and writes resume by themselves, without a restart"
+    } else {
+        ""
+    }
+}
+
+fn describe(v: Option<Uuid>) -> String {
+    match v {
+        Some(v) => v.to_string(),
+        None => "absent".to_string(),
+    }
+}

@@ -1,0 +1,124 @@
+//! Segment images: whole-array copies of a segment for a snapshot, and an
+//! index rebuilt around slot memory that already holds its tables (a restored
+//! snapshot), without copying or rehashing.
+//!
+//! An image is the segment's slot array exactly as it is in memory, empty
+//! slots included, plus what is needed to use it again: its capacity, entry
+//! count, growth generation, and the *stamp* of the latest write it contains
+//! (the store stamps every write with its batch's LSN; see
+//! [`IndexWriter::set_stamp`]). The copy is taken under the segment's seqlock,
+//! so slots, count and stamp are one consistent state.
+
+use std::sync::Arc;
+
+use crossbeam_epoch as epoch;
+use crossbeam_utils::CachePadded;
+
+use super::atomic::AtomicUsize;
+use super::builder::{IndexBuilder, MAX_SEGMENTS};
+use super::error::BuildError;
+use super::hasher::{HashSeeds, KeyHasher};
+use super::map::Index;
+use super::segment::Segment;
+use super::shared::Shared;
+use super::slot_array::{ExternalSlots, SlotArray};
+use super::table::Table;
+use super::writer::IndexWriter;
+
+/// What goes with a copied slot array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentImage {
+    /// Slots in the array (the copy holds `capacity * 32` bytes).
+    pub capacity: usize,
+    /// Entries in it.
+    pub len: usize,
+    /// Growth generation of the table copied.
+    pub generation: u32,
+    /// Stamp of the latest write contained in the copy (0: none since the
+    /// table was created empty, or the stamp it was restored with).
+    pub stamp: u64,
+}
+
+/// One segment's table for [`IndexBuilder::restore`].
+pub struct RestoredSegment {
+    /// The slot memory, holding the table in its in-memory layout.
+    pub slots: ExternalSlots,
+    /// Entries in it.
+    pub len: usize,
+    /// Its growth generation.
+    pub generation: u32,
+    /// The stamp to report for it until the next write.
+    pub stamp: u64,
+}
+
+impl Index {
+    /// Copies segment `segment`'s whole slot array into `out` (resized to
+    /// `capacity * 4` words: the in-memory layout, byte for byte), as one
+    /// consistent state of the segment, while the writer goes on writing.
+    /// Bounded under a write stream like a scan's copy (see `scan`).
+    ///
+    /// # Panics
+    ///
+    /// If `segment >= self.segment_count()`.
+    pub fn copy_segment_raw(&self, segment: usize, out: &mut Vec<u64>) -> SegmentImage {
+        let guard = epoch::pin();
+        let mut handoffs = 0;
+        let (table, (_version, stamp, len)) =
+            self.shared.segments[segment]
+                .copy_consistent(&guard, &mut handoffs, |t| t.try_copy_raw(out));
+        SegmentImage {
+            capacity: table.capacity(),
+            len,
+            generation: table.generation(),
+            stamp,
+        }
+    }
+}
+
+impl IndexBuilder {
+    /// Builds an index whose segments are the given tables, in order, using
+    /// their memory as it is (no copy, no rehash). The seeds must be the ones
+    /// the tables were built with ([`IndexBuilder::seeds`]); the segment
+    /// count is `segments.len()`. The capacity and segment options are
+    /// ignored.
+    ///
+    /// Errors if no seeds were given, or if the count is not a power of two
+    /// up to [`MAX_SEGMENTS`], or a table has no free slot.
+    pub fn restore(
+        self,
+        segments: Vec<RestoredSegment>,
+    ) -> Result<(IndexWriter, Index), BuildError> {
+        let count = segments.len();
+        if count == 0 || count > MAX_SEGMENTS || !count.is_power_of_two() {
+            return Err(BuildError::BadSegmentCount {
+                requested: count,
+                max: MAX_SEGMENTS,
+            });
+        }
+        let seeds: HashSeeds = self.seeds.ok_or(BuildError::SeedsRequired)?;
+        let mut tables = Vec::with_capacity(count);
+        let (mut bytes, mut entries) = (0usize, 0usize);
+        for (i, s) in segments.into_iter().enumerate() {
+            let capacity = s.slots.capacity();
+            if s.len >= capacity {
+                return Err(BuildError::FullTable {
+                    segment: i,
+                    len: s.len,
+                    capacity,
+                });
+            }
+            let table = Table::restored(SlotArray::from(s.slots), s.len, s.generation, s.stamp);
+            bytes += table.bytes();
+            entries += s.len;
+            tables.push(Segment::new(table));
+        }
+        let shared = Arc::new(Shared {
+            segments: tables.into_boxed_slice(),
+            hasher: KeyHasher::new(seeds, count.trailing_zeros()),
+            len: CachePadded::new(AtomicUsize::new(entries)),
+            table_bytes: AtomicUsize::new(bytes),
+            huge_pages: self.huge_pages,
+        });
+        Ok((IndexWriter::new(shared.clone()), Index { shared }))
+    }
+}

@@ -1,0 +1,22 @@
+//! uuidmap's wire protocol: the code generated from the workspace's
+//! `proto/uuidmap/v1/*.proto` (compiled by this crate's `build.rs` with
+//! protox, so no system `protoc` is needed): the messages, the tonic servers
+//! and clients, the encoded descriptor set for gRPC reflection, and the
+//! codec both sides use ([`codec`]), and [`error_chain`] for their messages. The server and client crates build on
+//! it; it knows nothing of the index or the engine.
+
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod codec;
+pub mod error_chain;
+
+/// Package `uuidmap.v1`: the data service `UuidMap` and the admin service
+/// `UuidMapAdmin`.
+#[allow(missing_docs, unreachable_pub)]
+pub mod v1 {
+    tonic::include_proto!("uuidmap.v1");
+}
+
+/// The encoded `FileDescriptorSet` of the protocol, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/uuidmap_descriptor.bin"));

@@ -1,0 +1,837 @@
+//! Admission control: a tower layer that decides, per call, whether it runs
+//! now, waits for capacity, or is refused.
+//!
+//! # Classes
+//!
+//! Each call is classified by its gRPC path:
+//!
+//! | class | methods | limit |
+//! | --- | --- | --- |
+//! | read | Get, BatchGet, Stats, Ping | `--read-permits`, `--read-queue` |
+//! | write | Put, Delete, CompareAndSet, Write, admin Snapshot (and any other `uuidmap.*` method) | `--write-permits`, `--write-queue` |
+//! | scan | Scan | `--scan-permits`, `--scan-queue` |
+//! | long poll | WaitFor, Watch | `--max-long-polls` |
+//! | none | health, reflection | passes |
+//!
+//! Ping is a read on purpose: benchmarks compare Get with Ping as the
+//! framework's own limit, so both must pay the same admission.
+//!
+//! Read, write and scan each have a [`LifoSemaphore`]. A call that finds a
+//! free permit runs at once. Otherwise it waits, newest first, until a
+//! permit is free or its deadline passes: then it is answered
+//! DEADLINE_EXCEEDED and the service never sees it (no work is done for a
+//! caller that has given up). The deadline is the call's own (stamped on
+//! arrival by `deadline::DeadlineLayer`, less the margin that lets our answer
+//! reach the client first), or `--max-wait-ms` for a call without one. When
+//! the class's queue is full, the call is answered RESOURCE_EXHAUSTED at
+//! once. Statuses are built in `status.rs`.
+//!
+//! Long polls wait for an LSN or stream changes for as long as their caller
+//! likes, using no CPU meanwhile; holding a read permit that long would let
+//! a few thousand of them shut out every read. So they only count against
+//! `--max-long-polls` (an atomic counter): over it, RESOURCE_EXHAUSTED at
+//! once. A read with `min_lsn` is still a read and holds its permit while
+//! it waits (its wait is bounded by the call's deadline).
+//!
+//! # How long a permit is held
+//!
+//! A unary call holds it until its handler has produced the response. A
+//! streaming call (Scan, Watch) holds it in the response body, until the
+//! stream ends or the client goes away: a scan's work happens while its
+//! stream is read, not in the handler.
+//!
+//! # Invariants
+//!
+//! - No lock anywhere: the semaphores are lock-free, the long-poll count is
+//!   one atomic, metric handles are registered once when the server starts.
+//! - No allocation of our own per call: the future and the body wrapper are
+//!   named types held inline by the transport; a permit holds one `Arc`
+//!   clone. A call that has to wait also clones the inner service (tower's
+//!   rule: the service made ready is the one called) and arms a timer;
+//!   refusals format their message.
+//! - Metrics (through the `metrics` facade; the recorder must be installed
+//!   before the server starts, as handles are registered then):
+//!   `uuidmap_admission_queued{class}` (a gauge, set whenever a call of the
+//!   class starts or stops waiting), `uuidmap_admission_long_polls` (open
+//!   long polls), and `uuidmap_admission_rejected_total{class, reason}`
+//!   with reason `queue_full`, `deadline` or `long_polls`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+use metrics::{Counter, Gauge};
+
+use super::config::AdmissionLimits;
+use super::deadline;
+use super::methods::{self, AdmitAs, Class};
+use super::status::{self, WaitBound};
+use uuidmap_index::sync::{AcquireError, AcquireOwned, LifoSemaphore, OwnedPermit};
+
+/// What admission does with a call to a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// No admission (health, reflection, anything not ours).
+    Free,
+    /// A permit of this class; `streaming`: held by the response body.
+    Permit {
+        /// The class whose permit the call takes.
+        class: Class,
+        /// Whether the response body holds the permit until it ends.
+        streaming: bool,
+    },
+    /// A long-poll slot; `streaming`: held by the response body.
+    LongPoll {
+        /// Whether the response body holds the slot until it ends.
+        streaming: bool,
+    },
+}
+
+/// The route of a call to `path` (`/package.Service/Method`): the method
+/// table's admission class and streaming (`methods`).
+pub fn route(path: &str) -> Route {
+    let method = methods::method(path).1;
+    let streaming = method.streaming;
+    match method.admission {
+        AdmitAs::Free => Route::Free,
+        AdmitAs::Permit(class) => Route::Permit { class, streaming },
+        AdmitAs::LongPoll => Route::LongPoll { streaming },
+    }
+}
+
+/// Why a call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmissionError {
+    /// Every permit of the class is taken and its queue is full.
+    #[error(
+        "the server is overloaded: all {permits} {class} slots are busy and {queue} {class} \
+         requests already wait; retry with backoff"
+    )]
+    QueueFull {
+        /// The call's class.
+        class: Class,
+        /// The class's permits.
+        permits: usize,
+        /// The class's queue bound.
+        queue: usize,
+    },
+    /// The call's deadline (or the server's maximum wait) passed while it
+    /// waited for a permit; it was not run.
+    #[error(
+        "the request waited for one of the server's {permits} {class} slots (all busy) until \
+         {why}; it was not run. The server is overloaded: retry with backoff"
+    )]
+    Deadline {
+        /// The call's class.
+        class: Class,
+        /// The class's permits.
+        permits: usize,
+        /// Which limit ended the wait (the call's deadline or the server's).
+        why: &'static str,
+    },
+    /// Too many long polls are open.
+    #[error(
+        "the server is overloaded: {max} long polls (WaitFor and Watch) are already open; \
+         retry with backoff"
+    )]
+    LongPolls {
+        /// The cap on open long polls.
+        max: usize,
+    },
+}
+
+/// One class's semaphore and metric handles.
+struct Gate {
+    class: Class,
+    sem: Arc<LifoSemaphore>,
+    permits: usize,
+    queue: usize,
+    /// `uuidmap_admission_queued{class}`.
+    queued: Gauge,
+    /// `uuidmap_admission_rejected_total{class, reason="queue_full"}`.
+    rejected_full: Counter,
+    /// `uuidmap_admission_rejected_total{class, reason="deadline"}`.
+    rejected_deadline: Counter,
+}
+
+impl Gate {
+    fn new(class: Class, permits: usize, queue: usize) -> Gate {
+        let label = class.name();
+        Gate {
+            class,
+            sem: Arc::new(LifoSemaphore::new(permits, queue)),
+            permits,
+            queue,
+            queued: metrics::gauge!("uuidmap_admission_queued", "class" => label),
+            rejected_full: metrics::counter!(
+                "uuidmap_admission_rejected_total", "class" => label, "reason" => "queue_full"
+            ),
+            rejected_deadline: metrics::counter!(
+                "uuidmap_admission_rejected_total", "class" => label, "reason" => "deadline"
+            ),
+        }
+    }
+
+    /// Samples the queue depth into the gauge.
+    fn update_gauge(&self) {
+        self.queued.set(self.sem.queued() as f64);
+    }
+
+    /// Counts a refusal and says why, in the caller's words.
+    fn refusal(&self, e: AcquireError, bound: WaitBound) -> AdmissionError {
+        match e {
+            AcquireError::QueueFull => {
+                self.rejected_full.increment(1);
+                AdmissionError::QueueFull {
+                    class: self.class,
+                    permits: self.permits,
+                    queue: self.queue,
+                }
+            }
+            AcquireError::DeadlineExceeded => {
+                self.rejected_deadline.increment(1);
+                AdmissionError::Deadline {
+                    class: self.class,
+                    permits: self.permits,
+                    why: match bound {
+                        WaitBound::CallDeadline => "the call's deadline was near",
+                        WaitBound::ServerMaximum => {
+                            "the server's maximum wait passed (--max-wait-ms; set a deadline \
+                             on the call to choose your own)"
+                        }
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// The admission state shared by every connection.
+pub struct Admission {
+    /// Indexed by `Class as usize`.
+    gates: [Gate; 3],
+    /// Long polls open now: incremented on entry (and undone when over the
+    /// cap), decremented when the call or its stream ends.
+    long_polls: CachePadded<AtomicUsize>,
+    max_long_polls: usize,
+    /// `uuidmap_admission_long_polls`.
+    long_polls_open: Gauge,
+    /// `uuidmap_admission_rejected_total{class="long_poll", reason="long_polls"}`.
+    rejected_long_polls: Counter,
+    /// The bound of a wait for a call without a deadline.
+    max_wait: Duration,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Admission");
+        for g in &self.gates {
+            d.field(g.class.name(), &g.sem);
+        }
+        d.field("long_polls", &self.long_polls.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Admission {
+    /// The semaphores for `limits`; waits without a call deadline end after
+    /// `max_wait`. Registers the metric handles with the recorder installed
+    /// now.
+    pub fn new(limits: &AdmissionLimits, max_wait: Duration) -> Admission {
+        Admission {
+            gates: [
+                Gate::new(Class::Read, limits.read_permits, limits.read_queue),
+                Gate::new(Class::Write, limits.write_permits, limits.write_queue),
+                Gate::new(Class::Scan, limits.scan_permits, limits.scan_queue),
+            ],
+            long_polls: CachePadded::new(AtomicUsize::new(0)),
+            max_long_polls: limits.max_long_polls,
+            long_polls_open: metrics::gauge!("uuidmap_admission_long_polls"),
+            rejected_long_polls: metrics::counter!(
+                "uuidmap_admission_rejected_total", "class" => "long_poll", "reason" => "long_polls"
+            ),
+            max_wait,
+        }
+    }
+
+    fn gate(&self, class: Class) -> &Gate {
+        &self.gates[class as usize]
+    }
+
+    /// Opens a long poll, or refuses it when `max_long_polls` are open.
+    fn open_long_poll(self: &Arc<Self>) -> Result<LongPollSlot, AdmissionError> {
+        let before = self.long_polls.fetch_add(1, Ordering::Relaxed);
+        if before >= self.max_long_polls {
+            self.long_polls.fetch_sub(1, Ordering::Relaxed);
+            self.rejected_long_polls.increment(1);
+            return Err(AdmissionError::LongPolls {
+                max: self.max_long_polls,
+            });
+        }
+        self.long_polls_open.set((before + 1) as f64);
+        Ok(LongPollSlot(Arc::clone(self)))
+    }
+}
+
+/// An open long poll; closes it when dropped.
+struct LongPollSlot(Arc<Admission>);
+
+impl Drop for LongPollSlot {
+    fn drop(&mut self) {
+        let now = self.0.long_polls.fetch_sub(1, Ordering::Relaxed) - 1;
+        self.0.long_polls_open.set(now as f64);
+    }
+}
+
+/// What an admitted call holds until it is done.
+enum Ticket {
+    /// A permit of its class.
+    Permit(#[allow(dead_code, reason = "held for its Drop")] OwnedPermit),
+    /// A long-poll slot.
+    LongPoll(#[allow(dead_code, reason = "held for its Drop")] LongPollSlot),
+}
+
+/// The layer; put it inside the deadline stamp (it reads the stamp) and
+/// outside auth, so that an overloaded server sheds calls before it hashes
+/// their tokens. The price: a call without a valid token takes a queue
+/// slot while it waits, and its permit for the instant auth needs to
+/// refuse it.
+#[derive(Clone, Debug)]
+pub struct AdmissionLayer {
+    admission: Arc<Admission>,
+}
+
+impl AdmissionLayer {
+    /// A layer over `admission`.
+    pub fn new(admission: Arc<Admission>) -> Self {
+        AdmissionLayer { admission }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for AdmissionLayer {
+    type Service = Admit<S>;
+    fn layer(&self, inner: S) -> Admit<S> {
+        Admit {
+            inner,
+            admission: Arc::clone(&self.admission),
+        }
+    }
+}
+
+/// The service [`AdmissionLayer`] wraps around the inner stack.
+#[derive(Clone, Debug)]
+pub struct Admit<S> {
+    inner: S,
+    admission: Arc<Admission>,
+}
+
+impl<S, B, RB> tower_service::Service<http::Request<B>> for Admit<S>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<RB>> + Clone,
+    RB: Default,
+{
+    type Response = http::Response<AdmittedBody<RB>>;
+    type Error = S::Error;
+    type Future = AdmitFuture<S, B, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let (ticket, streaming) = match route(request.uri().path()) {
+            Route::Free => (None, false),
+            Route::LongPoll { streaming } => match self.admission.open_long_poll() {
+                Ok(slot) => (Some(Ticket::LongPoll(slot)), streaming),
+                Err(e) => return AdmitFuture::refused(e),
+            },
+            Route::Permit { class, streaming } => {
+                let gate = self.admission.gate(class);
+                match gate.sem.try_acquire_owned() {
+                    Some(permit) => (Some(Ticket::Permit(permit)), streaming),
+                    None => return self.wait(class, streaming, request),
+                }
+            }
+        };
+        AdmitFuture {
+            waiting: None,
+            acquire: None,
+            inner: Some(self.inner.call(request)),
+            ticket,
+            streaming,
+            refused: None,
+        }
+    }
+}
+
+impl<S> Admit<S> {
+    /// The future of a call that must wait for a permit of `class`.
+    fn wait<B>(
+        &mut self,
+        class: Class,
+        streaming: bool,
+        request: http::Request<B>,
+    ) -> AdmitFuture<S, B, S::Future>
+    where
+        S: tower_service::Service<http::Request<B>> + Clone,
+    {
+        let (deadline, bound) =
+            deadline::http_wait_deadline(request.extensions(), self.admission.max_wait);
+        let acquire = self.admission.gate(class).sem.acquire_owned(Some(deadline));
+        // Tower's rule: the service that was made ready is the one called.
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        AdmitFuture {
+            acquire: Some(acquire),
+            waiting: Some(Waiting {
+                admission: Arc::clone(&self.admission),
+                class,
+                bound,
+                call: Some((ready, request)),
+            }),
+            inner: None,
+            ticket: None,
+            streaming,
+            refused: None,
+        }
+    }
+}
+
+/// A call waiting for its permit. Declared after the acquire future in
+/// [`AdmitFuture`], so it drops after it: its `Drop` then samples a queue
+/// the wait has already left (a client that goes away while queued).
+struct Waiting<S, B> {
+    admission: Arc<Admission>,
+    class: Class,
+    bound: WaitBound,
+    /// The ready inner service and the request, until the permit comes.
+    call: Option<(S, http::Request<B>)>,
+}
+
+impl<S, B> Drop for Waiting<S, B> {
+    fn drop(&mut self) {
+        self.admission.gate(self.class).update_gauge();
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`Admit`]: waits for the permit if needed, then runs
+    /// the inner call, then moves the ticket into the body (streams) or
+    /// drops it (unary).
+    pub struct AdmitFuture<S, B, F> {
+        #[pin]
+        acquire: Option<AcquireOwned>,
+        waiting: Option<Waiting<S, B>>,
+        #[pin]
+        inner: Option<F>,
+        ticket: Option<Ticket>,
+        streaming: bool,
+        refused: Option<AdmissionError>,
+    }
+}
+
+impl<S, B, F> AdmitFuture<S, B, F> {
+    fn refused(e: AdmissionError) -> Self {
+        AdmitFuture {
+            acquire: None,
+            waiting: None,
+            inner: None,
+            ticket: None,
+            streaming: false,
+            refused: Some(e),
+        }
+    }
+}
+
+impl<S, B, F, RB, E> Future for AdmitFuture<S, B, F>
+where
+    S: tower_service::Service<http::Request<B>, Future = F>,
+    F: Future<Output = Result<http::Response<RB>, E>>,
+    RB: Default,
+{
+    type Output = Result<http::Response<AdmittedBody<RB>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Some(e) = this.refused.take() {
+            return Poll::Ready(Ok(status::admission_error(&e).into_http()));
+        }
+        if let Some(acquire) = this.acquire.as_mut().as_pin_mut() {
+            let waiting = this.waiting.as_mut().expect("set with acquire");
+            let outcome = match acquire.poll(cx) {
+                Poll::Pending => {
+                    waiting.admission.gate(waiting.class).update_gauge();
+                    return Poll::Pending;
+                }
+                Poll::Ready(outcome) => outcome,
+            };
+            this.acquire.set(None);
+            let mut waiting = this.waiting.take().expect("set with acquire");
+            let gate = waiting.admission.gate(waiting.class);
+            match outcome {
+                Ok(permit) => {
+                    *this.ticket = Some(Ticket::Permit(permit));
+                    let (mut ready, request) = waiting.call.take().expect("called once");
+                    this.inner.set(Some(ready.call(request)));
+                }
+                Err(e) => {
+                    let e = gate.refusal(e, waiting.bound);
+                    return Poll::Ready(Ok(status::admission_error(&e).into_http()));
+                }
+            }
+        }
+        let inner = this
+            .inner
+            .as_pin_mut()
+            .expect("an AdmitFuture is not polled after it completed");
+        let response = ready!(inner.poll(cx))?;
+        // A unary handler's work is done: release now, not when the answer
+        // has crossed the network. A stream's work happens as it is read.
+        let ticket = if *this.streaming {
+            this.ticket.take()
+        } else {
+            None
+        };
+        *this.ticket = None;
+        Poll::Ready(Ok(response.map(|inner| AdmittedBody { inner, ticket })))
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that holds the call's ticket until the stream ends
+    /// or the body is dropped (the client went away).
+    pub struct AdmittedBody<B> {
+        #[pin]
+        inner: B,
+        ticket: Option<Ticket>,
+    }
+}
+
+impl<B: Default> Default for AdmittedBody<B> {
+    fn default() -> Self {
+        AdmittedBody {
+            inner: B::default(),
+            ticket: None,
+        }
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for AdmittedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if frame.is_none() {
+            *this.ticket = None; // the stream is over: release at once
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+    use tokio::sync::oneshot;
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    #[test]
+    fn paths_are_classified_and_ping_is_a_read_like_get() {
+        let data = |m: &str| route(&format!("/uuidmap.v1.UuidMap/{m}"));
+        for m in ["Get", "BatchGet", "Stats", "Ping"] {
+            assert_eq!(
+                data(m),
+                Route::Permit {
+                    class: Class::Read,
+                    streaming: false
+                },
+                "{m}"
+            );
+        }
+        for m in ["Put", "Delete", "CompareAndSet", "Write", "SomethingNew"] {
+            assert_eq!(
+                data(m),
+                Route::Permit {
+                    class: Class::Write,
+                    streaming: false
+                },
+                "{m}"
+            );
+        }
+        assert_eq!(
+            route("/uuidmap.v1.UuidMapAdmin/Snapshot"),
+            Route::Permit {
+                class: Class::Write,
+                streaming: false
+            }
+        );
+        assert_eq!(
+            data("Scan"),
+            Route::Permit {
+                class: Class::Scan,
+                streaming: true
+            }
+        );
+        assert_eq!(data("WaitFor"), Route::LongPoll { streaming: false });
+        assert_eq!(data("Watch"), Route::LongPoll { streaming: true });
+        assert_eq!(route("/grpc.health.v1.Health/Check"), Route::Free);
+        assert_eq!(
+            route("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"),
+            Route::Free
+        );
+    }
+
+    /// An inner service whose calls finish when the test says so, and
+    /// which counts the calls it saw (the work done).
+    #[derive(Clone)]
+    struct Mock {
+        calls: Arc<AtomicU32>,
+        release: Arc<std::sync::Mutex<Vec<oneshot::Receiver<()>>>>,
+    }
+
+    impl Mock {
+        fn new() -> Self {
+            Mock {
+                calls: Arc::new(AtomicU32::new(0)),
+                release: Arc::default(),
+            }
+        }
+        /// The next call runs until the returned sender is dropped or sent.
+        fn hold_next(&self) -> oneshot::Sender<()> {
+            let (tx, rx) = oneshot::channel();
+            self.release.lock().unwrap().push(rx);
+            tx
+        }
+    }
+
+    impl Service<http::Request<&'static str>> for Mock {
+        type Response = http::Response<String>;
+        type Error = std::convert::Infallible;
+        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: http::Request<&'static str>) -> Self::Future {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let hold = self.release.lock().unwrap().pop();
+            let name = *request.body();
+            Box::pin(async move {
+                if let Some(hold) = hold {
+                    let _ = hold.await;
+                }
+                Ok(http::Response::new(name.to_string()))
+            })
+        }
+    }
+
+    fn limits(permits: usize, queue: usize) -> AdmissionLimits {
+        AdmissionLimits {
+            read_permits: permits,
+            read_queue: queue,
+            write_permits: permits,
+            write_queue: queue,
+            scan_permits: permits,
+            scan_queue: queue,
+            max_long_polls: 2,
+        }
+    }
+
+    fn request(
+        method: &str,
+        name: &'static str,
+        timeout: Option<Duration>,
+    ) -> http::Request<&'static str> {
+        let mut r = http::Request::builder()
+            .uri(format!("/uuidmap.v1.UuidMap/{method}"))
+            .body(name)
+            .unwrap();
+        if let Some(timeout) = timeout {
+            r.extensions_mut().insert(deadline::CallDeadline {
+                arrived: tokio::time::Instant::now(),
+                timeout,
+            });
+        }
+        r
+    }
+
+    fn grpc_status(response: &http::Response<AdmittedBody<String>>) -> Option<tonic::Status> {
+        tonic::Status::from_header_map(response.headers())
+    }
+
+    #[tokio::test]
+    async fn waiters_are_served_newest_first_and_a_full_queue_is_refused_at_once() {
+        let mock = Mock::new();
+        let admission = Arc::new(Admission::new(&limits(1, 2), Duration::from_secs(10)));
+        let mut svc = AdmissionLayer::new(admission.clone()).layer(mock.clone());
+        let hold = mock.hold_next();
+        let first = tokio::spawn(svc.call(request("Put", "first", None)));
+        tokio::task::yield_now().await;
+        let older = tokio::spawn(svc.call(request("Put", "older", None)));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let newer = tokio::spawn(svc.call(request("Put", "newer", None)));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(admission.gate(Class::Write).sem.queued(), 2);
+        // A third waiter does not fit: refused at once, never called.
+        let full = svc.call(request("Put", "full", None)).await.unwrap();
+        let status = grpc_status(&full).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("overloaded")
+                && status.message().contains("2 write requests already wait"),
+            "{}",
+            status.message()
+        );
+        assert_eq!(mock.calls.load(Ordering::SeqCst), 1);
+        // The newest waiter runs first; the older one still waits.
+        let newer_hold = mock.hold_next();
+        drop(hold);
+        assert_eq!(first.await.unwrap().unwrap().into_body().inner, "first");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(mock.calls.load(Ordering::SeqCst), 2);
+        assert!(!older.is_finished());
+        drop(newer_hold);
+        assert_eq!(newer.await.unwrap().unwrap().into_body().inner, "newer");
+        assert_eq!(older.await.unwrap().unwrap().into_body().inner, "older");
+        assert_eq!(admission.gate(Class::Write).sem.available(), 1);
+        assert_eq!(admission.gate(Class::Write).sem.queued(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_deadline_passes_while_queued_is_refused_and_never_run() {
+        let mock = Mock::new();
+        let admission = Arc::new(Admission::new(&limits(1, 4), Duration::from_secs(10)));
+        let mut svc = AdmissionLayer::new(admission.clone()).layer(mock.clone());
+        let hold = mock.hold_next();
+        let running = tokio::spawn(svc.call(request("Put", "running", None)));
+        tokio::task::yield_now().await;
+        let started = tokio::time::Instant::now();
+        let late = svc
+            .call(request("Put", "late", Some(Duration::from_millis(50))))
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        let status = grpc_status(&late).unwrap();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(
+            status.message().contains("it was not run"),
+            "{}",
+            status.message()
+        );
+        // It gave up before the caller's deadline (the answer must get back
+        // in time), and the service never saw it.
+        // (The bound is loose: a busy test machine may wake the timer late.)
+        assert!(
+            waited >= Duration::from_millis(40) && waited < Duration::from_millis(90),
+            "{waited:?}"
+        );
+        assert_eq!(mock.calls.load(Ordering::SeqCst), 1);
+        drop(hold);
+        running.await.unwrap().unwrap();
+        assert_eq!(admission.gate(Class::Write).sem.available(), 1);
+        assert_eq!(admission.gate(Class::Write).sem.queued(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_stream_holds_its_permit_until_the_body_ends_and_unary_calls_release_at_once() {
+        use http_body::Body as _;
+        let mock = Mock::new();
+        let admission = Arc::new(Admission::new(&limits(1, 4), Duration::from_secs(10)));
+        let mut svc = AdmissionLayer::new(admission.clone()).layer(mock.clone());
+        let scans = &admission.gate(Class::Scan).sem;
+        let reads = &admission.gate(Class::Read).sem;
+        let get = svc.call(request("Get", "get", None)).await.unwrap();
+        assert_eq!(
+            reads.available(),
+            1,
+            "a unary call released with its response"
+        );
+        drop(get);
+        let scan = svc.call(request("Scan", "scan", None)).await.unwrap();
+        assert_eq!(scans.available(), 0, "the scan's stream is not over");
+        let mut body = std::pin::pin!(scan.into_body());
+        // Read the stream to its end: the permit goes back at the end,
+        // without waiting for the body to be dropped.
+        while std::future::poll_fn(|cx| body.as_mut().poll_frame(cx))
+            .await
+            .is_some()
+        {}
+        assert_eq!(scans.available(), 1);
+        // A stream the client abandons releases when dropped.
+        let scan = svc.call(request("Scan", "scan", None)).await.unwrap();
+        assert_eq!(scans.available(), 0);
+        drop(scan);
+        assert_eq!(scans.available(), 1);
+    }
+
+    #[tokio::test]
+    async fn long_polls_have_their_own_cap_and_take_no_read_permit() {
+        let mock = Mock::new();
+        let admission = Arc::new(Admission::new(&limits(1, 1), Duration::from_secs(10)));
+        let mut svc = AdmissionLayer::new(admission.clone()).layer(mock.clone());
+        let holds = [mock.hold_next(), mock.hold_next()];
+        let polls = [
+            tokio::spawn(svc.call(request("WaitFor", "w1", None))),
+            tokio::spawn(svc.call(request("Watch", "w2", None))),
+        ];
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let over = svc.call(request("WaitFor", "w3", None)).await.unwrap();
+        let status = grpc_status(&over).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("2 long polls"),
+            "{}",
+            status.message()
+        );
+        // Reads still run: the long polls hold no read permit.
+        let get = svc.call(request("Get", "get", None)).await.unwrap();
+        assert!(grpc_status(&get).is_none());
+        drop(holds);
+        for p in polls {
+            drop(p.await.unwrap().unwrap());
+        }
+        assert_eq!(admission.long_polls.load(Ordering::SeqCst), 0);
+        let again = svc.call(request("WaitFor", "w4", None)).await.unwrap();
+        assert!(grpc_status(&again).is_none());
+    }
+
+    #[tokio::test]
+    async fn health_and_reflection_pass_without_admission() {
+        let mock = Mock::new();
+        let admission = Arc::new(Admission::new(&limits(1, 1), Duration::from_secs(10)));
+        let mut svc = AdmissionLayer::new(admission.clone()).layer(mock.clone());
+        let _holds = [mock.hold_next(), mock.hold_next(), mock.hold_next()];
+        let mut calls = Vec::new();
+        for path in [
+            "/grpc.health.v1.Health/Check",
+            "/grpc.health.v1.Health/Check",
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        ] {
+            let r = http::Request::builder().uri(path).body("h").unwrap();
+            calls.push(tokio::spawn(svc.call(r)));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Three at once with one permit and a queue of one: none was held.
+        assert_eq!(mock.calls.load(Ordering::SeqCst), 3);
+    }
+}

@@ -1,0 +1,1137 @@
+//! Options of `uuidmap serve`: command-line flags, `UUIDMAP_*` environment
+//! variables and an optional TOML file.
+//!
+//! Precedence, highest first: a flag, its environment variable, the TOML
+//! file (`--config` / `UUIDMAP_CONFIG`), the default. Defaults: listen on
+//! `127.0.0.1:7878`, data in `./uuidmap-data`, fsync `always`, metrics on
+//! `127.0.0.1:7879` (`ServeConfig::new`, used by tests: metrics off).
+//!
+//! The TOML file uses the flags' names with underscores, for example:
+//!
+//! ```toml
+//! listen = "127.0.0.1:7878"
+//! data_dir = "/var/lib/uuidmap"
+//! fsync = "interval=10"
+//! max_batch_keys = 65536
+//! max_write_ops = 100000
+//! max_wait_ms = 60000
+//! max_filter_values = 65536
+//! insecure = false
+//! tls_cert = "/etc/uuidmap/server.pem"
+//! tls_key = "/etc/uuidmap/server.key"
+//! tls_client_ca = "/etc/uuidmap/clients-ca.pem"
+//! tokens_file = "/etc/uuidmap/tokens"
+//! read_permits = 1024
+//! read_queue = 512
+//! write_permits = 256
+//! write_queue = 512
+//! scan_permits = 4
+//! scan_queue = 64
+//! max_long_polls = 100000
+//! metrics_listen = "127.0.0.1:7879"   # or "off"
+//! wal_file_bytes = 67108864           # 64 MiB; at least 1 MiB
+//! snapshot_wal_bytes = 268435456      # 256 MiB; at least 1 MiB
+//! snapshot_interval = 600             # seconds, or "10m", or "off"; at least 1 s
+//! max_replay_ms = 500                 # restart budget, or "off"; at least 1 ms
+//! replay_workers = "auto"             # or "serial", or a thread count
+//! wal_preallocate = "on"              # or "off"
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::metrics::{DEFAULT_METRICS_LISTEN, MetricsListen};
+use super::tls::TlsFiles;
+use uuidmap_engine::store::replay_apply::ReplayWorkers;
+use uuidmap_engine::store::wal::Preallocate;
+use uuidmap_engine::store::{Io, OsIo};
+use uuidmap_engine::writer::{DurableConfig, FsyncPolicy};
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+/// The default data directory (relative to the working directory).
+pub const DEFAULT_DATA_DIR: &str = "uuidmap-data";
+/// The smallest `--wal-file-bytes`: smaller files would mean a file
+/// creation (and directory fsync) every few writes.
+pub const MIN_WAL_FILE_BYTES: u64 = 1 << 20;
+/// The smallest `--snapshot-wal-bytes`: every snapshot writes the whole
+/// index, so it must not be asked for every few writes.
+pub const MIN_SNAPSHOT_WAL_BYTES: u64 = 1 << 20;
+/// The shortest `--snapshot-interval`, for the same reason.
+pub const MIN_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Limits a request must stay within.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most keys in one `BatchGet`.
+    pub max_batch_keys: usize,
+    /// Most operations in one `Write`.
+    pub max_write_ops: usize,
+    /// Longest wait for `min_lsn` or `WaitFor`, whatever the call's deadline
+    /// (and the bound of a call without one).
+    pub max_wait: Duration,
+    /// Most values in one `Scan` filter.
+    pub max_filter_values: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_batch_keys: 65_536,
+            max_write_ops: 100_000,
+            max_wait: Duration::from_secs(60),
+            max_filter_values: 65_536,
+        }
+    }
+}
+
+/// Admission control (see `admission.rs`): how many requests of each class
+/// run at once (*permits*), how many more may wait for one (*queue*), and
+/// how many long polls may be open.
+///
+/// Why the defaults:
+/// - A queue is scanned by every release that finds waiters
+///   (`O(queue)` loads), and a request queued behind hundreds of others
+///   under overload will miss any sensible deadline anyway: keep queues in
+///   the hundreds. Overload beyond permits + queue is refused at once with
+///   RESOURCE_EXHAUSTED, which a client can back off from.
+/// - Reads (Get, BatchGet, Stats, Ping): 1024 running, 512 waiting. A point
+///   read takes about a microsecond, so the permits only bite when many
+///   large BatchGets pile up: they bound the answers being built at once
+///   (1024 × a 65,536-key BatchGet's 1 MiB answer at worst).
+/// - Writes (Put, Delete, CompareAndSet, Write, admin Snapshot): 256
+///   running, 512 waiting. Writes funnel into one writer thread that
+///   commits them in groups; 256 in flight fills a group and keeps the
+///   memory of queued batches bounded.
+/// - Scans: 4 running, 64 waiting. Each scan runs a producer on a blocking
+///   thread that copies segments at memory speed; on a small machine more
+///   than a few at once would starve the point reads of CPU.
+/// - Long polls (WaitFor, Watch): 100,000 open. They hold no read or scan
+///   permit while they wait (they cost a small waiter and no CPU), so they
+///   get a plain cap instead, far above what a fleet of services waiting
+///   for their own writes needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmissionLimits {
+    /// Reads running at once.
+    pub read_permits: usize,
+    /// Reads waiting for a permit; more are refused.
+    pub read_queue: usize,
+    /// Writes running at once.
+    pub write_permits: usize,
+    /// Writes waiting for a permit; more are refused.
+    pub write_queue: usize,
+    /// Scans streaming at once.
+    pub scan_permits: usize,
+    /// Scans waiting for a permit; more are refused.
+    pub scan_queue: usize,
+    /// WaitFor and Watch calls open at once; more are refused.
+    pub max_long_polls: usize,
+}
+
+impl Default for AdmissionLimits {
+    fn default() -> Self {
+        AdmissionLimits {
+            read_permits: 1024,
+            read_queue: 512,
+            write_permits: 256,
+            write_queue: 512,
+            scan_permits: 4,
+            scan_queue: 64,
+            max_long_polls: 100_000,
+        }
+    }
+}
+
+/// Everything `serve` needs.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// The address to listen on.
+    pub listen: SocketAddr,
+    /// The data directory (created if missing).
+    pub data_dir: PathBuf,
+    /// When the WAL is fsynced.
+    pub fsync: FsyncPolicy,
+    /// Allow a non-loopback listen address without TLS and auth.
+    pub insecure: bool,
+    /// TLS (and mTLS when `client_ca` is set); `None`: plaintext.
+    pub tls: Option<TlsFiles>,
+    /// Bearer tokens (see `auth.rs`); `None`: no token needed.
+    pub tokens_file: Option<PathBuf>,
+    /// Request limits.
+    pub limits: Limits,
+    /// Admission control: permits and queues per request class.
+    pub admission: AdmissionLimits,
+    /// WAL files are rotated at this size (a snapshot lets the files it
+    /// covers be removed, which is how far back `Watch` can start).
+    pub wal_file_bytes: u64,
+    /// Whether WAL files are made ahead of need, zero-filled, so that each
+    /// fsync is a data-only flush (the default).
+    pub wal_preallocate: Preallocate,
+    /// Take a snapshot each time this many bytes were written to the WAL.
+    pub snapshot_wal_bytes: u64,
+    /// Take a snapshot this long after the previous one (`None`: only on
+    /// the other triggers).
+    pub snapshot_interval: Option<Duration>,
+    /// The restart budget: snapshot before a restart would replay the WAL
+    /// for longer, and after a recovery that did (`None`: off).
+    pub max_replay: Option<Duration>,
+    /// Threads that replay the WAL at start.
+    pub replay_workers: ReplayWorkers,
+    /// The file system under `data_dir`: the real one (no flag sets it).
+    pub disk: DataDisk,
+    /// Prometheus `GET /metrics` on this address; `None`: off (the
+    /// default of [`ServeConfig::new`], so tests do not share a port).
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// The file system the data directory lives on: the operating system's,
+/// or in tests a simulated disk that can fill up or fail
+/// (`store::SimIo`), so that the server's answers to a failing disk can be
+/// tested end to end.
+#[derive(Clone)]
+pub struct DataDisk(pub Arc<dyn Io>);
+
+impl Default for DataDisk {
+    fn default() -> Self {
+        DataDisk(Arc::new(OsIo))
+    }
+}
+
+impl std::fmt::Debug for DataDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DataDisk")
+    }
+}
+
+impl ServeConfig {
+    /// The defaults, with `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        let data_dir = data_dir.into();
+        // The store's defaults are stated once, in `DurableConfig::new`.
+        let store = DurableConfig::new(&data_dir);
+        ServeConfig {
+            listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
+            data_dir,
+            fsync: FsyncPolicy::Always,
+            insecure: false,
+            tls: None,
+            tokens_file: None,
+            limits: Limits::default(),
+            admission: AdmissionLimits::default(),
+            wal_file_bytes: store.wal_segment_bytes,
+            wal_preallocate: store.wal_preallocate,
+            snapshot_wal_bytes: store.pipeline.snapshot_every_bytes,
+            snapshot_interval: store.snapshot_every,
+            max_replay: store.max_replay,
+            replay_workers: store.recovery.replay_workers,
+            disk: DataDisk::default(),
+            metrics_listen: None,
+        }
+    }
+}
+
+/// The flags of `uuidmap serve`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ServeArgs {
+    /// A TOML file with any of the options below (flags and environment
+    /// variables override it).
+    #[arg(long, env = "UUIDMAP_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:7878]. Without TLS and
+    /// auth, only loopback addresses are accepted unless --insecure.
+    #[arg(long, env = "UUIDMAP_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// The data directory [default: ./uuidmap-data].
+    #[arg(long, env = "UUIDMAP_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// WAL fsync policy: always, never or interval=<ms> [default: always].
+    #[arg(long, env = "UUIDMAP_FSYNC")]
+    pub fsync: Option<FsyncPolicy>,
+    /// Listen on a non-loopback address without TLS or auth: anyone who can
+    /// reach the port can read and change every entry.
+    #[arg(long, env = "UUIDMAP_INSECURE")]
+    pub insecure: bool,
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "UUIDMAP_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "UUIDMAP_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mTLS.
+    #[arg(long, env = "UUIDMAP_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Require bearer tokens: a file of `read <token>` / `write <token>`
+    /// lines (see the README).
+    #[arg(long, env = "UUIDMAP_TOKENS_FILE")]
+    pub tokens_file: Option<PathBuf>,
+    /// Most keys in one BatchGet [default: 65536].
+    #[arg(long, env = "UUIDMAP_MAX_BATCH_KEYS")]
+    pub max_batch_keys: Option<usize>,
+    /// Most operations in one Write [default: 100000].
+    #[arg(long, env = "UUIDMAP_MAX_WRITE_OPS")]
+    pub max_write_ops: Option<usize>,
+    /// Longest wait for min_lsn or WaitFor, in ms [default: 60000].
+    #[arg(long, env = "UUIDMAP_MAX_WAIT_MS")]
+    pub max_wait_ms: Option<u64>,
+    /// Most values in one Scan filter [default: 65536].
+    #[arg(long, env = "UUIDMAP_MAX_FILTER_VALUES")]
+    pub max_filter_values: Option<usize>,
+    /// Reads (Get, BatchGet, Stats, Ping) running at once [default: 1024].
+    #[arg(long, env = "UUIDMAP_READ_PERMITS")]
+    pub read_permits: Option<usize>,
+    /// Reads waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 512].
+    #[arg(long, env = "UUIDMAP_READ_QUEUE")]
+    pub read_queue: Option<usize>,
+    /// Writes (Put, Delete, CompareAndSet, Write, Snapshot) running at once
+    /// [default: 256].
+    #[arg(long, env = "UUIDMAP_WRITE_PERMITS")]
+    pub write_permits: Option<usize>,
+    /// Writes waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 512].
+    #[arg(long, env = "UUIDMAP_WRITE_QUEUE")]
+    pub write_queue: Option<usize>,
+    /// Scans streaming at once [default: 4].
+    #[arg(long, env = "UUIDMAP_SCAN_PERMITS")]
+    pub scan_permits: Option<usize>,
+    /// Scans waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 64].
+    #[arg(long, env = "UUIDMAP_SCAN_QUEUE")]
+    pub scan_queue: Option<usize>,
+    /// WaitFor and Watch calls open at once; beyond, RESOURCE_EXHAUSTED
+    /// [default: 100000].
+    #[arg(long, env = "UUIDMAP_MAX_LONG_POLLS")]
+    pub max_long_polls: Option<usize>,
+    /// Serve Prometheus metrics (plain HTTP, GET /metrics) on this address,
+    /// or `off` [default: 127.0.0.1:7879]. Only loopback unless --insecure.
+    #[arg(long, env = "UUIDMAP_METRICS_LISTEN")]
+    pub metrics_listen: Option<MetricsListen>,
+    /// Start a new WAL file when the current one reaches this many bytes;
+    /// at least 1 MiB [default: 67108864 (64 MiB)]. A snapshot lets the
+    /// files it covers be removed, and Watch can start only as far back as
+    /// the oldest file kept.
+    #[arg(long, env = "UUIDMAP_WAL_FILE_BYTES")]
+    pub wal_file_bytes: Option<u64>,
+    /// Take a snapshot each time this many bytes were written to the WAL;
+    /// at least 1 MiB [default: 268435456 (256 MiB)]. Bounds the WAL a
+    /// restart replays; each snapshot writes the whole index.
+    #[arg(long, env = "UUIDMAP_SNAPSHOT_WAL_BYTES")]
+    pub snapshot_wal_bytes: Option<u64>,
+    /// Take a snapshot this long after the previous one: seconds (600), or
+    /// with a unit (90s, 10m, 1h), at least 1 s; or `off` for snapshots
+    /// only on WAL growth, on request and at shutdown [default: 600].
+    #[arg(long, env = "UUIDMAP_SNAPSHOT_INTERVAL")]
+    pub snapshot_interval: Option<SnapshotInterval>,
+    /// The restart budget in milliseconds, at least 1, or `off`: take a
+    /// snapshot before the WAL a restart would replay takes longer than
+    /// this to replay (at the replay rate the last recovery measured, or a
+    /// conservative default), and right after a recovery whose replay took
+    /// longer. --snapshot-wal-bytes and --snapshot-interval stay as caps
+    /// [default: 500].
+    #[arg(long, env = "UUIDMAP_MAX_REPLAY_MS")]
+    pub max_replay_ms: Option<MaxReplay>,
+    /// Threads that replay the WAL at start: `auto` (one per core),
+    /// `serial` (on the starting thread), or a count [default: auto].
+    #[arg(long, env = "UUIDMAP_REPLAY_WORKERS")]
+    pub replay_workers: Option<ReplayWorkers>,
+    /// `on`: make each next WAL file ahead of need, on a background
+    /// thread, as a file of written zeros (one --wal-file-bytes of disk
+    /// beyond the WAL), so that a WAL fsync is a data-only flush and
+    /// cheaper; `off`: WAL files grow as they are written [default: on].
+    #[arg(long, env = "UUIDMAP_WAL_PREALLOCATE")]
+    pub wal_preallocate: Option<Preallocate>,
+}
+
+/// `--max-replay-ms`: milliseconds, or `off` (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxReplay(pub Option<Duration>);
+
+impl FromStr for MaxReplay {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(MaxReplay(None));
+        }
+        s.parse::<u64>()
+            .map(|ms| MaxReplay(Some(Duration::from_millis(ms))))
+            .map_err(|_| format!("{s:?} is not a budget: give milliseconds (500) or `off`"))
+    }
+}
+
+/// `max_replay_ms` in the TOML file: milliseconds, or text as the flag
+/// takes.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum FileMaxReplay {
+    Millis(u64),
+    Text(String),
+}
+
+/// `--snapshot-interval`: a duration, or `off` (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotInterval(pub Option<Duration>);
+
+impl FromStr for SnapshotInterval {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(SnapshotInterval(None));
+        }
+        let unit_at = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (number, unit) = s.split_at(unit_at);
+        let scale = match unit {
+            "" | "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            _ => 0,
+        };
+        match number.parse::<u64>() {
+            Ok(n) if scale > 0 => Ok(SnapshotInterval(Some(Duration::from_secs(
+                n.saturating_mul(scale),
+            )))),
+            _ => Err(format!(
+                "{s:?} is not an interval: give seconds (600), a number with a unit \
+                 (90s, 10m, 1h), or `off`"
+            )),
+        }
+    }
+}
+
+/// `snapshot_interval` in the TOML file: seconds, or text as the flag takes.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum FileInterval {
+    Seconds(u64),
+    Text(String),
+}
+
+/// The TOML file.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    fsync: Option<String>,
+    insecure: Option<bool>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    tokens_file: Option<PathBuf>,
+    max_batch_keys: Option<usize>,
+    max_write_ops: Option<usize>,
+    max_wait_ms: Option<u64>,
+    max_filter_values: Option<usize>,
+    read_permits: Option<usize>,
+    read_queue: Option<usize>,
+    write_permits: Option<usize>,
+    write_queue: Option<usize>,
+    scan_permits: Option<usize>,
+    scan_queue: Option<usize>,
+    max_long_polls: Option<usize>,
+    metrics_listen: Option<String>,
+    wal_file_bytes: Option<u64>,
+    snapshot_wal_bytes: Option<u64>,
+    snapshot_interval: Option<FileInterval>,
+    max_replay_ms: Option<FileMaxReplay>,
+    replay_workers: Option<String>,
+    wal_preallocate: Option<String>,
+}
+
+/// Options that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read the config file {path}: {source}")]
+    Read {
+        /// The config file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for these options.
+    #[error("the config file {path} is not valid: {message}")]
+    Parse {
+        /// The config file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// A count that must be at least 1 is 0.
+    #[error("{what} must be at least 1")]
+    Zero {
+        /// The option.
+        what: &'static str,
+    },
+    /// An admission limit is 0.
+    #[error(
+        "--{flag} must be at least 1 (it is 0: {why}); set it with --{flag}, \
+         UUIDMAP_{env} or `{key} = ...` in the config file"
+    )]
+    ZeroAdmission {
+        /// The option's flag.
+        flag: &'static str,
+        /// Its environment variable, after `UUIDMAP_`.
+        env: &'static str,
+        /// Its config file key.
+        key: &'static str,
+        /// What a 0 would do.
+        why: &'static str,
+    },
+    /// An option is below its minimum.
+    #[error(
+        "--{flag} must be at least {min} (it is {value}: {why}); set it with --{flag}, \
+         UUIDMAP_{env} or `{key} = ...` in the config file"
+    )]
+    TooSmall {
+        /// The option's flag.
+        flag: &'static str,
+        /// Its environment variable, after `UUIDMAP_`.
+        env: &'static str,
+        /// Its config file key.
+        key: &'static str,
+        /// The smallest value allowed.
+        min: String,
+        /// The value given.
+        value: String,
+        /// Why the minimum.
+        why: &'static str,
+    },
+    /// TLS options that do not fit together.
+    #[error("{0}")]
+    Tls(&'static str),
+}
+
+impl ServeArgs {
+    /// Merges the flags (and environment) over the file over the defaults.
+    pub fn resolve(&self) -> Result<ServeConfig, ConfigError> {
+        let file = match &self.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let bad = |message: String| ConfigError::Parse {
+            path: self.config.clone().unwrap_or_default(),
+            message,
+        };
+        let mut config = ServeConfig::new(DEFAULT_DATA_DIR);
+        self.resolve_store(&file, &mut config, &bad)?;
+        if let Some(listen) = &file.listen {
+            config.listen = listen.parse().map_err(|_| {
+                bad(format!(
+                    "listen = {listen:?} is not an address like {DEFAULT_LISTEN}"
+                ))
+            })?;
+        }
+        let metrics = match &file.metrics_listen {
+            Some(m) => m.parse().map_err(|e| bad(format!("metrics_listen: {e}")))?,
+            None => DEFAULT_METRICS_LISTEN.parse().expect("the default parses"),
+        };
+        config.metrics_listen = self.metrics_listen.unwrap_or(metrics).0;
+        if let Some(fsync) = &file.fsync {
+            config.fsync = fsync.parse().map_err(|e| bad(format!("fsync: {e}")))?;
+        }
+        config.data_dir = self
+            .data_dir
+            .clone()
+            .or(file.data_dir)
+            .unwrap_or(config.data_dir);
+        config.listen = self.listen.unwrap_or(config.listen);
+        config.fsync = self.fsync.unwrap_or(config.fsync);
+        config.insecure = self.insecure || file.insecure.unwrap_or(false);
+        config.tokens_file = self.tokens_file.clone().or(file.tokens_file);
+        config.tls = tls_files(
+            self.tls_cert.clone().or(file.tls_cert),
+            self.tls_key.clone().or(file.tls_key),
+            self.tls_client_ca.clone().or(file.tls_client_ca),
+        )?;
+        let limits = &mut config.limits;
+        limits.max_batch_keys = self
+            .max_batch_keys
+            .or(file.max_batch_keys)
+            .unwrap_or(limits.max_batch_keys);
+        limits.max_write_ops = self
+            .max_write_ops
+            .or(file.max_write_ops)
+            .unwrap_or(limits.max_write_ops);
+        limits.max_filter_values = self
+            .max_filter_values
+            .or(file.max_filter_values)
+            .unwrap_or(limits.max_filter_values);
+        if let Some(ms) = self.max_wait_ms.or(file.max_wait_ms) {
+            limits.max_wait = Duration::from_millis(ms);
+        }
+        if limits.max_batch_keys == 0 {
+            return Err(ConfigError::Zero {
+                what: "max_batch_keys",
+            });
+        }
+        if limits.max_filter_values == 0 {
+            return Err(ConfigError::Zero {
+                what: "max_filter_values",
+            });
+        }
+        if limits.max_write_ops == 0 {
+            return Err(ConfigError::Zero {
+                what: "max_write_ops",
+            });
+        }
+        // The flag, else the file, else the default; never 0.
+        let pick = |flag: Option<usize>,
+                    from_file: Option<usize>,
+                    default: usize,
+                    name: &'static str,
+                    why: &'static str| {
+            match flag.or(from_file).unwrap_or(default) {
+                0 => Err(admission_zero(name, why)),
+                n => Ok(n),
+            }
+        };
+        let a = &mut config.admission;
+        a.read_permits = pick(
+            self.read_permits,
+            file.read_permits,
+            a.read_permits,
+            "read-permits",
+            "no read could ever run",
+        )?;
+        a.read_queue = pick(
+            self.read_queue,
+            file.read_queue,
+            a.read_queue,
+            "read-queue",
+            "no read could wait for a permit",
+        )?;
+        a.write_permits = pick(
+            self.write_permits,
+            file.write_permits,
+            a.write_permits,
+            "write-permits",
+            "no write could ever run",
+        )?;
+        a.write_queue = pick(
+            self.write_queue,
+            file.write_queue,
+            a.write_queue,
+            "write-queue",
+            "no write could wait for a permit",
+        )?;
+        a.scan_permits = pick(
+            self.scan_permits,
+            file.scan_permits,
+            a.scan_permits,
+            "scan-permits",
+            "no scan could ever run",
+        )?;
+        a.scan_queue = pick(
+            self.scan_queue,
+            file.scan_queue,
+            a.scan_queue,
+            "scan-queue",
+            "no scan could wait for a permit",
+        )?;
+        a.max_long_polls = pick(
+            self.max_long_polls,
+            file.max_long_polls,
+            a.max_long_polls,
+            "max-long-polls",
+            "every WaitFor and Watch would be refused",
+        )?;
+        Ok(config)
+    }
+
+    /// WAL file size and snapshot triggers: flag, else file, else default;
+    /// never below their minimums.
+    fn resolve_store(
+        &self,
+        file: &FileConfig,
+        config: &mut ServeConfig,
+        bad: &dyn Fn(String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        config.wal_file_bytes = self
+            .wal_file_bytes
+            .or(file.wal_file_bytes)
+            .unwrap_or(config.wal_file_bytes);
+        if config.wal_file_bytes < MIN_WAL_FILE_BYTES {
+            return Err(ConfigError::TooSmall {
+                flag: "wal-file-bytes",
+                env: "WAL_FILE_BYTES",
+                key: "wal_file_bytes",
+                min: format!("{MIN_WAL_FILE_BYTES} (1 MiB)"),
+                value: config.wal_file_bytes.to_string(),
+                why: "smaller files would mean a new file every few writes",
+            });
+        }
+        config.snapshot_wal_bytes = self
+            .snapshot_wal_bytes
+            .or(file.snapshot_wal_bytes)
+            .unwrap_or(config.snapshot_wal_bytes);
+        if config.snapshot_wal_bytes < MIN_SNAPSHOT_WAL_BYTES {
+            return Err(ConfigError::TooSmall {
+                flag: "snapshot-wal-bytes",
+                env: "SNAPSHOT_WAL_BYTES",
+                key: "snapshot_wal_bytes",
+                min: format!("{MIN_SNAPSHOT_WAL_BYTES} (1 MiB)"),
+                value: config.snapshot_wal_bytes.to_string(),
+                why: "each snapshot writes the whole index, so not every few writes",
+            });
+        }
+        let from_file = match &file.snapshot_interval {
+            Some(FileInterval::Seconds(s)) => Some(SnapshotInterval(Some(Duration::from_secs(*s)))),
+            Some(FileInterval::Text(t)) => Some(
+                t.parse::<SnapshotInterval>()
+                    .map_err(|e| bad(format!("snapshot_interval: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(SnapshotInterval(every)) = self.snapshot_interval.or(from_file) {
+            config.snapshot_interval = every;
+        }
+        if let Some(every) = config.snapshot_interval
+            && every < MIN_SNAPSHOT_INTERVAL
+        {
+            return Err(ConfigError::TooSmall {
+                flag: "snapshot-interval",
+                env: "SNAPSHOT_INTERVAL",
+                key: "snapshot_interval",
+                min: "1 second".into(),
+                value: format!("{} s", every.as_secs()),
+                why: "each snapshot writes the whole index; use `off` to turn timed \
+                      snapshots off",
+            });
+        }
+        let from_file = match &file.max_replay_ms {
+            Some(FileMaxReplay::Millis(ms)) => Some(MaxReplay(Some(Duration::from_millis(*ms)))),
+            Some(FileMaxReplay::Text(t)) => Some(
+                t.parse::<MaxReplay>()
+                    .map_err(|e| bad(format!("max_replay_ms: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(MaxReplay(budget)) = self.max_replay_ms.or(from_file) {
+            config.max_replay = budget;
+        }
+        let from_file = match &file.replay_workers {
+            Some(t) => Some(
+                t.parse::<ReplayWorkers>()
+                    .map_err(|e| bad(format!("replay_workers: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(workers) = self.replay_workers.or(from_file) {
+            config.replay_workers = workers;
+        }
+        let from_file = match &file.wal_preallocate {
+            Some(t) => Some(
+                t.parse::<Preallocate>()
+                    .map_err(|e| bad(format!("wal_preallocate: {e}")))?,
+            ),
+            None => None,
+        };
+        if let Some(preallocate) = self.wal_preallocate.or(from_file) {
+            config.wal_preallocate = preallocate;
+        }
+        if config.max_replay.is_some_and(|b| b.is_zero()) {
+            return Err(ConfigError::TooSmall {
+                flag: "max-replay-ms",
+                env: "MAX_REPLAY_MS",
+                key: "max_replay_ms",
+                min: "1".into(),
+                value: "0".into(),
+                why: "no restart replays in no time; use `off` to size snapshots by \
+                      --snapshot-wal-bytes alone",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The error for an admission setting of 0, naming its three spellings.
+fn admission_zero(flag: &'static str, why: &'static str) -> ConfigError {
+    let (env, key) = match flag {
+        "read-permits" => ("READ_PERMITS", "read_permits"),
+        "read-queue" => ("READ_QUEUE", "read_queue"),
+        "write-permits" => ("WRITE_PERMITS", "write_permits"),
+        "write-queue" => ("WRITE_QUEUE", "write_queue"),
+        "scan-permits" => ("SCAN_PERMITS", "scan_permits"),
+        "scan-queue" => ("SCAN_QUEUE", "scan_queue"),
+        _ => ("MAX_LONG_POLLS", "max_long_polls"),
+    };
+    ConfigError::ZeroAdmission {
+        flag,
+        env,
+        key,
+        why,
+    }
+}
+
+/// The TLS files, when the combination makes sense.
+fn tls_files(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+) -> Result<Option<TlsFiles>, ConfigError> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert,
+            key,
+            client_ca,
+        })),
+        (None, None) if client_ca.is_some() => Err(ConfigError::Tls(
+            "--tls-client-ca needs TLS on: give --tls-cert and --tls-key too",
+        )),
+        (None, None) => Ok(None),
+        _ => Err(ConfigError::Tls(
+            "--tls-cert and --tls-key go together: give both (the certificate chain and its \
+             private key, PEM) or neither",
+        )),
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_loopback_7878_local_data_dir_and_fsync_always() {
+        let c = ServeArgs::default().resolve().unwrap();
+        assert_eq!(c.listen, "127.0.0.1:7878".parse().unwrap());
+        assert_eq!(c.data_dir, PathBuf::from("uuidmap-data"));
+        assert_eq!(c.fsync, FsyncPolicy::Always);
+        assert!(!c.insecure);
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:7879".parse().unwrap()));
+    }
+
+    #[test]
+    fn metrics_listen_comes_from_the_flag_or_the_file_and_can_be_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(&path, "metrics_listen = \"off\"\n").unwrap();
+        let from_file = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        };
+        assert_eq!(from_file.resolve().unwrap().metrics_listen, None);
+        let flag: MetricsListen = "127.0.0.1:9100".parse().unwrap();
+        let flag_wins = ServeArgs {
+            config: Some(path.clone()),
+            metrics_listen: Some(flag),
+            ..ServeArgs::default()
+        };
+        assert_eq!(flag_wins.resolve().unwrap().metrics_listen, flag.0);
+        std::fs::write(&path, "metrics_listen = \"nowhere\"\n").unwrap();
+        let e = from_file.resolve().unwrap_err().to_string();
+        assert!(e.contains("metrics_listen") && e.contains("`off`"), "{e}");
+        assert_eq!(ServeConfig::new("d").metrics_listen, None);
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:9000\"\ndata_dir = \"/from/file\"\nfsync = \"never\"\nmax_batch_keys = 10\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            data_dir: Some("/from/flag".into()),
+            ..ServeArgs::default()
+        };
+        let c = args.resolve().unwrap();
+        assert_eq!(c.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(c.data_dir, PathBuf::from("/from/flag"));
+        assert_eq!(c.fsync, FsyncPolicy::Never);
+        assert_eq!(c.limits.max_batch_keys, 10);
+    }
+
+    #[test]
+    fn tls_needs_both_cert_and_key_and_client_ca_needs_tls() {
+        let only_cert = ServeArgs {
+            tls_cert: Some("c.pem".into()),
+            ..ServeArgs::default()
+        };
+        let e = only_cert.resolve().unwrap_err().to_string();
+        assert!(e.contains("go together"), "{e}");
+        let only_ca = ServeArgs {
+            tls_client_ca: Some("ca.pem".into()),
+            ..ServeArgs::default()
+        };
+        let e = only_ca.resolve().unwrap_err().to_string();
+        assert!(e.contains("needs TLS on"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(
+            &path,
+            "tls_cert = \"c.pem\"\ntls_key = \"k.pem\"\ntokens_file = \"t\"\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            tls_client_ca: Some("ca.pem".into()),
+            ..ServeArgs::default()
+        };
+        let c = args.resolve().unwrap();
+        let tls = c.tls.unwrap();
+        assert_eq!(tls.cert, PathBuf::from("c.pem"));
+        assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
+        assert_eq!(c.tokens_file, Some(PathBuf::from("t")));
+    }
+
+    #[test]
+    fn admission_limits_come_from_flags_then_file_then_defaults_and_zero_is_refused() {
+        let defaults = ServeArgs::default().resolve().unwrap().admission;
+        assert_eq!(defaults, AdmissionLimits::default());
+        assert!(defaults.max_long_polls >= 50_000);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(
+            &path,
+            "read_permits = 8\nread_queue = 9\nwrite_permits = 10\nwrite_queue = 11\n\
+             scan_permits = 2\nscan_queue = 3\nmax_long_polls = 70000\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path.clone()),
+            scan_permits: Some(5),
+            max_long_polls: Some(60_000),
+            ..ServeArgs::default()
+        };
+        let a = args.resolve().unwrap().admission;
+        assert_eq!(
+            a,
+            AdmissionLimits {
+                read_permits: 8,
+                read_queue: 9,
+                write_permits: 10,
+                write_queue: 11,
+                scan_permits: 5,
+                scan_queue: 3,
+                max_long_polls: 60_000,
+            }
+        );
+        // Clap reads the flags and the environment variables.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "serve",
+            "--read-queue",
+            "100",
+            "--write-permits",
+            "7",
+            "--scan-queue",
+            "1",
+        ])
+        .unwrap();
+        let a = cli.serve.resolve().unwrap().admission;
+        assert_eq!((a.read_queue, a.write_permits, a.scan_queue), (100, 7, 1));
+        // Zero is refused, by name and with the way to set it.
+        let zero = ServeArgs {
+            scan_permits: Some(0),
+            ..ServeArgs::default()
+        };
+        let e = zero.resolve().unwrap_err().to_string();
+        assert!(
+            e.contains("--scan-permits must be at least 1")
+                && e.contains("UUIDMAP_SCAN_PERMITS")
+                && e.contains("scan_permits = "),
+            "{e}"
+        );
+        std::fs::write(&path, "read_queue = 0\n").unwrap();
+        let e = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--read-queue must be at least 1"), "{e}");
+    }
+
+    #[test]
+    fn wal_file_and_snapshot_triggers_come_from_flags_then_file_and_minimums_are_refused() {
+        let defaults = ServeArgs::default().resolve().unwrap();
+        assert_eq!(defaults.wal_file_bytes, 64 << 20);
+        assert_eq!(defaults.snapshot_wal_bytes, 256 << 20);
+        assert_eq!(defaults.snapshot_interval, Some(Duration::from_secs(600)));
+        assert_eq!(defaults.max_replay, Some(Duration::from_millis(500)));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(
+            &path,
+            "wal_file_bytes = 2097152
+snapshot_wal_bytes = 8388608
+snapshot_interval = 30
+max_replay_ms = 250
+",
+        )
+        .unwrap();
+        let from_file = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        };
+        let c = from_file.resolve().unwrap();
+        assert_eq!(
+            (c.wal_file_bytes, c.snapshot_wal_bytes, c.snapshot_interval),
+            (2 << 20, 8 << 20, Some(Duration::from_secs(30)))
+        );
+        assert_eq!(c.max_replay, Some(Duration::from_millis(250)));
+
+        // Flags win over the file.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(args)
+                .map(|cli| cli.serve)
+                .map_err(|e| e.to_string())
+        };
+        let mut args = parse(&[
+            "serve",
+            "--wal-file-bytes",
+            "1048576",
+            "--snapshot-interval",
+            "10m",
+        ])
+        .unwrap();
+        args.config = Some(path.clone());
+        let c = args.resolve().unwrap();
+        assert_eq!(
+            (c.wal_file_bytes, c.snapshot_wal_bytes, c.snapshot_interval),
+            (1 << 20, 8 << 20, Some(Duration::from_secs(600)))
+        );
+        let off = parse(&["serve", "--snapshot-interval", "off"]).unwrap();
+        assert_eq!(off.resolve().unwrap().snapshot_interval, None);
+        let mut budget = parse(&["serve", "--max-replay-ms", "100"]).unwrap();
+        budget.config = Some(path.clone());
+        assert_eq!(
+            budget.resolve().unwrap().max_replay,
+            Some(Duration::from_millis(100))
+        );
+        let off = parse(&["serve", "--max-replay-ms", "off"]).unwrap();
+        assert_eq!(off.resolve().unwrap().max_replay, None);
+        assert_eq!(defaults.wal_preallocate, Preallocate::Background);
+        let off = parse(&["serve", "--wal-preallocate", "off"]).unwrap();
+        assert_eq!(off.resolve().unwrap().wal_preallocate, Preallocate::Off);
+        let e = parse(&["serve", "--wal-preallocate", "sometimes"]).unwrap_err();
+        assert!(e.contains("--wal-preallocate") && e.contains("`on`"), "{e}");
+        assert_eq!(defaults.replay_workers, ReplayWorkers::PerCore);
+        for (flag, workers) in [
+            ("serial", ReplayWorkers::Serial),
+            ("3", ReplayWorkers::Threads(3)),
+            ("auto", ReplayWorkers::PerCore),
+        ] {
+            let args = parse(&["serve", "--replay-workers", flag]).unwrap();
+            assert_eq!(args.resolve().unwrap().replay_workers, workers);
+        }
+        let e = parse(&["serve", "--replay-workers", "0"]).unwrap_err();
+        assert!(
+            e.contains("--replay-workers") && e.contains("serial"),
+            "{e}"
+        );
+        let e = parse(&["serve", "--max-replay-ms", "1s"]).unwrap_err();
+        assert!(e.contains("--max-replay-ms") && e.contains("`off`"), "{e}");
+        let e = parse(&["serve", "--snapshot-interval", "5 minutes"]).unwrap_err();
+        assert!(
+            e.contains("--snapshot-interval") && e.contains("`off`"),
+            "{e}"
+        );
+        // (The variables are read by the binary in tests/serve_options.rs:
+        // setting one here would race the other tests' threads.)
+
+        // Below the minimums: refused, naming the option's three spellings.
+        for (args, names) in [
+            (
+                &["serve", "--wal-file-bytes", "65536"][..],
+                [
+                    "--wal-file-bytes must be at least 1048576",
+                    "UUIDMAP_WAL_FILE_BYTES",
+                    "wal_file_bytes = ",
+                ],
+            ),
+            (
+                &["serve", "--snapshot-wal-bytes", "1000"][..],
+                [
+                    "--snapshot-wal-bytes must be at least 1048576",
+                    "UUIDMAP_SNAPSHOT_WAL_BYTES",
+                    "snapshot_wal_bytes = ",
+                ],
+            ),
+            (
+                &["serve", "--max-replay-ms", "0"][..],
+                [
+                    "--max-replay-ms must be at least 1",
+                    "UUIDMAP_MAX_REPLAY_MS",
+                    "max_replay_ms = ",
+                ],
+            ),
+            (
+                &["serve", "--snapshot-interval", "0"][..],
+                [
+                    "--snapshot-interval must be at least 1 second",
+                    "UUIDMAP_SNAPSHOT_INTERVAL",
+                    "`off`",
+                ],
+            ),
+        ] {
+            let e = parse(args).unwrap().resolve().unwrap_err().to_string();
+            for name in names {
+                assert!(e.contains(name), "{args:?}: {e}");
+            }
+        }
+        std::fs::write(&path, "snapshot_interval = \"0s\"\n").unwrap();
+        let e = from_file.resolve().unwrap_err().to_string();
+        assert!(e.contains("--snapshot-interval must be at least"), "{e}");
+        std::fs::write(
+            &path,
+            "max_replay_ms = \"off\"\nreplay_workers = \"serial\"\nwal_preallocate = \"off\"\n",
+        )
+        .unwrap();
+        let c = from_file.resolve().unwrap();
+        assert_eq!(
+            (c.max_replay, c.replay_workers, c.wal_preallocate),
+            (None, ReplayWorkers::Serial, Preallocate::Off)
+        );
+        std::fs::write(&path, "snapshot_interval = \"soon\"\n").unwrap();
+        let e = from_file.resolve().unwrap_err().to_string();
+        assert!(
+            e.contains("uuidmap.toml") && e.contains("snapshot_interval"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_in_the_file_is_refused_with_the_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "lisen = \"127.0.0.1:1\"\n").unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        };
+        let e = args.resolve().unwrap_err().to_string();
+        assert!(e.contains("bad.toml") && e.contains("lisen"), "{e}");
+    }
+}

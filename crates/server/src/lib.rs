@@ -1,0 +1,583 @@
+//! uuidmap's server: the gRPC services `uuidmap.v1.UuidMap` (data) and
+//! `uuidmap.v1.UuidMapAdmin` over one [`DurableIndex`] from the engine
+//! crate, with what a serious server needs around them: admission control,
+//! auth and TLS, deadlines, typed statuses, reflection, health, Prometheus
+//! metrics, and the serve options (flags, environment, TOML). It builds on
+//! the index, engine and proto crates; the binary runs it.
+//!
+//! - `proto`: the protocol crate, re-exported.
+//! - `wire`: UUIDs, packed keys, the `found` bitmap.
+//! - `deadline`: the call's deadline, kept by answering DEADLINE_EXCEEDED
+//!   before tonic's own timer answers CANCELLED.
+//! - `status`: typed errors to gRPC statuses (the only place).
+//! - `transport_errors`: tonic's own answers (an oversized or undecodable
+//!   message, an unknown method) reworded in our terms.
+//! - `service`, `admin`: the two services; `scan` and `watch`, the data
+//!   service's two streams.
+//! - `config`: serve options (flags, environment, TOML).
+//! - `tls`, `auth`: TLS/mTLS files; bearer tokens and the role check.
+//! - `admission`: per-class LIFO admission control (a tower layer).
+//! - `reflection`: gRPC reflection v1 and v1alpha (unknown symbols answered
+//!   in the stream), and the catalog of services.
+//! - `end_on_stop`: ends reflection streams still open when the stop begins.
+//! - `methods`: the one table of RPCs (path, metric label, admission
+//!   class, role, streaming) that auth, admission and metrics read.
+//! - `metrics`: the per-call Prometheus series and the text they render;
+//!   `metrics_endpoint`: `GET /metrics` over HTTP/1.1 (hyper).
+//!
+//! Beside our two services the server answers `grpc.health.v1.Health`
+//! (SERVING for "", `uuidmap.v1.UuidMap` and `uuidmap.v1.UuidMapAdmin`) and
+//! gRPC reflection, v1 and v1alpha (grpcurl 1.8 speaks v1alpha); both need
+//! no token (see `auth`). Every service accepts gzip-compressed requests and
+//! compresses its answers with gzip when the client asks for it
+//! (`grpc-accept-encoding`).
+//!
+//! Lifecycle of [`serve_on`]: refuse a non-loopback address unless it is
+//! protected or `insecure` (see [`check_listen_address`]); read the TLS
+//! files and the tokens file; recover the data directory;
+//! serve with TCP_NODELAY on every accepted socket; when `shutdown`
+//! resolves, stop accepting, end the waits in progress (`min_lsn`,
+//! `WaitFor`) with UNAVAILABLE instead of holding the stop for up to their
+//! deadlines, let the other in-flight RPCs finish and the connections close,
+//! then shut the index down (queued writes drained and synced, a final
+//! snapshot). When the stop begins, every health status turns NOT_SERVING
+//! and is then cleared: a health `Watch` stream receives NOT_SERVING and
+//! ends, instead of holding the graceful stop forever; a reflection stream
+//! still open ends with UNAVAILABLE (`end_on_stop`). The metrics endpoint
+//! stops accepting at the same time.
+//!
+//! TCP_NODELAY: tonic's `Server::tcp_nodelay` is ignored on the
+//! `serve_with_incoming*` paths, which we use (to serve a listener bound by
+//! the caller, e.g. on port 0). So it is set on the [`TcpIncoming`] itself.
+
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod admin;
+pub mod admission;
+pub mod auth;
+
+pub mod config;
+pub mod deadline;
+pub mod end_on_stop;
+pub mod methods;
+pub mod metrics;
+pub mod metrics_endpoint;
+pub use uuidmap_proto as proto;
+pub mod reflection;
+pub mod scan;
+pub mod service;
+pub mod status;
+pub mod tls;
+pub mod transport_errors;
+pub mod watch;
+pub mod wire;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tonic::codec::CompressionEncoding::Gzip;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tonic_reflection::pb::v1::server_reflection_server::ServerReflectionServer;
+use tonic_reflection::pb::v1alpha::server_reflection_server::ServerReflectionServer as ServerReflectionServerV1Alpha;
+
+pub use config::{ServeArgs, ServeConfig};
+
+use proto::v1::uuid_map_admin_server::UuidMapAdminServer;
+use proto::v1::uuid_map_server::UuidMapServer;
+use uuidmap_engine::store::StoreError;
+use uuidmap_engine::writer::{DurableConfig, DurableIndex};
+
+/// HTTP/2 flow-control windows. The defaults (64 KiB) cap one stream at
+/// 64 KiB per round trip; large batch answers and (later) scans need more.
+const CONNECTION_WINDOW: u32 = 16 << 20;
+const STREAM_WINDOW: u32 = 4 << 20;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A non-loopback address without TLS and client authentication.
+    #[error(
+        "refusing to listen on {addr}: {missing}. A non-loopback address needs TLS \
+         (--tls-cert, --tls-key) and client authentication (--tokens-file, or client \
+         certificates with --tls-client-ca); only loopback addresses (127.0.0.1, ::1) may go \
+         without. Pass --insecure (UUIDMAP_INSECURE=true) to serve anyway, to anyone who can \
+         reach this port"
+    )]
+    NotLoopback {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What it lacks (TLS, client authentication, or both).
+        missing: &'static str,
+    },
+    /// A non-loopback metrics address without `insecure`.
+    #[error(
+        "refusing to serve metrics on {addr}: the metrics endpoint is plain HTTP without \
+         authentication (it reveals request counts, rates and sizes, never entries). Use a \
+         loopback address (--metrics-listen 127.0.0.1:7879) behind a scraper or proxy on this \
+         host, turn it off (--metrics-listen off), or pass --insecure to serve it to anyone who \
+         can reach this port"
+    )]
+    MetricsNotLoopback {
+        /// The metrics address asked for.
+        addr: SocketAddr,
+    },
+    /// The TLS files cannot be used.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// The tokens file cannot be used.
+    #[error(transparent)]
+    Tokens(#[from] auth::TokensError),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The data directory could not be locked or recovered.
+    #[error("cannot open the data directory: {0}{hint}", hint = start_hint(.0))]
+    Open(#[from] StoreError),
+    /// The WAL failed for good while serving (a failed fsync): the server
+    /// stopped so that a restart recovers from what is on disk.
+    #[error("stopped because the WAL failed: {0}")]
+    WalFailed(Arc<StoreError>),
+    /// The server stopped, but its final snapshot could not be written.
+    #[error(
+        "the final snapshot failed: {0}{hint}. Nothing is lost: every acknowledged write is \
+         in the WAL, which the next start replays (that start takes longer by the replay)",
+        hint = if .0.is_disk_full() { "; free space on the data disk before the next start" } else { "" }
+    )]
+    FinalSnapshot(Arc<StoreError>),
+    /// The gRPC transport failed.
+    #[error("the gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// A thread of the server panicked.
+    #[error("{0}")]
+    Join(String),
+}
+
+/// The process is about to exit: a full disk needs room before the next
+/// start (nothing resumes by itself here).
+fn start_hint(e: &StoreError) -> &'static str {
+    if e.is_disk_full() {
+        "; free space on the data disk, then start again"
+    } else {
+        ""
+    }
+}
+
+/// The loopback rule: a loopback address may be served as configured; any
+/// other needs TLS *and* client authentication (bearer tokens, or client
+/// certificates verified against `--tls-client-ca`), unless `insecure`.
+/// TLS alone is not enough (anyone could connect and change every entry),
+/// and tokens alone are not either (they would cross the network in clear).
+pub fn check_listen_address(addr: SocketAddr, config: &ServeConfig) -> Result<(), ServeError> {
+    let tls = config.tls.is_some();
+    let client_auth =
+        config.tokens_file.is_some() || config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    let missing = match (tls, client_auth) {
+        (true, true) => return Ok(()),
+        (false, false) => "neither TLS nor client authentication is configured",
+        (false, true) => "TLS is not configured, so tokens would cross the network in clear",
+        (true, false) => "no client authentication is configured",
+    };
+    if addr.ip().is_loopback() || config.insecure {
+        Ok(())
+    } else {
+        Err(ServeError::NotLoopback { addr, missing })
+    }
+}
+
+/// The loopback rule of the metrics endpoint: it has neither TLS nor
+/// authentication, so a non-loopback address needs `insecure`, as the gRPC
+/// port does without TLS and client authentication. Metrics hold only
+/// counts, but those still tell an outsider the load, the size of the map
+/// and when it is being rebalanced; serving them publicly is a choice.
+pub fn check_metrics_address(addr: SocketAddr, config: &ServeConfig) -> Result<(), ServeError> {
+    if addr.ip().is_loopback() || config.insecure {
+        Ok(())
+    } else {
+        Err(ServeError::MetricsNotLoopback { addr })
+    }
+}
+
+/// What protects the server: read once at start, immutable after.
+struct Security {
+    /// TLS (and mTLS), or plaintext.
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    /// Bearer tokens, or none needed.
+    tokens: Option<Arc<auth::Tokens>>,
+}
+
+impl Security {
+    fn load(config: &ServeConfig) -> Result<Security, ServeError> {
+        let tls = config.tls.as_ref().map(tls::server_config).transpose()?;
+        let tokens = match &config.tokens_file {
+            Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
+            None => None,
+        };
+        Ok(Security { tls, tokens })
+    }
+}
+
+/// Binds `config.listen` and serves until `shutdown` resolves.
+pub async fn serve(
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    check_listen_address(config.listen, &config)?;
+    let listener = bind(config.listen).await?;
+    serve_on(listener, config, shutdown).await
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Serves on an already bound `listener` (its address wins over
+/// `config.listen`), and metrics on `config.metrics_listen`, until
+/// `shutdown` resolves, then shuts down gracefully.
+pub async fn serve_on(
+    listener: TcpListener,
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let metrics = match config.metrics_listen {
+        Some(addr) => {
+            check_metrics_address(addr, &config)?;
+            Some(bind(addr).await?)
+        }
+        None => None,
+    };
+    serve_with(listener, metrics, config, shutdown).await
+}
+
+/// [`serve_on`] with the metrics listener bound by the caller too (for
+/// example on port 0): `metrics` wins over `config.metrics_listen`, and
+/// `None` turns metrics off.
+pub async fn serve_with(
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    check_listen_address(addr, &config)?;
+    if let Some(m) = &metrics {
+        let maddr = m.local_addr().map_err(|source| ServeError::Bind {
+            addr: config.metrics_listen.unwrap_or(addr),
+            source,
+        })?;
+        check_metrics_address(maddr, &config)?;
+        // Before the first call, so no series is recorded into the void.
+        metrics::install();
+    }
+    let security = Security::load(&config)?;
+    let durable = open(&config).await?;
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let failing = durable.clone();
+    let shutdown = async move {
+        tokio::select! {
+            () = shutdown => {}
+            e = failing.wal_failed() => tracing::error!(
+                "stopping: the WAL failed and no more writes can be acknowledged ({e}); \
+                 restart the server to recover from what is on disk"
+            ),
+        }
+        drop(failing);
+        // Wakes every wait in progress (see `DataService::wait_applied`).
+        let _ = stopping_tx.send(true);
+    };
+    let result = run(
+        listener,
+        metrics,
+        addr,
+        &config,
+        security,
+        durable.clone(),
+        stopping,
+        shutdown,
+    )
+    .await;
+    let failure = durable.wal_failure();
+    close(durable).await?;
+    result?;
+    match failure {
+        Some(e) => Err(ServeError::WalFailed(e)),
+        None => Ok(()),
+    }
+}
+
+async fn open(config: &ServeConfig) -> Result<Arc<DurableIndex>, ServeError> {
+    let mut durable = DurableConfig::new(&config.data_dir);
+    durable.io = config.disk.0.clone();
+    durable.pipeline.policy = config.fsync;
+    durable.wal_segment_bytes = config.wal_file_bytes;
+    durable.wal_preallocate = config.wal_preallocate;
+    durable.pipeline.snapshot_every_bytes = config.snapshot_wal_bytes;
+    durable.snapshot_every = config.snapshot_interval;
+    durable.max_replay = config.max_replay;
+    durable.recovery.replay_workers = config.replay_workers;
+    // The service checks the limit first, with the same message; the
+    // pipeline's limit must not be lower.
+    durable.pipeline.max_batch_ops = durable
+        .pipeline
+        .max_batch_ops
+        .max(config.limits.max_write_ops);
+    // Recovery reads files and may take a while: off the async workers.
+    let opened = tokio::task::spawn_blocking(move || DurableIndex::open(durable))
+        .await
+        .map_err(|e| ServeError::Join(format!("recovery panicked: {e}")))??;
+    Ok(Arc::new(opened))
+}
+
+/// The names the health service reports on ("" is the whole server).
+const HEALTH_NAMES: [&str; 3] = [
+    "",
+    <UuidMapServer<service::DataService> as tonic::server::NamedService>::NAME,
+    <UuidMapAdminServer<admin::AdminService> as tonic::server::NamedService>::NAME,
+];
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    addr: SocketAddr,
+    config: &ServeConfig,
+    security: Security,
+    durable: Arc<DurableIndex>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let max_message = transport_errors::decoder_limit(&config.limits);
+    let catalog = Arc::new(reflection::Catalog::of_server());
+    let metrics_on = metrics_listener.is_some();
+    let metrics_addr = match metrics_listener {
+        Some(m) => {
+            let maddr = m.local_addr().ok();
+            tokio::spawn(metrics_endpoint::serve_endpoint(
+                m,
+                durable.clone(),
+                stopping.clone(),
+            ));
+            maddr
+        }
+        None => None,
+    };
+    let (mut health, health_service) = tonic_health::server::health_reporter();
+    for name in HEALTH_NAMES {
+        health
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    let shutdown = async move {
+        shutdown.await;
+        for name in HEALTH_NAMES {
+            health
+                .set_service_status(name, tonic_health::ServingStatus::NotServing)
+                .await;
+        }
+        // Dropping a status's sender ends its Watch streams (after they
+        // deliver NOT_SERVING); open streams would hold the stop forever.
+        for name in HEALTH_NAMES {
+            health.clear_service_status(name).await;
+        }
+    };
+    let health_service = health_service.accept_compressed(Gzip).send_compressed(Gzip);
+    let reflection_v1 = end_on_stop::EndOnStop::new(
+        ServerReflectionServer::new(reflection::ReflectionV1(catalog.clone()))
+            .accept_compressed(Gzip)
+            .send_compressed(Gzip),
+        stopping.clone(),
+    );
+    let reflection_v1alpha = end_on_stop::EndOnStop::new(
+        ServerReflectionServerV1Alpha::new(reflection::ReflectionV1Alpha(catalog.clone()))
+            .accept_compressed(Gzip)
+            .send_compressed(Gzip),
+        stopping.clone(),
+    );
+    let data = UuidMapServer::new(service::DataService::new(
+        durable.clone(),
+        config.limits.clone(),
+        stopping,
+    ))
+    .max_decoding_message_size(max_message)
+    .accept_compressed(Gzip)
+    .send_compressed(Gzip);
+    let admin = UuidMapAdminServer::new(admin::AdminService::new(durable))
+        .accept_compressed(Gzip)
+        .send_compressed(Gzip);
+    let admission = Arc::new(admission::Admission::new(
+        &config.admission,
+        config.limits.max_wait,
+    ));
+    let incoming = incoming(listener);
+    tracing::info!(
+        %addr,
+        data_dir = %config.data_dir.display(),
+        fsync = %config.fsync,
+        tls = security.tls.is_some(),
+        client_certificates = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        tokens = security.tokens.as_ref().map_or(0, |t| t.len()),
+        metrics = %metrics_addr.map_or_else(|| "off".to_string(), |a| format!("http://{a}/metrics")),
+        "serving uuidmap.v1"
+    );
+    let mut builder = Server::builder();
+    if let Some(tls) = security.tls {
+        builder = builder.tls_config(tls)?;
+    }
+    builder
+        // Outermost: times the whole call, and counts refused ones too.
+        .layer(metrics::RpcMetricsLayer::new(metrics_on))
+        // Inside metrics, so that they count the answers as reworded.
+        .layer(transport_errors::TransportErrorsLayer::new(
+            config.limits.clone(),
+            catalog,
+        ))
+        // Next: the deadline counts from arrival, admission reads it, and
+        // a call still running at it is answered DEADLINE_EXCEEDED here.
+        .layer(deadline::DeadlineLayer)
+        // Before auth: a refusal for overload costs less than hashing a
+        // token, and an overloaded server should shed before doing any
+        // per-call work. (A caller without a valid token still never runs:
+        // auth answers it once admitted.)
+        .layer(admission::AdmissionLayer::new(admission))
+        // Innermost, right around the routes (whose bodies it can build).
+        .layer(auth::AuthLayer::new(security.tokens))
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .add_service(data)
+        .add_service(admin)
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await?;
+    tracing::info!("stopped accepting; in-flight calls finished");
+    Ok(())
+}
+
+/// The accepted connections, each with TCP_NODELAY set: a reply is a few
+/// dozen bytes, and Nagle's algorithm would hold it back waiting for the
+/// client's delayed ACK (up to 40 ms on Linux).
+fn incoming(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
+/// Shuts the index down once the services have let go of it.
+async fn close(durable: Arc<DurableIndex>) -> Result<(), ServeError> {
+    // The transport drops each connection's service clone when the
+    // connection ends; give stragglers a moment.
+    let mut durable = durable;
+    for _ in 0..500 {
+        match Arc::try_unwrap(durable) {
+            Ok(owned) => {
+                let final_snapshot = tokio::task::spawn_blocking(move || owned.shutdown())
+                    .await
+                    .map_err(|e| ServeError::Join(format!("shutdown panicked: {e}")))?;
+                return match final_snapshot {
+                    Some(Ok(info)) => {
+                        tracing::info!(
+                            "index shut down: writes drained, final snapshot taken at LSN {}",
+                            info.lsn
+                        );
+                        Ok(())
+                    }
+                    Some(Err(e)) => Err(ServeError::FinalSnapshot(e)),
+                    None => {
+                        tracing::info!("index shut down: writes drained (no final snapshot)");
+                        Ok(())
+                    }
+                };
+            }
+            Err(shared) => {
+                durable = shared;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    Err(ServeError::Join(
+        "the index was still in use 5 s after the server stopped; it was not shut down cleanly \
+         (acknowledged writes are in the WAL and will be replayed at the next start)"
+            .into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_stream::StreamExt;
+
+    #[tokio::test]
+    async fn accepted_connections_have_tcp_nodelay_set() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut accepted = incoming(listener);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let server_side = accepted.next().await.unwrap().unwrap();
+        assert!(server_side.nodelay().unwrap());
+    }
+
+    #[test]
+    fn a_non_loopback_metrics_address_needs_insecure() {
+        let mut c = ServeConfig::new("d");
+        assert!(check_metrics_address("127.0.0.1:7879".parse().unwrap(), &c).is_ok());
+        assert!(check_metrics_address("[::1]:7879".parse().unwrap(), &c).is_ok());
+        let any: SocketAddr = "0.0.0.0:7879".parse().unwrap();
+        let msg = check_metrics_address(any, &c).unwrap_err().to_string();
+        assert!(msg.contains("--insecure") && msg.contains("off"), "{msg}");
+        c.insecure = true;
+        assert!(check_metrics_address(any, &c).is_ok());
+    }
+
+    #[test]
+    fn a_non_loopback_address_needs_tls_and_client_auth_unless_insecure() {
+        let any: SocketAddr = "0.0.0.0:7878".parse().unwrap();
+        let tls = |client_ca: Option<&str>| {
+            Some(tls::TlsFiles {
+                cert: "c.pem".into(),
+                key: "k.pem".into(),
+                client_ca: client_ca.map(Into::into),
+            })
+        };
+        let plain = ServeConfig::new("d");
+        let mut tls_only = plain.clone();
+        tls_only.tls = tls(None);
+        let mut tokens_only = plain.clone();
+        tokens_only.tokens_file = Some("tokens".into());
+        let mut tls_tokens = tls_only.clone();
+        tls_tokens.tokens_file = Some("tokens".into());
+        let mut mtls = plain.clone();
+        mtls.tls = tls(Some("ca.pem"));
+
+        for c in [&plain, &tls_only, &tokens_only, &tls_tokens, &mtls] {
+            assert!(check_listen_address("127.0.0.1:7878".parse().unwrap(), c).is_ok());
+            assert!(check_listen_address("[::1]:7878".parse().unwrap(), c).is_ok());
+            let mut insecure = c.clone();
+            insecure.insecure = true;
+            assert!(check_listen_address(any, &insecure).is_ok());
+        }
+        for (c, why) in [
+            (&plain, "neither TLS nor client authentication"),
+            (&tls_only, "no client authentication"),
+            (&tokens_only, "in clear"),
+        ] {
+            let e = check_listen_address(any, c).unwrap_err();
+            assert!(matches!(e, ServeError::NotLoopback { .. }), "{e:?}");
+            let msg = e.to_string();
+            assert!(msg.contains(why) && msg.contains("--insecure"), "{msg}");
+        }
+        assert!(check_listen_address(any, &tls_tokens).is_ok());
+        assert!(check_listen_address(any, &mtls).is_ok());
+    }
+}

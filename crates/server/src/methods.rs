@@ -1,0 +1,259 @@
+//! The one table of the server's RPCs ([`METHODS`]): for each, its service
+//! and method, its metric label, its admission class, the role a token
+//! needs, and whether its answer streams. Auth (`auth`), admission
+//! (`admission`, and `deadline`, which marks writes) and the per-call
+//! metrics (`metrics`) all read it, so adding an RPC is one row here.
+//!
+//! The services' names come from the generated code (`SERVICE_NAME` of each
+//! tonic server), so a renamed service cannot leave a stale path behind. A
+//! test checks that every method of every service the server registers (as
+//! the reflection catalog lists them) has its row.
+//!
+//! **The one fallback** for a path not in the table ([`method`]): it is
+//! counted as `unknown`, needs a write token (deny by default), and is
+//! admitted as a write if it names one of our services (a method a newer
+//! client knows and this server does not: the scarcest class), free
+//! otherwise (tonic answers UNIMPLEMENTED at once).
+
+use tonic_health::pb::health_server;
+use tonic_reflection::pb::v1::server_reflection_server as reflection_v1;
+use tonic_reflection::pb::v1alpha::server_reflection_server as reflection_v1alpha;
+
+use crate::proto::v1::{uuid_map_admin_server, uuid_map_server};
+
+/// A request class of admission control: each has its own permits and
+/// queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Get, BatchGet, Stats, Ping.
+    Read = 0,
+    /// Put, Delete, CompareAndSet, Write, admin Snapshot.
+    Write = 1,
+    /// Scan.
+    Scan = 2,
+}
+
+impl Class {
+    /// The metric label and the word in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Read => "read",
+            Class::Write => "write",
+            Class::Scan => "scan",
+        }
+    }
+}
+
+impl std::fmt::Display for Class {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What admission does with a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdmitAs {
+    /// Nothing: health, reflection, anything not ours.
+    Free,
+    /// A permit of this class.
+    Permit(Class),
+    /// A long-poll slot (WaitFor, Watch).
+    LongPoll,
+}
+
+/// What a token may do. `Write` implies `Read`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Lookups, scans, waits, watches, stats.
+    Read = 1,
+    /// Everything: reads, writes and admin.
+    Write = 2,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Read => "read",
+            Role::Write => "write",
+        })
+    }
+}
+
+/// One RPC of the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Method {
+    /// The full service name (`package.Service`).
+    pub service: &'static str,
+    /// The method's name within its service.
+    pub method: &'static str,
+    /// The `rpc` label of its metrics.
+    pub label: &'static str,
+    /// Its admission class.
+    pub admission: AdmitAs,
+    /// The role a token needs to call it; `None`: no token needed.
+    pub role: Option<Role>,
+    /// Whether its answer is a stream (which then holds the admission
+    /// ticket until it ends).
+    pub streaming: bool,
+}
+
+impl Method {
+    /// Whether a call to `path` (`/package.Service/Method`) is this RPC.
+    fn is(&self, path: &str) -> bool {
+        path.strip_prefix('/')
+            .and_then(|p| p.strip_prefix(self.service))
+            .and_then(|p| p.strip_prefix('/'))
+            == Some(self.method)
+    }
+}
+
+const DATA: &str = uuid_map_server::SERVICE_NAME;
+const ADMIN: &str = uuid_map_admin_server::SERVICE_NAME;
+const HEALTH: &str = health_server::SERVICE_NAME;
+const REFLECTION_V1: &str = reflection_v1::SERVICE_NAME;
+const REFLECTION_V1ALPHA: &str = reflection_v1alpha::SERVICE_NAME;
+
+/// A row of the table.
+const fn rpc(
+    service: &'static str,
+    method: &'static str,
+    label: &'static str,
+    admission: AdmitAs,
+    role: Option<Role>,
+    streaming: bool,
+) -> Method {
+    Method {
+        service,
+        method,
+        label,
+        admission,
+        role,
+        streaming,
+    }
+}
+
+const READ: AdmitAs = AdmitAs::Permit(Class::Read);
+const WRITE: AdmitAs = AdmitAs::Permit(Class::Write);
+const SCAN: AdmitAs = AdmitAs::Permit(Class::Scan);
+const R: Option<Role> = Some(Role::Read);
+const W: Option<Role> = Some(Role::Write);
+
+/// Every RPC the server serves.
+pub const METHODS: [Method; 16] = [
+    rpc(DATA, "Get", "Get", READ, R, false),
+    rpc(DATA, "BatchGet", "BatchGet", READ, R, false),
+    rpc(DATA, "Put", "Put", WRITE, W, false),
+    rpc(DATA, "Delete", "Delete", WRITE, W, false),
+    rpc(DATA, "CompareAndSet", "CompareAndSet", WRITE, W, false),
+    rpc(DATA, "Write", "Write", WRITE, W, false),
+    rpc(DATA, "WaitFor", "WaitFor", AdmitAs::LongPoll, R, false),
+    rpc(DATA, "Stats", "Stats", READ, R, false),
+    rpc(DATA, "Scan", "Scan", SCAN, R, true),
+    rpc(DATA, "Watch", "Watch", AdmitAs::LongPoll, R, true),
+    rpc(DATA, "Ping", "Ping", READ, R, false),
+    rpc(ADMIN, "Snapshot", "Snapshot", WRITE, W, false),
+    rpc(HEALTH, "Check", "health.Check", AdmitAs::Free, None, false),
+    rpc(HEALTH, "Watch", "health.Watch", AdmitAs::Free, None, true),
+    rpc(
+        REFLECTION_V1,
+        "ServerReflectionInfo",
+        "reflection.v1.ServerReflectionInfo",
+        AdmitAs::Free,
+        None,
+        true,
+    ),
+    rpc(
+        REFLECTION_V1ALPHA,
+        "ServerReflectionInfo",
+        "reflection.v1alpha.ServerReflectionInfo",
+        AdmitAs::Free,
+        None,
+        true,
+    ),
+];
+
+/// The row index [`method`] gives a path not in the table (one past the
+/// last row), for tables indexed by RPC.
+pub const UNKNOWN: usize = METHODS.len();
+
+/// A method of one of our services that this server does not know.
+const UNKNOWN_OURS: Method = rpc("", "", "unknown", WRITE, W, false);
+/// Any other path.
+const UNKNOWN_OTHER: Method = rpc("", "", "unknown", AdmitAs::Free, W, false);
+
+/// The RPC a call to `path` (`/package.Service/Method`) is, and its row
+/// index; for a path not in the table, the fallback (module docs) and
+/// [`UNKNOWN`].
+pub fn method(path: &str) -> (usize, &'static Method) {
+    if let Some(i) = METHODS.iter().position(|m| m.is(path)) {
+        return (i, &METHODS[i]);
+    }
+    if path.starts_with("/uuidmap.") {
+        (UNKNOWN, &UNKNOWN_OURS)
+    } else {
+        (UNKNOWN, &UNKNOWN_OTHER)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reflection::Catalog;
+
+    #[test]
+    fn every_method_the_server_registers_has_its_row() {
+        let catalog = Catalog::of_server();
+        let mut seen = 0;
+        for service in catalog.services() {
+            for m in &service.methods {
+                let path = format!("/{}/{}", service.name, m);
+                let (i, row) = method(&path);
+                assert_ne!(i, UNKNOWN, "{path} is served but missing from METHODS");
+                assert_eq!(
+                    (row.service, row.method),
+                    (service.name.as_str(), m.as_str())
+                );
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, METHODS.len(), "METHODS lists an RPC nobody serves");
+    }
+
+    #[test]
+    fn rows_are_distinct_and_labels_unique() {
+        for (i, a) in METHODS.iter().enumerate() {
+            for b in &METHODS[i + 1..] {
+                assert_ne!((a.service, a.method), (b.service, b.method));
+                assert_ne!(a.label, b.label);
+            }
+        }
+    }
+
+    #[test]
+    fn the_fallback_denies_by_default() {
+        let (i, m) = method("/uuidmap.v1.UuidMap/SomethingNew");
+        assert_eq!(i, UNKNOWN);
+        assert_eq!((m.label, m.admission, m.role), ("unknown", WRITE, W));
+        let (_, m) = method("/some.Other/Thing");
+        assert_eq!((m.admission, m.role), (AdmitAs::Free, W));
+        // A prefix that only looks like a known service is not one.
+        assert_eq!(method("/grpc.health.v1.HealthX/Check").0, UNKNOWN);
+        assert_eq!(method("/grpc.health.v1.Health/CheckX").0, UNKNOWN);
+        assert_eq!(method("grpc.health.v1.Health/Check").0, UNKNOWN);
+        assert_eq!(method("").0, UNKNOWN);
+    }
+
+    #[test]
+    fn reads_need_a_read_token_writes_a_write_token_and_probes_none() {
+        for name in [
+            "Get", "BatchGet", "Scan", "WaitFor", "Watch", "Stats", "Ping",
+        ] {
+            assert_eq!(method(&format!("/{DATA}/{name}")).1.role, R, "{name}");
+        }
+        for name in ["Put", "Delete", "CompareAndSet", "Write"] {
+            assert_eq!(method(&format!("/{DATA}/{name}")).1.role, W, "{name}");
+        }
+        assert_eq!(method(&format!("/{ADMIN}/Snapshot")).1.role, W);
+        assert_eq!(method(&format!("/{HEALTH}/Check")).1.role, None);
+    }
+}

@@ -1,0 +1,280 @@
+//! The data service `uuidmap.v1.UuidMap`: lookups straight from the index
+//! (lock-free, after an optional wait for `min_lsn`), writes through the
+//! single-writer pipeline.
+//!
+//! Read-your-writes: a write answers with its LSN only after it is applied
+//! and the watermark published, so a read that first waits for that LSN
+//! (on any connection) sees it. A read's `applied_lsn` is loaded *before*
+//! the lookup, so the answer reflects at least every write up to it.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+use super::config::Limits;
+use super::deadline::wait_deadline;
+use super::proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
+use super::scan;
+use super::status::{RequestError, stopping_wait, wait_timed_out, write_error};
+use super::wire::{bytes_of, key, optional_uuid, pack_values, packed_keys, uuid};
+use uuidmap_engine::writer::{DurableIndex, WriteError, WriteOp};
+
+/// The data service over one durable index.
+#[derive(Clone)]
+pub struct DataService {
+    durable: Arc<DurableIndex>,
+    limits: Limits,
+    /// Becomes `true` when the server starts stopping: waits end at once.
+    stopping: watch::Receiver<bool>,
+}
+
+impl DataService {
+    /// A service over `durable`, enforcing `limits`; its waits end when
+    /// `stopping` becomes `true`.
+    pub fn new(
+        durable: Arc<DurableIndex>,
+        limits: Limits,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        DataService {
+            durable,
+            limits,
+            stopping,
+        }
+    }
+
+    /// Waits until `lsn` is applied (0: no wait), bounded by the call's
+    /// deadline and the server's maximum wait. Returns the applied LSN.
+    async fn wait_applied<T>(&self, request: &Request<T>, lsn: u64) -> Result<u64, Status> {
+        let watermark = self.durable.watermark();
+        let current = watermark.current();
+        if current >= lsn {
+            return Ok(current);
+        }
+        let (deadline, bound) = wait_deadline(request, self.limits.max_wait);
+        let mut stopping = self.stopping.clone();
+        tokio::select! {
+            waited = watermark.wait_for(lsn, Some(deadline)) => {
+                waited.map_err(|e| wait_timed_out(e, bound))
+            }
+            // Err: the server is gone, which is stopping too.
+            _ = stopping.wait_for(|s| *s) => Err(stopping_wait(lsn, watermark.current())),
+        }
+    }
+
+    async fn submit(&self, ops: Vec<WriteOp>) -> Result<u64, WriteError> {
+        self.durable.writes().write(ops).await.map(|o| o.lsn)
+    }
+}
+
+/// One proto write operation, checked.
+fn write_op(index: usize, op: &pb::WriteOp) -> Result<WriteOp, RequestError> {
+    let f = |name: &str| format!("ops[{index}].{name}");
+    Ok(match &op.op {
+        Some(Op::Put(p)) => WriteOp::Put {
+            key: key(&f("put.key"), &p.key)?,
+            value: uuid(&f("put.value"), &p.value)?,
+        },
+        Some(Op::Delete(d)) => WriteOp::Delete {
+            key: key(&f("delete.key"), &d.key)?,
+        },
+        Some(Op::CompareAndSet(c)) => WriteOp::CompareAndSet {
+            key: key(&f("compare_and_set.key"), &c.key)?,
+            expected: optional_uuid(&f("compare_and_set.expected"), c.expected.as_ref())?,
+            new: optional_uuid(&f("compare_and_set.new_value"), c.new_value.as_ref())?,
+        },
+        None => return Err(RequestError::UnknownOp { index }),
+    })
+}
+
+#[tonic::async_trait]
+impl UuidMap for DataService {
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        let k = key("key", &request.get_ref().key)?;
+        let applied_lsn = self
+            .wait_applied(&request, request.get_ref().min_lsn)
+            .await?;
+        let value = self.durable.index().get(&k).map(bytes_of);
+        Ok(Response::new(pb::GetResponse { value, applied_lsn }))
+    }
+
+    async fn batch_get(
+        &self,
+        request: Request<pb::BatchGetRequest>,
+    ) -> Result<Response<pb::BatchGetResponse>, Status> {
+        let keys = packed_keys("keys", &request.get_ref().keys, self.limits.max_batch_keys)?;
+        let applied_lsn = self
+            .wait_applied(&request, request.get_ref().min_lsn)
+            .await?;
+        let mut answers = vec![None; keys.len()];
+        self.durable.index().get_many(&keys, &mut answers);
+        let (values, found) = pack_values(&answers);
+        Ok(Response::new(pb::BatchGetResponse {
+            values,
+            found,
+            applied_lsn,
+        }))
+    }
+
+    async fn put(
+        &self,
+        request: Request<pb::PutRequest>,
+    ) -> Result<Response<pb::PutResponse>, Status> {
+        let r = request.get_ref();
+        let op = WriteOp::Put {
+            key: key("key", &r.key)?,
+            value: uuid("value", &r.value)?,
+        };
+        let lsn = self.submit(vec![op]).await.map_err(write_error)?;
+        Ok(Response::new(pb::PutResponse { lsn }))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let op = WriteOp::Delete {
+            key: key("key", &request.get_ref().key)?,
+        };
+        let lsn = self.submit(vec![op]).await.map_err(write_error)?;
+        Ok(Response::new(pb::DeleteResponse { lsn }))
+    }
+
+    async fn compare_and_set(
+        &self,
+        request: Request<pb::CompareAndSetRequest>,
+    ) -> Result<Response<pb::CompareAndSetResponse>, Status> {
+        let r = request.get_ref();
+        let op = WriteOp::CompareAndSet {
+            key: key("key", &r.key)?,
+            expected: optional_uuid("expected", r.expected.as_ref())?,
+            new: optional_uuid("new_value", r.new_value.as_ref())?,
+        };
+        let response = match self.submit(vec![op]).await {
+            Ok(lsn) => pb::CompareAndSetResponse {
+                applied: true,
+                lsn,
+                current: None,
+            },
+            Err(WriteError::CasMismatch { current, .. }) => pb::CompareAndSetResponse {
+                applied: false,
+                lsn: 0,
+                current: current.map(bytes_of),
+            },
+            Err(e) => return Err(write_error(e)),
+        };
+        Ok(Response::new(response))
+    }
+
+    async fn write(
+        &self,
+        request: Request<pb::WriteRequest>,
+    ) -> Result<Response<pb::WriteResponse>, Status> {
+        let ops = &request.get_ref().ops;
+        if ops.is_empty() {
+            return Err(RequestError::NoOps.into());
+        }
+        if ops.len() > self.limits.max_write_ops {
+            return Err(RequestError::TooManyOps {
+                len: ops.len(),
+                max: self.limits.max_write_ops,
+            }
+            .into());
+        }
+        let ops = ops
+            .iter()
+            .enumerate()
+            .map(|(i, op)| write_op(i, op))
+            .collect::<Result<Vec<_>, _>>()?;
+        let response = match self.submit(ops).await {
+            Ok(lsn) => pb::WriteResponse {
+                applied: true,
+                lsn,
+                failed_op: 0,
+                current: None,
+            },
+            Err(WriteError::CasMismatch { index, current, .. }) => pb::WriteResponse {
+                applied: false,
+                lsn: 0,
+                failed_op: u32::try_from(index).unwrap_or(u32::MAX),
+                current: current.map(bytes_of),
+            },
+            Err(e) => return Err(write_error(e)),
+        };
+        Ok(Response::new(response))
+    }
+
+    async fn wait_for(
+        &self,
+        request: Request<pb::WaitForRequest>,
+    ) -> Result<Response<pb::WaitForResponse>, Status> {
+        let applied_lsn = self.wait_applied(&request, request.get_ref().lsn).await?;
+        Ok(Response::new(pb::WaitForResponse { applied_lsn }))
+    }
+
+    async fn stats(
+        &self,
+        _request: Request<pb::StatsRequest>,
+    ) -> Result<Response<pb::StatsResponse>, Status> {
+        let s = self.durable.stats();
+        let snapshot_age_ms = (s.last_snapshot_unix_ms > 0).then(|| {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            now.saturating_sub(s.last_snapshot_unix_ms)
+        });
+        Ok(Response::new(pb::StatsResponse {
+            entries: s.entries,
+            table_bytes: s.table_bytes,
+            applied_lsn: s.applied_lsn,
+            wal_bytes: s.wal_bytes,
+            snapshots_taken: s.snapshots_taken,
+            snapshots_failed: s.snapshots_failed,
+            last_snapshot_lsn: s.last_snapshot_lsn,
+            snapshot_age_ms,
+            last_snapshot_duration_us: s.last_snapshot_duration_us,
+            wal_failures: s.wal_failures,
+            queued_batches: s.queued_batches,
+            restart: Some(super::metrics::restart_stats(&self.durable)),
+        }))
+    }
+
+    type ScanStream = scan::ScanStream;
+
+    /// See `server::scan`.
+    async fn scan(
+        &self,
+        request: Request<pb::ScanRequest>,
+    ) -> Result<Response<Self::ScanStream>, Status> {
+        let plan = scan::plan(self.durable.index(), request.get_ref(), &self.limits)?;
+        let applied_lsn = self
+            .wait_applied(&request, request.get_ref().min_lsn)
+            .await?;
+        let stream = scan::start(plan, applied_lsn, self.stopping.clone());
+        Ok(Response::new(stream))
+    }
+
+    type WatchStream = super::watch::WatchStream;
+
+    /// See `server::watch`.
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let after_lsn = request.get_ref().after_lsn;
+        let stream = super::watch::start(&self.durable, after_lsn, self.stopping.clone()).await?;
+        Ok(Response::new(stream))
+    }
+
+    async fn ping(
+        &self,
+        _request: Request<pb::PingRequest>,
+    ) -> Result<Response<pb::PingResponse>, Status> {
+        Ok(Response::new(pb::PingResponse {}))
+    }
+}

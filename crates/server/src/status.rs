@@ -1,0 +1,320 @@
+//! The one place where typed errors become gRPC statuses.
+//!
+//! Codes follow the gRPC status-code guide:
+//! - `INVALID_ARGUMENT`: the request itself is wrong (a UUID that is not 16
+//!   bytes, a packed field that is not whole keys, a reserved key, an empty
+//!   write batch, a batch over its limit, a write operation with nothing
+//!   set, a message too large or not protobuf). Retrying the same request
+//!   cannot succeed.
+//! - `DEADLINE_EXCEEDED`: a wait (for `min_lsn`, or `WaitFor`) reached the
+//!   call's deadline or the server's maximum wait, or the call was still
+//!   running at its deadline (a write may then have been applied). The
+//!   server never answers its own timeout CANCELLED (see `deadline`).
+//! - `UNAVAILABLE`: the server is shutting down, or the write-ahead log or a
+//!   snapshot could not be written; retrying later (once the server is back,
+//!   or the disk is fixed) can succeed. A write answered so was not
+//!   acknowledged, but the client cannot know that it was not applied (a
+//!   WAL record whose fsync failed may still be on the disk at the next
+//!   start; a transport's UNAVAILABLE may come after the server applied
+//!   it): read it back, as after DEADLINE_EXCEEDED.
+//! - `FAILED_PRECONDITION`: a `Watch` whose next LSN the WAL no longer holds
+//!   (rescan, then watch from the scan's `applied_lsn`). `DATA_LOSS`: a
+//!   `Watch` met a damaged WAL record.
+//! - `RESOURCE_EXHAUSTED`: admission refused the call at once (its class's
+//!   queue is full, or too many long polls are open); nothing was run.
+//!   `DEADLINE_EXCEEDED` also answers a call whose deadline passed while it
+//!   waited for admission (see `admission.rs`); it was not run either.
+//! - `UNAUTHENTICATED`: no bearer token, or one the server does not know;
+//!   `PERMISSION_DENIED`: a valid token whose role is too low (see
+//!   `auth.rs`). Messages never repeat the token.
+//! - A compare-and-set that finds another value is not an error at all: the
+//!   services answer OK with `applied = false`. Should one reach this module
+//!   anyway it becomes `FAILED_PRECONDITION`, never `INTERNAL`.
+//!
+//! Messages say what was wrong in the caller's terms (field names as in the
+//! proto, positions in the batch).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::Status;
+
+use super::admission::AdmissionError;
+use super::auth::AuthError;
+use uuidmap_engine::store::StoreError;
+use uuidmap_engine::writer::WriteError;
+use uuidmap_index::sync::WaitTimedOut;
+use uuidmap_index::{KeyError, ScanError};
+
+/// A request that breaks the wire rules or the server's limits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// A UUID field is not 16 bytes.
+    #[error("{field} must be a 16-byte UUID, but it is {len} bytes long")]
+    UuidLength {
+        /// The field, as the request names it.
+        field: String,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// A key is reserved.
+    #[error("{field}: {source}")]
+    Key {
+        /// The field, as the request names it.
+        field: String,
+        /// Why the key is refused.
+        source: KeyError,
+    },
+    /// A packed key field is not a whole number of 16-byte keys.
+    #[error("{field} must hold whole 16-byte keys, but its {len} bytes are not a multiple of 16")]
+    PackedLength {
+        /// The field.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// A batch has more keys than the configured limit.
+    #[error(
+        "a BatchGet may hold at most {max} keys (the server's --max-batch-keys); this one \
+         holds {len}: split it"
+    )]
+    TooManyKeys {
+        /// The keys in the batch.
+        len: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// A write batch has no operations.
+    #[error("a write batch needs at least one operation")]
+    NoOps,
+    /// A write batch has more operations than the configured limit.
+    #[error(
+        "a Write may hold at most {max} operations (the server's --max-write-ops); this one \
+         holds {len}: split it"
+    )]
+    TooManyOps {
+        /// The operations in the batch.
+        len: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// A write operation has none of put, delete, compare_and_set set.
+    #[error(
+        "ops[{index}] sets no operation: set one of put, delete or compare_and_set \
+         (a client built from an older or newer proto may send an operation this server \
+         does not know)"
+    )]
+    UnknownOp {
+        /// The operation's position in `ops`.
+        index: usize,
+    },
+    /// A scan filter is not a whole number of 16-byte values.
+    #[error("values must hold whole 16-byte UUIDs, but its {len} bytes are not a multiple of 16")]
+    FilterLength {
+        /// The filter's length in bytes.
+        len: usize,
+    },
+    /// A scan filter has more values than the configured limit.
+    #[error(
+        "a scan filter may hold at most {max} values (the server's --max-filter-values); this \
+         one holds {len} (scan with several smaller filters instead)"
+    )]
+    TooManyFilterValues {
+        /// The values in the filter.
+        len: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// A scan cursor or split that does not fit this index.
+    #[error("{0}")]
+    Scan(#[from] ScanError),
+}
+
+impl From<RequestError> for Status {
+    fn from(e: RequestError) -> Status {
+        Status::invalid_argument(e.to_string())
+    }
+}
+
+/// The status for a refused write.
+pub fn write_error(e: WriteError) -> Status {
+    match e {
+        WriteError::Empty | WriteError::TooLarge { .. } | WriteError::Key { .. } => {
+            Status::invalid_argument(e.to_string())
+        }
+        WriteError::CasMismatch { .. } => Status::failed_precondition(e.to_string()),
+        WriteError::Wal(_) | WriteError::WalFailed(_) | WriteError::ShuttingDown => {
+            Status::unavailable(e.to_string())
+        }
+    }
+}
+
+/// Where the bound of a wait came from, for the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitBound {
+    /// The call's deadline (`grpc-timeout`).
+    CallDeadline,
+    /// The server's maximum wait (the call had no deadline, or a longer one).
+    ServerMaximum,
+}
+
+/// The status for a wait that reached its bound.
+pub fn wait_timed_out(e: WaitTimedOut, bound: WaitBound) -> Status {
+    let why = match bound {
+        WaitBound::CallDeadline => "the call's deadline is near",
+        WaitBound::ServerMaximum => {
+            "the server's maximum wait passed (set a deadline on the call to wait longer, \
+             up to the server's --max-wait-ms)"
+        }
+    };
+    Status::deadline_exceeded(format!(
+        "LSN {} is not applied yet (the applied LSN is {}) and {why}",
+        e.target, e.current
+    ))
+}
+
+/// The status for a call still running at its deadline (see `deadline`):
+/// `writes` says whether it may change the index.
+pub fn call_deadline_passed(timeout: Duration, writes: bool) -> Status {
+    if writes {
+        Status::deadline_exceeded(format!(
+            "the call's deadline ({timeout:?}) passed before the server could answer; the write \
+             may or may not have been applied. Read the keys back (Get) before acting on it: a \
+             Put or Delete can simply be sent again, a CompareAndSet must be decided again from \
+             what Get returns"
+        ))
+    } else {
+        Status::deadline_exceeded(format!(
+            "the call's deadline ({timeout:?}) passed before the server could answer; nothing \
+             was changed. Retry, with a longer deadline if this repeats"
+        ))
+    }
+}
+
+/// The status for a wait cut short because the server is stopping.
+pub fn stopping_wait(target: u64, current: u64) -> Status {
+    Status::unavailable(format!(
+        "the server is shutting down; LSN {target} was not applied yet (the applied LSN is \
+         {current}); retry the read once the server is back"
+    ))
+}
+
+/// The status for a change stream that cannot go on (or start): `after` is
+/// the last LSN the client has (or asked to start after).
+pub fn watch_error(e: &StoreError, after: u64) -> Status {
+    match e {
+        StoreError::WalNotRetained { oldest, .. } => {
+            let oldest = oldest.map_or(String::new(), |o| {
+                format!(" (the oldest change kept is LSN {o})")
+            });
+            Status::failed_precondition(format!(
+                "the changes after LSN {after} are no longer kept{oldest}: a snapshot covered \
+                 them and their WAL files were removed. Rescan with Scan, then watch from its \
+                 applied_lsn"
+            ))
+        }
+        StoreError::WalCorrupt { .. } => Status::data_loss(format!(
+            "the change stream cannot go on after LSN {after}: {e}"
+        )),
+        _ => Status::unavailable(format!(
+            "the change stream cannot go on after LSN {after}: {e}; retry from there"
+        )),
+    }
+}
+
+/// The status for a change stream ended because the server is stopping.
+pub fn stopping_watch() -> Status {
+    Status::unavailable(
+        "the server is shutting down; once it is back, watch again after the last LSN received",
+    )
+}
+
+/// The status that ends a reflection stream still open when the server
+/// stops (see `end_on_stop`).
+pub fn stopping_stream() -> Status {
+    Status::unavailable("the server is shutting down; reconnect once it is back")
+}
+
+/// The status for a call the bearer-token check refused.
+pub fn auth_error(e: &AuthError) -> Status {
+    match e {
+        AuthError::WrongRole { .. } => Status::permission_denied(e.to_string()),
+        AuthError::Missing | AuthError::NotBearer | AuthError::UnknownToken => {
+            Status::unauthenticated(e.to_string())
+        }
+    }
+}
+
+/// The status for a call admission control refused (it was not run).
+pub fn admission_error(e: &AdmissionError) -> Status {
+    match e {
+        AdmissionError::QueueFull { .. } | AdmissionError::LongPolls { .. } => {
+            Status::resource_exhausted(e.to_string())
+        }
+        AdmissionError::Deadline { .. } => Status::deadline_exceeded(e.to_string()),
+    }
+}
+
+/// The status for a snapshot that could not be taken.
+pub fn snapshot_error(e: &Arc<StoreError>) -> Status {
+    let hint = if e.is_disk_full() {
+        "; free space on the data disk, then ask again"
+    } else {
+        ""
+    };
+    Status::unavailable(format!(
+        "the snapshot was not taken (the previous snapshots are kept): {e}{hint}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+    use uuid::Uuid;
+
+    #[test]
+    fn a_cas_mismatch_is_never_internal() {
+        let s = write_error(WriteError::CasMismatch {
+            index: 0,
+            key: Uuid::from_u128(1),
+            expected: None,
+            current: Some(Uuid::from_u128(2)),
+        });
+        assert_eq!(s.code(), Code::FailedPrecondition);
+    }
+
+    #[test]
+    fn disk_and_shutdown_failures_are_unavailable_and_bad_keys_invalid() {
+        assert_eq!(
+            write_error(WriteError::ShuttingDown).code(),
+            Code::Unavailable
+        );
+        let wal = WriteError::Wal(Arc::new(StoreError::io(
+            "appending to",
+            std::path::Path::new("/data/wal"),
+            std::io::Error::other("disk full"),
+        )));
+        assert_eq!(write_error(wal).code(), Code::Unavailable);
+        let key = WriteError::Key {
+            index: 2,
+            source: KeyError::Nil,
+        };
+        let s = write_error(key);
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(s.message().contains("operation 2"), "{}", s.message());
+    }
+
+    #[test]
+    fn a_timed_out_wait_is_deadline_exceeded_and_names_both_lsns() {
+        let s = wait_timed_out(
+            WaitTimedOut {
+                target: 90,
+                current: 7,
+            },
+            WaitBound::CallDeadline,
+        );
+        assert_eq!(s.code(), Code::DeadlineExceeded);
+        assert!(s.message().contains("90") && s.message().contains('7'));
+    }
+}

@@ -1,0 +1,15 @@
+//! uuidmap's test rig, kept out of the product (`publish = false`): the
+//! simulated disk that crashes, tears writes, fails fsyncs and fills up
+//! ([`SimIo`]); the deterministic write batches of the crash tests and the
+//! child process they kill ([`crashtest`], `src/bin/crash-child.rs`); and
+//! the one deterministic data generator of the tests and benches
+//! ([`data`], splitmix64). The
+//! product's crates never depend on it; their tests do.
+
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod crashtest;
+pub mod data;
+pub mod sim_io;
+
+pub use sim_io::SimIo;

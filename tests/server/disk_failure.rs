@@ -1,0 +1,195 @@
+//! The server over a failing disk, end to end: the real server on a
+//! simulated disk (`SimIo`, given through `ServeConfig::disk`), called
+//! through the generated client. Every write RPC and the admin snapshot
+//! answer UNAVAILABLE with a message that says why, nothing refused is
+//! applied, reads go on, and writes resume by themselves once space
+//! returns.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::common::{TestServer, b, config, put_op, u};
+use tonic::Code;
+use tonic::transport::Channel;
+use uuidmap::server::ServeError;
+use uuidmap::server::config::DataDisk;
+use uuidmap::server::proto::v1 as pb;
+use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
+use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
+use uuidmap_testkit::SimIo;
+
+type Client = UuidMapClient<Channel>;
+
+async fn start(io: &SimIo) -> TestServer {
+    let mut c = config(Path::new("/data"));
+    c.disk = DataDisk(Arc::new(io.clone()));
+    // The disk's capacity is counted to the byte: no spare WAL file.
+    c.wal_preallocate = uuidmap::store::wal::Preallocate::Off;
+    TestServer::start_with(c).await
+}
+
+async fn put(c: &mut Client, k: u128) -> Result<u64, tonic::Status> {
+    c.put(pb::PutRequest {
+        key: b(u(k)),
+        value: b(u(k + 1000)),
+    })
+    .await
+    .map(|r| r.into_inner().lsn)
+}
+
+async fn value(c: &mut Client, k: u128) -> Option<uuid::Uuid> {
+    c.get(pb::GetRequest {
+        key: b(u(k)),
+        min_lsn: 0,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .value
+    .map(|v| uuid::Uuid::from_slice(&v).unwrap())
+}
+
+/// Every write RPC (and Snapshot) on the failing disk: UNAVAILABLE, with
+/// `says` in the message; nothing applied.
+async fn every_write_is_unavailable(server: &TestServer, c: &mut Client, says: &str) {
+    let check = |rpc: &str, r: Result<(), tonic::Status>| {
+        let s = r.expect_err(rpc);
+        assert_eq!(s.code(), Code::Unavailable, "{rpc}: {s:?}");
+        assert!(s.message().contains(says), "{rpc}: {}", s.message());
+    };
+    check("Put", put(c, 900).await.map(drop));
+    let delete = c.delete(pb::DeleteRequest { key: b(u(1)) }).await;
+    check("Delete", delete.map(drop));
+    let cas = c
+        .compare_and_set(pb::CompareAndSetRequest {
+            key: b(u(1)),
+            expected: Some(b(u(1001))),
+            new_value: Some(b(u(5))),
+        })
+        .await;
+    check("CompareAndSet", cas.map(drop));
+    let write = c
+        .write(pb::WriteRequest {
+            ops: vec![put_op(u(901), u(1)), put_op(u(902), u(1))],
+        })
+        .await;
+    check("Write", write.map(drop));
+    let snapshot = UuidMapAdminClient::new(server.channel().await)
+        .snapshot(pb::SnapshotRequest {})
+        .await;
+    check("Snapshot", snapshot.map(drop));
+    // Nothing of them was applied; reads are served.
+    assert_eq!(
+        value(c, 1).await,
+        Some(u(1001)),
+        "key 1 neither deleted nor moved"
+    );
+    for k in [900, 901, 902] {
+        assert_eq!(value(c, k).await, None, "refused key {k}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_makes_writes_and_snapshots_unavailable_keeps_reads_and_recovers() {
+    let io = SimIo::new();
+    let server = start(&io).await;
+    let mut c = server.client().await;
+    for k in 1..=20 {
+        put(&mut c, k).await.unwrap();
+    }
+    UuidMapAdminClient::new(server.channel().await)
+        .snapshot(pb::SnapshotRequest {})
+        .await
+        .expect("a snapshot with room to spare");
+
+    // Fill the disk.
+    io.set_capacity(Some(io.used_bytes() + 100));
+    let mut acked = 20;
+    let refused = loop {
+        match put(&mut c, acked + 1).await {
+            Ok(_) => acked += 1,
+            Err(s) => break s,
+        }
+        assert!(acked < 10_000, "the disk never filled");
+    };
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("disk is full"),
+        "{}",
+        refused.message()
+    );
+    // A refused write leaves no partial record behind, so a smaller one
+    // (a delete) might still fit in what is left: leave nothing.
+    io.set_capacity(Some(io.used_bytes()));
+    every_write_is_unavailable(&server, &mut c, "disk is full").await;
+    for k in 1..=acked {
+        assert_eq!(value(&mut c, k).await, Some(u(k + 1000)), "key {k}");
+    }
+    let stats = c.stats(pb::StatsRequest {}).await.unwrap().into_inner();
+    assert!(stats.wal_failures >= 5, "{stats:?}");
+    assert!(stats.snapshots_failed >= 1, "{stats:?}");
+
+    // Space returns: writes resume without a restart.
+    io.set_capacity(None);
+    put(&mut c, 900)
+        .await
+        .expect("writes resume once there is space");
+    drop(c);
+    server.stop().await.unwrap();
+
+    // Everything acknowledged is there after a restart on the same disk.
+    let server = start(&io).await;
+    let mut c = server.client().await;
+    for k in (1..=acked).chain([900]) {
+        assert_eq!(
+            value(&mut c, k).await,
+            Some(u(k + 1000)),
+            "key {k} after restart"
+        );
+    }
+    let stats = c.stats(pb::StatsRequest {}).await.unwrap().into_inner();
+    assert_eq!(stats.entries, acked as u64 + 1);
+    drop(c);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_that_fails_every_call_makes_writes_unavailable_and_the_server_still_stops() {
+    let io = SimIo::new();
+    let server = start(&io).await;
+    let mut c = server.client().await;
+    put(&mut c, 1).await.unwrap();
+    // From now on every write, sync, create or rename fails (an I/O error).
+    io.set_crash_after(Some(0));
+    every_write_is_unavailable(&server, &mut c, "was not").await;
+    drop(c);
+    // The final snapshot fails too; the stop still ends, and says so.
+    match server.stop().await {
+        Err(ServeError::FinalSnapshot(e)) => {
+            let message = ServeError::FinalSnapshot(e).to_string();
+            assert!(message.contains("Nothing is lost"), "{message}");
+        }
+        other => panic!("a stop whose final snapshot failed: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_on_a_full_disk_says_to_free_space_and_start_again() {
+    let io = SimIo::new();
+    let server = start(&io).await;
+    let mut c = server.client().await;
+    put(&mut c, 1).await.unwrap();
+    drop(c);
+    server.stop().await.unwrap();
+    // No room for the new WAL file a start writes.
+    io.set_capacity(Some(io.used_bytes()));
+    let e = start(&io).await.stop().await.expect_err("no room to start");
+    let message = e.to_string();
+    assert!(matches!(e, ServeError::Open(_)), "{message}");
+    assert!(
+        message.contains("disk is full") && message.contains("start again"),
+        "{message}"
+    );
+    // The process exits: nothing resumes by itself.
+    assert!(!message.contains("resume"), "{message}");
+}
