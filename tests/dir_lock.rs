@@ -92,6 +92,58 @@ fn on_the_simulated_disk_the_lock_is_in_memory_and_released_by_shutdown() {
 }
 
 #[test]
+fn shutdown_through_a_shared_handle_releases_the_directory_while_other_handles_live_and_is_idempotent()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = DurableConfig::new(dir.path());
+    quiet(&mut config);
+    config.snapshot_on_shutdown = true;
+    let first = Arc::new(DurableIndex::open(config.clone()).unwrap());
+    // A straggler (a connection the server has stopped serving) still
+    // holds a handle.
+    let straggler = first.clone();
+    let lsn = first
+        .writes()
+        .write_blocking(vec![WriteOp::Put {
+            key: KEY.parse().unwrap(),
+            value: VALUE.parse().unwrap(),
+        }])
+        .unwrap()
+        .lsn;
+
+    let outcome = first.shutdown().expect("a final snapshot was configured");
+    assert_eq!(outcome.expect("the final snapshot is taken").lsn, lsn);
+    assert!(
+        first.shutdown().is_none(),
+        "a second shutdown has nothing to stop"
+    );
+    assert!(straggler.shutdown().is_none());
+    // Writes are refused, reads still answer from the final state.
+    let refused = straggler
+        .writes()
+        .write_blocking(vec![WriteOp::Delete {
+            key: KEY.parse().unwrap(),
+        }])
+        .unwrap_err();
+    assert!(
+        matches!(refused, uuidmap::writer::WriteError::ShuttingDown),
+        "{refused:?}"
+    );
+    assert_eq!(
+        straggler.index().get(&KEY.parse().unwrap()),
+        Some(VALUE.parse().unwrap())
+    );
+    // The directory is free although both handles are alive, and holds
+    // the write.
+    let second = DurableIndex::open(config).expect("free after shutdown");
+    assert_eq!(
+        second.index().get(&KEY.parse().unwrap()),
+        Some(VALUE.parse().unwrap())
+    );
+    drop((first, straggler));
+}
+
+#[test]
 fn a_second_serve_on_a_directory_in_use_exits_non_zero_naming_the_holder_and_the_first_keeps_serving()
  {
     let dir = tempfile::tempdir().unwrap();

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
@@ -15,7 +16,8 @@ use tonic::transport::Channel;
 use uuid::Uuid;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
-use uuidmap::server::{ServeConfig, ServeError, serve_with};
+use uuidmap::server::{ServeConfig, ServeError, ServerParts};
+use uuidmap::store::Io;
 use uuidmap::writer::FsyncPolicy;
 
 pub struct TestServer {
@@ -48,6 +50,12 @@ impl TestServer {
     /// A server with its own configuration (its `listen` is ignored; its
     /// `metrics_listen`, e.g. `127.0.0.1:0`, is bound here).
     pub async fn start_with(config: ServeConfig) -> TestServer {
+        TestServer::start_on(config, None).await
+    }
+
+    /// [`TestServer::start_with`], with the data directory on `io` (a
+    /// simulated disk) when given.
+    pub async fn start_on(config: ServeConfig, io: Option<Arc<dyn Io>>) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let metrics = match config.metrics_listen {
@@ -56,7 +64,11 @@ impl TestServer {
         };
         let metrics_addr = metrics.as_ref().map(|m| m.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_with(listener, metrics, config, async {
+        let mut parts = ServerParts::new(listener, config).metrics(metrics);
+        if let Some(io) = io {
+            parts = parts.io(io);
+        }
+        let task = tokio::spawn(parts.serve(async {
             let _ = stopped.await;
         }));
         TestServer {

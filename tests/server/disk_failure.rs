@@ -12,7 +12,6 @@ use crate::common::{TestServer, b, config, put_op, u};
 use tonic::Code;
 use tonic::transport::Channel;
 use uuidmap::server::ServeError;
-use uuidmap::server::config::DataDisk;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
@@ -22,10 +21,9 @@ type Client = UuidMapClient<Channel>;
 
 async fn start(io: &SimIo) -> TestServer {
     let mut c = config(Path::new("/data"));
-    c.disk = DataDisk(Arc::new(io.clone()));
     // The disk's capacity is counted to the byte: no spare WAL file.
     c.wal_preallocate = uuidmap::store::wal::Preallocate::Off;
-    TestServer::start_with(c).await
+    TestServer::start_on(c, Some(Arc::new(io.clone()))).await
 }
 
 async fn put(c: &mut Client, k: u128) -> Result<u64, tonic::Status> {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 /// A failed client operation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The server address is not a URI.
     #[error("--server {server:?} is not a server address like http://127.0.0.1:7878: {why}")]

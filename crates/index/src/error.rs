@@ -4,6 +4,7 @@ use thiserror::Error;
 
 /// A key the index cannot store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The nil UUID marks empty slots, so it cannot be a key.
     #[error("the nil UUID (all zeros) is reserved and cannot be used as a key")]
@@ -15,6 +16,7 @@ pub enum KeyError {
 
 /// A request to build an index that cannot be honoured.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum BuildError {
     /// The capacity hint is larger than the index supports.
     #[error("capacity {requested} is larger than the supported maximum of {max} entries")]
@@ -65,6 +67,7 @@ pub enum BuildError {
 
 /// A scan cursor that does not fit the index or the request.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum ScanError {
     /// `split` must be smaller than `splits`, and `splits` at least 1.
     #[error("split {split} of {splits} is not valid: need 0 <= split < splits and splits >= 1")]
@@ -95,6 +98,7 @@ pub enum ScanError {
 
 /// Why a compare-and-set did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum CasError {
     /// The key's value was not the expected one; nothing changed.
     #[error("compare-and-set failed: the current value is {}", match .current { Some(v) => v.to_string(), None => "absent".to_string() })]

@@ -68,8 +68,9 @@ use metrics::{Counter, Gauge};
 
 use super::config::AdmissionLimits;
 use super::deadline;
+pub use super::errors::AdmissionError;
+use super::errors::WaitBound;
 use super::methods::{self, AdmitAs, Class};
-use super::status::{self, WaitBound};
 use uuidmap_index::sync::{AcquireError, AcquireOwned, LifoSemaphore, OwnedPermit};
 
 /// What admission does with a call to a path.
@@ -101,47 +102,6 @@ pub fn route(path: &str) -> Route {
         AdmitAs::Permit(class) => Route::Permit { class, streaming },
         AdmitAs::LongPoll => Route::LongPoll { streaming },
     }
-}
-
-/// Why a call was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AdmissionError {
-    /// Every permit of the class is taken and its queue is full.
-    #[error(
-        "the server is overloaded: all {permits} {class} slots are busy and {queue} {class} \
-         requests already wait; retry with backoff"
-    )]
-    QueueFull {
-        /// The call's class.
-        class: Class,
-        /// The class's permits.
-        permits: usize,
-        /// The class's queue bound.
-        queue: usize,
-    },
-    /// The call's deadline (or the server's maximum wait) passed while it
-    /// waited for a permit; it was not run.
-    #[error(
-        "the request waited for one of the server's {permits} {class} slots (all busy) until \
-         {why}; it was not run. The server is overloaded: retry with backoff"
-    )]
-    Deadline {
-        /// The call's class.
-        class: Class,
-        /// The class's permits.
-        permits: usize,
-        /// Which limit ended the wait (the call's deadline or the server's).
-        why: &'static str,
-    },
-    /// Too many long polls are open.
-    #[error(
-        "the server is overloaded: {max} long polls (WaitFor and Watch) are already open; \
-         retry with backoff"
-    )]
-    LongPolls {
-        /// The cap on open long polls.
-        max: usize,
-    },
 }
 
 /// One class's semaphore and metric handles.
@@ -458,7 +418,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         if let Some(e) = this.refused.take() {
-            return Poll::Ready(Ok(status::admission_error(&e).into_http()));
+            return Poll::Ready(Ok(tonic::Status::from(&e).into_http()));
         }
         if let Some(acquire) = this.acquire.as_mut().as_pin_mut() {
             let waiting = this.waiting.as_mut().expect("set with acquire");
@@ -480,7 +440,7 @@ where
                 }
                 Err(e) => {
                     let e = gate.refusal(e, waiting.bound);
-                    return Poll::Ready(Ok(status::admission_error(&e).into_http()));
+                    return Poll::Ready(Ok(tonic::Status::from(&e).into_http()));
                 }
             }
         }

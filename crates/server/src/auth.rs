@@ -41,8 +41,8 @@ use std::task::{Context, Poll};
 
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
+pub use super::errors::AuthError;
 use super::methods::{self, Role};
-use super::status;
 
 /// The role a call to `path` (`/package.Service/Method`) needs; `None` when
 /// it needs no token (the method table's `role`, `methods`).
@@ -69,6 +69,7 @@ impl std::fmt::Debug for Tokens {
 
 /// A tokens file that cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TokensError {
     /// The file could not be read.
     #[error("cannot read the tokens file {path}: {source}")]
@@ -250,33 +251,6 @@ fn warn_if_readable_by_others(path: &Path) {
     }
 }
 
-/// Why a call was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AuthError {
-    /// No `authorization` metadata.
-    #[error(
-        "this server requires a bearer token: send the metadata `authorization: Bearer <token>` \
-         (uuidmap CLI: --token or UUIDMAP_TOKEN)"
-    )]
-    Missing,
-    /// The metadata is not `Bearer <token>`.
-    #[error("the authorization metadata must have the form `Bearer <token>`")]
-    NotBearer,
-    /// A token this server does not know.
-    #[error("the bearer token is not valid on this server")]
-    UnknownToken,
-    /// A known token whose role is too low.
-    #[error("{method} needs a token with the {needed} role; this token has the {has} role")]
-    WrongRole {
-        /// The method called.
-        method: String,
-        /// The role it needs.
-        needed: Role,
-        /// The token's role.
-        has: Role,
-    },
-}
-
 /// The layer: checks every call against `tokens`, or lets everything
 /// through when there are none (auth off).
 #[derive(Clone, Debug, Default)]
@@ -331,7 +305,7 @@ where
                 inner: self.inner.call(request),
             },
             Err(e) => AuthFuture::Refused {
-                response: Some(status::auth_error(&e).into_http()),
+                response: Some(tonic::Status::from(&e).into_http()),
             },
         }
     }

@@ -40,7 +40,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -49,7 +48,6 @@ use super::metrics::{DEFAULT_METRICS_LISTEN, MetricsListen};
 use super::tls::TlsFiles;
 use uuidmap_engine::store::replay_apply::ReplayWorkers;
 use uuidmap_engine::store::wal::Preallocate;
-use uuidmap_engine::store::{Io, OsIo};
 use uuidmap_engine::writer::{DurableConfig, FsyncPolicy};
 
 /// The default listen address.
@@ -182,30 +180,9 @@ pub struct ServeConfig {
     pub max_replay: Option<Duration>,
     /// Threads that replay the WAL at start.
     pub replay_workers: ReplayWorkers,
-    /// The file system under `data_dir`: the real one (no flag sets it).
-    pub disk: DataDisk,
     /// Prometheus `GET /metrics` on this address; `None`: off (the
     /// default of [`ServeConfig::new`], so tests do not share a port).
     pub metrics_listen: Option<SocketAddr>,
-}
-
-/// The file system the data directory lives on: the operating system's,
-/// or in tests a simulated disk that can fill up or fail
-/// (`store::SimIo`), so that the server's answers to a failing disk can be
-/// tested end to end.
-#[derive(Clone)]
-pub struct DataDisk(pub Arc<dyn Io>);
-
-impl Default for DataDisk {
-    fn default() -> Self {
-        DataDisk(Arc::new(OsIo))
-    }
-}
-
-impl std::fmt::Debug for DataDisk {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DataDisk")
-    }
 }
 
 impl ServeConfig {
@@ -229,7 +206,6 @@ impl ServeConfig {
             snapshot_interval: store.snapshot_every,
             max_replay: store.max_replay,
             replay_workers: store.recovery.replay_workers,
-            disk: DataDisk::default(),
             metrics_listen: None,
         }
     }
@@ -445,6 +421,7 @@ struct FileConfig {
 
 /// Options that cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The config file could not be read.
     #[error("cannot read the config file {path}: {source}")]

@@ -36,8 +36,9 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
+use super::errors::WaitBound;
 use super::methods::{self, AdmitAs, Class};
-use super::status::{self, WaitBound};
+use super::status;
 
 /// The call's deadline (`grpc-timeout`), counted from when the request
 /// entered the server.

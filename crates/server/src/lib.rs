@@ -59,6 +59,7 @@ pub mod auth;
 pub mod config;
 pub mod deadline;
 pub mod end_on_stop;
+pub mod errors;
 pub mod methods;
 pub mod metrics;
 pub mod metrics_endpoint;
@@ -75,7 +76,6 @@ pub mod wire;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tonic::codec::CompressionEncoding::Gzip;
@@ -88,7 +88,7 @@ pub use config::{ServeArgs, ServeConfig};
 
 use proto::v1::uuid_map_admin_server::UuidMapAdminServer;
 use proto::v1::uuid_map_server::UuidMapServer;
-use uuidmap_engine::store::StoreError;
+use uuidmap_engine::store::{Io, OsIo, StoreError};
 use uuidmap_engine::writer::{DurableConfig, DurableIndex};
 
 /// HTTP/2 flow-control windows. The defaults (64 KiB) cap one stream at
@@ -98,6 +98,7 @@ const STREAM_WINDOW: u32 = 4 << 20;
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServeError {
     /// A non-loopback address without TLS and client authentication.
     #[error(
@@ -256,71 +257,127 @@ pub async fn serve_on(
         }
         None => None,
     };
-    serve_with(listener, metrics, config, shutdown).await
+    ServerParts::new(listener, config)
+        .metrics(metrics)
+        .serve(shutdown)
+        .await
 }
 
-/// [`serve_on`] with the metrics listener bound by the caller too (for
-/// example on port 0): `metrics` wins over `config.metrics_listen`, and
-/// `None` turns metrics off.
-pub async fn serve_with(
-    listener: TcpListener,
-    metrics: Option<TcpListener>,
-    config: ServeConfig,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), ServeError> {
-    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
-        addr: config.listen,
-        source,
-    })?;
-    check_listen_address(addr, &config)?;
-    if let Some(m) = &metrics {
-        let maddr = m.local_addr().map_err(|source| ServeError::Bind {
-            addr: config.metrics_listen.unwrap_or(addr),
+/// What a server is assembled from: its listeners, its options and the
+/// file system under its data directory. [`serve`] and [`serve_on`] build
+/// one; a caller that binds the metrics port itself (for example on port
+/// 0) or runs the server on another file system (a test's simulated disk)
+/// builds its own.
+pub struct ServerParts {
+    /// The gRPC listener; its address wins over `config.listen`.
+    pub listener: TcpListener,
+    /// The metrics listener; wins over `config.metrics_listen` (`None`:
+    /// metrics off).
+    pub metrics: Option<TcpListener>,
+    /// The options.
+    pub config: ServeConfig,
+    /// The file system the data directory lives on.
+    pub io: Arc<dyn Io>,
+}
+
+impl ServerParts {
+    /// A server on `listener` with `config`, metrics off, on the operating
+    /// system's file system.
+    pub fn new(listener: TcpListener, config: ServeConfig) -> ServerParts {
+        ServerParts {
+            listener,
+            metrics: None,
+            config,
+            io: Arc::new(OsIo),
+        }
+    }
+
+    /// Serves metrics on `listener` (`None`: off).
+    pub fn metrics(mut self, listener: Option<TcpListener>) -> ServerParts {
+        self.metrics = listener;
+        self
+    }
+
+    /// Keeps the data directory on `io` instead of the operating system's
+    /// file system.
+    pub fn io(mut self, io: Arc<dyn Io>) -> ServerParts {
+        self.io = io;
+        self
+    }
+
+    /// Serves until `shutdown` resolves, then shuts down gracefully:
+    /// in-flight calls finish, the writes drain, the final snapshot is
+    /// taken and the directory is released.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), ServeError> {
+        let ServerParts {
+            listener,
+            metrics,
+            config,
+            io,
+        } = self;
+        let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+            addr: config.listen,
             source,
         })?;
-        check_metrics_address(maddr, &config)?;
-        // Before the first call, so no series is recorded into the void.
-        metrics::install();
-    }
-    let security = Security::load(&config)?;
-    let durable = open(&config).await?;
-    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
-    let failing = durable.clone();
-    let shutdown = async move {
-        tokio::select! {
-            () = shutdown => {}
-            e = failing.wal_failed() => tracing::error!(
-                "stopping: the WAL failed and no more writes can be acknowledged ({e}); \
-                 restart the server to recover from what is on disk"
-            ),
+        check_listen_address(addr, &config)?;
+        if let Some(m) = &metrics {
+            let maddr = m.local_addr().map_err(|source| ServeError::Bind {
+                addr: config.metrics_listen.unwrap_or(addr),
+                source,
+            })?;
+            check_metrics_address(maddr, &config)?;
+            // Before the first call, so no series is recorded into the void.
+            metrics::install();
         }
-        drop(failing);
-        // Wakes every wait in progress (see `DataService::wait_applied`).
-        let _ = stopping_tx.send(true);
-    };
-    let result = run(
-        listener,
-        metrics,
-        addr,
-        &config,
-        security,
-        durable.clone(),
-        stopping,
-        shutdown,
-    )
-    .await;
-    let failure = durable.wal_failure();
-    close(durable).await?;
-    result?;
-    match failure {
-        Some(e) => Err(ServeError::WalFailed(e)),
-        None => Ok(()),
+        let security = Security::load(&config)?;
+        let durable = open(&config, io).await?;
+        let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+        let failing = durable.clone();
+        let shutdown = async move {
+            tokio::select! {
+                () = shutdown => {}
+                e = failing.wal_failed() => tracing::error!(
+                    "stopping: the WAL failed and no more writes can be acknowledged ({e}); \
+                     restart the server to recover from what is on disk"
+                ),
+            }
+            drop(failing);
+            // Wakes every wait in progress (see `DataService::wait_applied`).
+            let _ = stopping_tx.send(true);
+        };
+        let assembled = Assembled {
+            listener,
+            metrics_listener: metrics,
+            addr,
+            security,
+            durable: durable.clone(),
+            stopping,
+        };
+        let result = run(assembled, &config, shutdown).await;
+        let failure = durable.wal_failure();
+        close(durable).await?;
+        result?;
+        match failure {
+            Some(e) => Err(ServeError::WalFailed(e)),
+            None => Ok(()),
+        }
     }
 }
 
-async fn open(config: &ServeConfig) -> Result<Arc<DurableIndex>, ServeError> {
+/// What `run` serves with, once the options are checked and the index is
+/// open.
+struct Assembled {
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    addr: SocketAddr,
+    security: Security,
+    durable: Arc<DurableIndex>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+async fn open(config: &ServeConfig, io: Arc<dyn Io>) -> Result<Arc<DurableIndex>, ServeError> {
     let mut durable = DurableConfig::new(&config.data_dir);
-    durable.io = config.disk.0.clone();
+    durable.io = io;
     durable.pipeline.policy = config.fsync;
     durable.wal_segment_bytes = config.wal_file_bytes;
     durable.wal_preallocate = config.wal_preallocate;
@@ -348,17 +405,19 @@ const HEALTH_NAMES: [&str; 3] = [
     <UuidMapAdminServer<admin::AdminService> as tonic::server::NamedService>::NAME,
 ];
 
-#[allow(clippy::too_many_arguments)]
 async fn run(
-    listener: TcpListener,
-    metrics_listener: Option<TcpListener>,
-    addr: SocketAddr,
+    assembled: Assembled,
     config: &ServeConfig,
-    security: Security,
-    durable: Arc<DurableIndex>,
-    stopping: tokio::sync::watch::Receiver<bool>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    let Assembled {
+        listener,
+        metrics_listener,
+        addr,
+        security,
+        durable,
+        stopping,
+    } = assembled;
     let max_message = transport_errors::decoder_limit(&config.limits);
     let catalog = Arc::new(reflection::Catalog::of_server());
     let metrics_on = metrics_listener.is_some();
@@ -474,43 +533,27 @@ fn incoming(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// Shuts the index down once the services have let go of it.
+/// Shuts the index down: drains the writes, takes the final snapshot and
+/// releases the directory, even while connections that have stopped being
+/// served still hold their clones of the `Arc` (shutdown takes `&self`).
 async fn close(durable: Arc<DurableIndex>) -> Result<(), ServeError> {
-    // The transport drops each connection's service clone when the
-    // connection ends; give stragglers a moment.
-    let mut durable = durable;
-    for _ in 0..500 {
-        match Arc::try_unwrap(durable) {
-            Ok(owned) => {
-                let final_snapshot = tokio::task::spawn_blocking(move || owned.shutdown())
-                    .await
-                    .map_err(|e| ServeError::Join(format!("shutdown panicked: {e}")))?;
-                return match final_snapshot {
-                    Some(Ok(info)) => {
-                        tracing::info!(
-                            "index shut down: writes drained, final snapshot taken at LSN {}",
-                            info.lsn
-                        );
-                        Ok(())
-                    }
-                    Some(Err(e)) => Err(ServeError::FinalSnapshot(e)),
-                    None => {
-                        tracing::info!("index shut down: writes drained (no final snapshot)");
-                        Ok(())
-                    }
-                };
-            }
-            Err(shared) => {
-                durable = shared;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+    let final_snapshot = tokio::task::spawn_blocking(move || durable.shutdown())
+        .await
+        .map_err(|e| ServeError::Join(format!("shutdown panicked: {e}")))?;
+    match final_snapshot {
+        Some(Ok(info)) => {
+            tracing::info!(
+                "index shut down: writes drained, final snapshot taken at LSN {}",
+                info.lsn
+            );
+            Ok(())
+        }
+        Some(Err(e)) => Err(ServeError::FinalSnapshot(e)),
+        None => {
+            tracing::info!("index shut down: writes drained (no final snapshot)");
+            Ok(())
         }
     }
-    Err(ServeError::Join(
-        "the index was still in use 5 s after the server stopped; it was not shut down cleanly \
-         (acknowledged writes are in the WAL and will be replayed at the next start)"
-            .into(),
-    ))
 }
 
 #[cfg(test)]

@@ -40,8 +40,8 @@ use tonic::Status;
 use uuid::Uuid;
 
 use super::config::Limits;
+use super::errors::RequestError;
 use super::proto::v1 as pb;
-use super::status::RequestError;
 use uuidmap_index::{Index, ScanCursor, Scanner, ValueFilter};
 
 /// Entries in a message, normally (128 KiB).

@@ -15,9 +15,10 @@ use tonic::{Request, Response, Status};
 
 use super::config::Limits;
 use super::deadline::wait_deadline;
+use super::errors::RequestError;
 use super::proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
 use super::scan;
-use super::status::{RequestError, stopping_wait, wait_timed_out, write_error};
+use super::status::{stopping_wait, wait_timed_out, write_error};
 use super::wire::{bytes_of, key, optional_uuid, pack_values, packed_keys, uuid};
 use uuidmap_engine::writer::{DurableIndex, WriteError, WriteOp};
 

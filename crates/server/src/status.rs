@@ -39,96 +39,10 @@ use std::time::Duration;
 
 use tonic::Status;
 
-use super::admission::AdmissionError;
-use super::auth::AuthError;
+use crate::errors::{AdmissionError, AuthError, RequestError, WaitBound};
 use uuidmap_engine::store::StoreError;
 use uuidmap_engine::writer::WriteError;
 use uuidmap_index::sync::WaitTimedOut;
-use uuidmap_index::{KeyError, ScanError};
-
-/// A request that breaks the wire rules or the server's limits.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RequestError {
-    /// A UUID field is not 16 bytes.
-    #[error("{field} must be a 16-byte UUID, but it is {len} bytes long")]
-    UuidLength {
-        /// The field, as the request names it.
-        field: String,
-        /// Its length in bytes.
-        len: usize,
-    },
-    /// A key is reserved.
-    #[error("{field}: {source}")]
-    Key {
-        /// The field, as the request names it.
-        field: String,
-        /// Why the key is refused.
-        source: KeyError,
-    },
-    /// A packed key field is not a whole number of 16-byte keys.
-    #[error("{field} must hold whole 16-byte keys, but its {len} bytes are not a multiple of 16")]
-    PackedLength {
-        /// The field.
-        field: &'static str,
-        /// Its length in bytes.
-        len: usize,
-    },
-    /// A batch has more keys than the configured limit.
-    #[error(
-        "a BatchGet may hold at most {max} keys (the server's --max-batch-keys); this one \
-         holds {len}: split it"
-    )]
-    TooManyKeys {
-        /// The keys in the batch.
-        len: usize,
-        /// The configured limit.
-        max: usize,
-    },
-    /// A write batch has no operations.
-    #[error("a write batch needs at least one operation")]
-    NoOps,
-    /// A write batch has more operations than the configured limit.
-    #[error(
-        "a Write may hold at most {max} operations (the server's --max-write-ops); this one \
-         holds {len}: split it"
-    )]
-    TooManyOps {
-        /// The operations in the batch.
-        len: usize,
-        /// The configured limit.
-        max: usize,
-    },
-    /// A write operation has none of put, delete, compare_and_set set.
-    #[error(
-        "ops[{index}] sets no operation: set one of put, delete or compare_and_set \
-         (a client built from an older or newer proto may send an operation this server \
-         does not know)"
-    )]
-    UnknownOp {
-        /// The operation's position in `ops`.
-        index: usize,
-    },
-    /// A scan filter is not a whole number of 16-byte values.
-    #[error("values must hold whole 16-byte UUIDs, but its {len} bytes are not a multiple of 16")]
-    FilterLength {
-        /// The filter's length in bytes.
-        len: usize,
-    },
-    /// A scan filter has more values than the configured limit.
-    #[error(
-        "a scan filter may hold at most {max} values (the server's --max-filter-values); this \
-         one holds {len} (scan with several smaller filters instead)"
-    )]
-    TooManyFilterValues {
-        /// The values in the filter.
-        len: usize,
-        /// The configured limit.
-        max: usize,
-    },
-    /// A scan cursor or split that does not fit this index.
-    #[error("{0}")]
-    Scan(#[from] ScanError),
-}
 
 impl From<RequestError> for Status {
     fn from(e: RequestError) -> Status {
@@ -136,7 +50,8 @@ impl From<RequestError> for Status {
     }
 }
 
-/// The status for a refused write.
+/// The status for a refused write. (A function, not a `From` impl: both
+/// types are foreign to this crate.)
 pub fn write_error(e: WriteError) -> Status {
     match e {
         WriteError::Empty | WriteError::TooLarge { .. } | WriteError::Key { .. } => {
@@ -146,16 +61,11 @@ pub fn write_error(e: WriteError) -> Status {
         WriteError::Wal(_) | WriteError::WalFailed(_) | WriteError::ShuttingDown => {
             Status::unavailable(e.to_string())
         }
+        // A kind of refusal added to the engine after this was written:
+        // nothing was applied (the engine refuses before logging), and a
+        // retry may succeed.
+        _ => Status::unavailable(e.to_string()),
     }
-}
-
-/// Where the bound of a wait came from, for the message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitBound {
-    /// The call's deadline (`grpc-timeout`).
-    CallDeadline,
-    /// The server's maximum wait (the call had no deadline, or a longer one).
-    ServerMaximum,
 }
 
 /// The status for a wait that reached its bound.
@@ -236,22 +146,26 @@ pub fn stopping_stream() -> Status {
 }
 
 /// The status for a call the bearer-token check refused.
-pub fn auth_error(e: &AuthError) -> Status {
-    match e {
-        AuthError::WrongRole { .. } => Status::permission_denied(e.to_string()),
-        AuthError::Missing | AuthError::NotBearer | AuthError::UnknownToken => {
-            Status::unauthenticated(e.to_string())
+impl From<&AuthError> for Status {
+    fn from(e: &AuthError) -> Status {
+        match e {
+            AuthError::WrongRole { .. } => Status::permission_denied(e.to_string()),
+            AuthError::Missing | AuthError::NotBearer | AuthError::UnknownToken => {
+                Status::unauthenticated(e.to_string())
+            }
         }
     }
 }
 
 /// The status for a call admission control refused (it was not run).
-pub fn admission_error(e: &AdmissionError) -> Status {
-    match e {
-        AdmissionError::QueueFull { .. } | AdmissionError::LongPolls { .. } => {
-            Status::resource_exhausted(e.to_string())
+impl From<&AdmissionError> for Status {
+    fn from(e: &AdmissionError) -> Status {
+        match e {
+            AdmissionError::QueueFull { .. } | AdmissionError::LongPolls { .. } => {
+                Status::resource_exhausted(e.to_string())
+            }
+            AdmissionError::Deadline { .. } => Status::deadline_exceeded(e.to_string()),
         }
-        AdmissionError::Deadline { .. } => Status::deadline_exceeded(e.to_string()),
     }
 }
 
@@ -272,6 +186,7 @@ mod tests {
     use super::*;
     use tonic::Code;
     use uuid::Uuid;
+    use uuidmap_index::KeyError;
 
     #[test]
     fn a_cas_mismatch_is_never_internal() {

@@ -36,6 +36,7 @@ pub struct TlsFiles {
 
 /// TLS files that cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
     /// The file could not be read.
     #[error("cannot read the {what} {path}: {source}")]

@@ -26,7 +26,6 @@
 //! WAL reads are blocking file I/O: each runs on the blocking pool
 //! (`spawn_blocking`), the follower moving there and back.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use prost::Message;
@@ -37,7 +36,7 @@ use tonic::Status;
 use super::proto::v1 as pb;
 use super::status::{stopping_watch, watch_error};
 use uuidmap_engine::store::wal::WalFollower;
-use uuidmap_engine::store::{Io, Op, StoreError};
+use uuidmap_engine::store::{Op, StoreError};
 use uuidmap_engine::writer::DurableIndex;
 use uuidmap_index::sync::LsnWatermark;
 
@@ -52,14 +51,12 @@ pub type WatchStream = tokio_stream::wrappers::ReceiverStream<Result<pb::WatchRe
 /// Starts a watch after `after_lsn`; FAILED_PRECONDITION at once if the
 /// WAL no longer holds the LSN after it.
 pub async fn start(
-    durable: &DurableIndex,
+    durable: &Arc<DurableIndex>,
     after_lsn: u64,
     stopping: watch::Receiver<bool>,
 ) -> Result<WatchStream, Status> {
-    let io: Arc<dyn Io> = durable.io().clone();
-    let dir: PathBuf = durable.dir().to_path_buf();
-    let from = after_lsn.saturating_add(1);
-    let follower = tokio::task::spawn_blocking(move || WalFollower::open(io, &dir, from))
+    let opener = durable.clone();
+    let follower = tokio::task::spawn_blocking(move || opener.follow(after_lsn))
         .await
         .map_err(|e| Status::internal(format!("opening the WAL panicked: {e}")))?
         .map_err(|e| watch_error(&e, after_lsn))?;

@@ -4,7 +4,7 @@
 use prost::bytes::{Bytes, BytesMut};
 use uuid::Uuid;
 
-use super::status::RequestError;
+use super::errors::RequestError;
 use uuidmap_index::slot::check_key;
 
 /// A UUID field: exactly 16 bytes.

@@ -8,6 +8,7 @@ use uuidmap_index::BuildError;
 
 /// Whatever can go wrong reading or writing the data directory.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// An operating-system call on a file failed.
     #[error("{action} {path}: {source}{hint}", hint = io_hint(source))]

@@ -3,8 +3,8 @@
 //! the server (and the crash tests' child process) open.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -14,7 +14,7 @@ use super::snapshotter::{
     ReplayBudget, SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger,
 };
 use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
-use crate::store::wal::{Preallocate, WalOptions, WalWriter};
+use crate::store::wal::{Preallocate, WalFollower, WalOptions, WalWriter};
 use crate::store::{DirLock, Io, OsIo, StoreError, lock_data_dir};
 use uuidmap_index::Index;
 use uuidmap_index::sync::LsnWatermark;
@@ -79,11 +79,14 @@ impl DurableConfig {
 pub struct DurableIndex {
     index: Index,
     watermark: Arc<LsnWatermark>,
-    pipeline: Option<Pipeline>,
+    /// The threads and the directory's lock, until [`DurableIndex::shutdown`]
+    /// takes them (`None` after). Touched only by shutdown and drop: writes go
+    /// through `writes`, and the snapshot figures through `snapshot_stats`.
+    running: Mutex<Option<Running>>,
     writes: WriteHandle,
     /// Set when the WAL failed for good (a failed fsync).
     failure: PipelineFailure,
-    snapshotter: Snapshotter,
+    snapshot_stats: Arc<SnapshotStats>,
     snapshot_tx: std::sync::mpsc::Sender<Trigger>,
     report: RecoveryReport,
     /// The restart budget in force (`None`: off).
@@ -92,9 +95,15 @@ pub struct DurableIndex {
     /// configured one and the budget's (0: none).
     snapshot_trigger_bytes: u64,
     config: DurableConfig,
-    /// The data directory's lock. Last, so that it is dropped (released)
-    /// only after the fields above have stopped the writer and snapshot
-    /// threads: no other process may write the directory before then.
+}
+
+/// What a running index owns until it stops. The fields drop in order: the
+/// writer thread stops, then the snapshot thread, and only then is the
+/// directory's lock released, so that no other process may write the
+/// directory while either thread still can.
+struct Running {
+    pipeline: Pipeline,
+    snapshotter: Snapshotter,
     _lock: DirLock,
 }
 
@@ -143,8 +152,8 @@ pub struct DurableStats {
 impl DurableIndex {
     /// Locks the data directory (refusing with [`StoreError::DirInUse`]
     /// if another process holds it), recovers it and starts the writer and
-    /// snapshot threads. The lock is held until the `DurableIndex` is
-    /// dropped.
+    /// snapshot threads. The lock is held until [`DurableIndex::shutdown`]
+    /// or the drop.
     pub fn open(config: DurableConfig) -> Result<DurableIndex, StoreError> {
         let io = config.io.clone();
         io.create_dir_all(&config.dir)
@@ -255,14 +264,17 @@ impl DurableIndex {
             watermark,
             failure: pipeline.failure(),
             writes,
-            pipeline: Some(pipeline),
-            snapshotter,
+            snapshot_stats: snapshotter.stats().clone(),
+            running: Mutex::new(Some(Running {
+                pipeline,
+                snapshotter,
+                _lock: lock,
+            })),
             snapshot_tx,
             report,
             budget,
             snapshot_trigger_bytes,
             config,
-            _lock: lock,
         };
         Ok(durable)
     }
@@ -304,19 +316,9 @@ impl DurableIndex {
         &self.watermark
     }
 
-    /// The file system the store uses (for readers of the WAL).
-    pub fn io(&self) -> &Arc<dyn Io> {
-        &self.config.io
-    }
-
     /// What recovery found.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report
-    }
-
-    /// The data directory.
-    pub fn dir(&self) -> &std::path::Path {
-        &self.config.dir
     }
 
     /// Takes a snapshot now and waits for it.
@@ -341,7 +343,7 @@ impl DurableIndex {
     /// Current figures.
     pub fn stats(&self) -> DurableStats {
         let p: &PipelineStats = self.writes.stats();
-        let s: &SnapshotStats = self.snapshotter.stats();
+        let s: &SnapshotStats = &self.snapshot_stats;
         DurableStats {
             entries: self.index.len() as u64,
             table_bytes: self.index.table_bytes() as u64,
@@ -379,14 +381,43 @@ impl DurableIndex {
     /// Graceful stop: refuses new writes, finishes the queued ones, syncs the
     /// WAL, takes a final snapshot (if configured), stops the threads and
     /// releases the directory's lock. Returns the final snapshot's outcome
-    /// (`None`: not configured). When it failed, nothing acknowledged is
-    /// lost: the WAL holds it, and the next open replays it.
-    pub fn shutdown(mut self) -> Option<SnapshotResult> {
-        if let Some(pipeline) = self.pipeline.take() {
-            pipeline.stop();
-        }
-        let final_snapshot = self.config.snapshot_on_shutdown;
-        self.snapshotter.stop(final_snapshot)
+    /// (`None`: not configured, or stopped already). When it failed,
+    /// nothing acknowledged is lost: the WAL holds it, and the next open
+    /// replays it.
+    ///
+    /// Idempotent, and it takes `&self`: a server calls it while
+    /// connections it has stopped serving may still hold their clones of
+    /// the `Arc`. A second call waits for the first to finish and returns
+    /// `None`. Blocking: call it from a blocking thread. Afterwards reads
+    /// still answer (from the final state), writes are refused
+    /// ([`WriteError::ShuttingDown`](super::WriteError::ShuttingDown)) and
+    /// snapshots fail.
+    pub fn shutdown(&self) -> Option<SnapshotResult> {
+        // A panic in an earlier shutdown leaves nothing to stop twice.
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let Running {
+            pipeline,
+            mut snapshotter,
+            _lock,
+        } = running.take()?;
+        pipeline.stop();
+        let outcome = snapshotter.stop(self.config.snapshot_on_shutdown);
+        drop(snapshotter);
+        drop(_lock);
+        outcome
+    }
+
+    /// Opens a reader of the applied batches after `after_lsn`, from the
+    /// WAL (for change streams). Fails with
+    /// [`StoreError::WalNotRetained`] when the WAL no longer holds the
+    /// batch after it (a snapshot covered it and its file was removed).
+    /// Blocking (it opens and reads WAL files).
+    pub fn follow(&self, after_lsn: u64) -> Result<WalFollower, StoreError> {
+        WalFollower::open(
+            self.config.io.clone(),
+            &self.config.dir,
+            after_lsn.saturating_add(1),
+        )
     }
 }
 

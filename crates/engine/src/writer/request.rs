@@ -53,6 +53,7 @@ pub struct WriteOutcome {
 /// Why a batch was not applied. Nothing of a refused batch is logged or
 /// applied.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WriteError {
     /// The batch has no operations.
     #[error("a write batch needs at least one operation")]

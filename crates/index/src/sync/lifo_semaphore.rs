@@ -90,6 +90,8 @@ use crate::atomic::{AtomicU64, AtomicUsize, Ordering, UnsafeCell, fence};
 
 /// Why [`LifoSemaphore::acquire`] did not get a permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+// Not `#[non_exhaustive]`: the two outcomes are the primitive's contract,
+// and admission matches them exhaustively so that a third must be handled.
 pub enum AcquireError {
     /// Every permit is taken and the waiting queue is full.
     #[error("the server is over capacity: all permits are taken and the waiting queue is full")]
