@@ -9,13 +9,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{TestServer, b, config, put_op, u};
 use tonic::transport::Channel;
 use tonic::{Code, Request};
 use uuid::Uuid;
 use uuidmap::server::ServeConfig;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
+use uuidmap_testkit::server::{TestServer, b, config, put_op, u};
 
 type Client = UuidMapClient<Channel>;
 

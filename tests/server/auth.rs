@@ -1,7 +1,6 @@
 //! Bearer tokens end to end: the real server with a tokens file, called
 //! through the generated client with and without `authorization` metadata.
 
-use crate::common::{RPCS, TestServer, b, config, raw_call, u};
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Request};
@@ -9,6 +8,7 @@ use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 use uuidmap::server::{ServeError, serve_on};
+use uuidmap_testkit::server::{RPCS, TestServer, b, config, raw_call, u};
 
 const READ_TOKEN: &str = "r3ad-only-token-7f1c2a9e";
 const WRITE_TOKEN: &str = "wr1te-token-5b8d0e4c6a";
@@ -198,7 +198,7 @@ async fn every_read_rpc_takes_a_read_token_and_every_write_rpc_refuses_it() {
     assert_eq!(code(cas), Code::PermissionDenied);
     let write = c
         .write(r.request(pb::WriteRequest {
-            ops: vec![crate::common::put_op(u(1), u(3))],
+            ops: vec![uuidmap_testkit::server::put_op(u(1), u(3))],
         }))
         .await;
     assert_eq!(code(write), Code::PermissionDenied);

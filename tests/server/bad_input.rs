@@ -2,13 +2,15 @@
 //! with a message that names the field and the problem, and none writes
 //! anything.
 
-use crate::common::{MAX_BATCH_KEYS, MAX_WRITE_OPS, RPCS, TestServer, b, put_op, raw_call, u};
 use prost::bytes::Bytes;
 use tonic::Code;
 use tonic::transport::Channel;
 use uuid::Uuid;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
+use uuidmap_testkit::server::{
+    MAX_BATCH_KEYS, MAX_WRITE_OPS, RPCS, TestServer, b, put_op, raw_call, u,
+};
 
 async fn call(c: &mut UuidMapClient<Channel>, case: &Case) -> tonic::Status {
     let r = match case.req.clone() {

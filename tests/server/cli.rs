@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::{TestServer, config, put_op};
 use uuid::Uuid;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::tls::TlsFiles;
+use uuidmap_testkit::server::{TestServer, config, put_op};
 
 const KEY: &str = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
 const VALUE: &str = "00000000-0000-4000-8000-00000000000a";
@@ -147,7 +147,7 @@ async fn no_server_running_names_the_address_and_exits_2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_tokens_through_the_binary() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = crate::pki::Ca::new("cli CA");
+    let ca = uuidmap_testkit::server::pki::Ca::new("cli CA");
     let leaf = ca.server();
     let tokens = dir.path().join("tokens");
     std::fs::write(
@@ -157,14 +157,14 @@ async fn tls_and_tokens_through_the_binary() {
     .unwrap();
     let mut c = config(&dir.path().join("data"));
     c.tls = Some(TlsFiles {
-        cert: crate::pki::write(dir.path(), "server.pem", &leaf.cert),
-        key: crate::pki::write(dir.path(), "server.key", &leaf.key),
+        cert: uuidmap_testkit::server::pki::write(dir.path(), "server.pem", &leaf.cert),
+        key: uuidmap_testkit::server::pki::write(dir.path(), "server.key", &leaf.key),
         client_ca: None,
     });
     c.tokens_file = Some(tokens);
     let server = TestServer::start_with(c).await;
     let url = format!("https://127.0.0.1:{}", server.addr.port());
-    let ca_pem = crate::pki::write(dir.path(), "ca.pem", &ca.pem);
+    let ca_pem = uuidmap_testkit::server::pki::write(dir.path(), "ca.pem", &ca.pem);
     let ca_pem = ca_pem.to_str().unwrap();
     let env = |token: &'static str| {
         [
@@ -247,10 +247,10 @@ fn serve_refuses_a_public_address_without_tls_and_client_auth() {
         "{e}"
     );
     // TLS alone is not enough.
-    let ca = crate::pki::Ca::new("CA");
+    let ca = uuidmap_testkit::server::pki::Ca::new("CA");
     let leaf = ca.server();
-    let cert = crate::pki::write(dir.path(), "s.pem", &leaf.cert);
-    let key = crate::pki::write(dir.path(), "s.key", &leaf.key);
+    let cert = uuidmap_testkit::server::pki::write(dir.path(), "s.pem", &leaf.cert);
+    let key = uuidmap_testkit::server::pki::write(dir.path(), "s.key", &leaf.key);
     let e = serve_refused(
         dir.path(),
         &[

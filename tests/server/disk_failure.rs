@@ -8,7 +8,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::common::{TestServer, b, config, put_op, u};
 use tonic::Code;
 use tonic::transport::Channel;
 use uuidmap::server::ServeError;
@@ -16,6 +15,7 @@ use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 use uuidmap_testkit::SimIo;
+use uuidmap_testkit::server::{TestServer, b, config, put_op, u};
 
 type Client = UuidMapClient<Channel>;
 

@@ -3,17 +3,14 @@
 //! the generated client, raw HTTP/2, and the `uuidmap` binary. One test
 //! binary with a module per subject, so that it links once.
 //!
-//! - `common`: the test server and the helpers every module uses; `pki`: a
-//!   throwaway certificate authority.
+//! - The test server and the helpers every module uses come from
+//!   `uuidmap_testkit::server`.
 //! - `rpcs`: every RPC and its codes; `bad_input`: malformed requests;
 //!   `protocol`: health, reflection, compression, framing; `scan`,
 //!   `watch`, `waitfor`: the streams and the long-polls; `admission`,
 //!   `auth`, `tls`: who gets in, and when; `ops`: metrics and stats;
 //!   `disk_failure`: a full or failing data disk; `cli`: the binary's
 //!   client commands against a running server.
-
-mod common;
-mod pki;
 
 mod admission;
 mod auth;

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use crate::common::{TestServer, b, config, http_get, sample, scrape, u};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -14,6 +13,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
+use uuidmap_testkit::server::{TestServer, b, config, http_get, sample, scrape, u};
 
 const SERVICES: [&str; 3] = ["", "uuidmap.v1.UuidMap", "uuidmap.v1.UuidMapAdmin"];
 

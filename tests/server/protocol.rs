@@ -3,7 +3,6 @@
 //! gzip, and empty batches. Each answer must match the README's error
 //! table.
 
-use crate::common::*;
 use prost::bytes::{BufMut, Bytes, BytesMut};
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -11,6 +10,7 @@ use tonic::codec::CompressionEncoding::Gzip;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
+use uuidmap_testkit::server::*;
 
 /// A server with the default limits (the shared test config lowers them).
 async fn default_limits_server(dir: &std::path::Path) -> TestServer {

@@ -5,12 +5,14 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::common::{MAX_BATCH_KEYS, TestServer, b, config, framed, put_op, raw_status, u};
 use tonic::{Code, Request};
 use uuid::Uuid;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
 use uuidmap::server::{ServeError, serve};
+use uuidmap_testkit::server::{
+    MAX_BATCH_KEYS, TestServer, b, config, framed, put_op, raw_status, u,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rpc_answers_as_documented() {

@@ -9,12 +9,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::common::{MAX_FILTER_VALUES, TestServer, b, config, put_op, u};
 use tonic::Code;
 use tonic::transport::Channel;
 use uuid::Uuid;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
+use uuidmap_testkit::server::{MAX_FILTER_VALUES, TestServer, b, config, put_op, u};
 
 type Client = UuidMapClient<Channel>;
 

@@ -4,13 +4,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::{TestServer, b, config, u};
-use crate::pki::{Ca, write};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 use uuidmap::server::tls::TlsFiles;
 use uuidmap::server::{ServeError, serve_on};
+use uuidmap_testkit::server::pki::{Ca, write};
+use uuidmap_testkit::server::{TestServer, b, config, u};
 
 /// A TLS server signed by `ca`, requiring client certificates from
 /// `client_ca` when given.
@@ -29,7 +29,7 @@ async fn tls_server(dir: &Path, ca: &Ca, client_ca: Option<&Ca>) -> TestServer {
 async fn tls_channel(
     server: &TestServer,
     trust: &Ca,
-    identity: Option<&crate::pki::Leaf>,
+    identity: Option<&uuidmap_testkit::server::pki::Leaf>,
 ) -> Result<Channel, tonic::transport::Error> {
     let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&trust.pem));
     if let Some(id) = identity {

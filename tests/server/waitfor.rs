@@ -17,7 +17,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{TestServer, b, u};
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request};
@@ -25,6 +24,7 @@ use uuidmap::server::ServeConfig;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 use uuidmap::writer::FsyncPolicy;
+use uuidmap_testkit::server::{TestServer, b, u};
 
 /// Connections, and long-polls on each.
 const CONNECTIONS: usize = 8;

@@ -3,13 +3,16 @@
 //! ([`SimIo`]); the deterministic write batches of the crash tests and the
 //! child process they kill ([`crashtest`], `src/bin/crash-child.rs`); and
 //! the one deterministic data generator of the tests and benches
-//! ([`data`], splitmix64). The
-//! product's crates never depend on it; their tests do.
+//! ([`data`], splitmix64); and the end-to-end tests' server rig
+//! ([`server`]: a real server on a loopback port, raw gRPC calls, metrics
+//! scraping, throw-away certificates). The product's crates never depend on
+//! it; their tests do.
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod crashtest;
 pub mod data;
+pub mod server;
 pub mod sim_io;
 
 pub use sim_io::SimIo;

@@ -17,11 +17,14 @@ pub struct Ca {
 
 /// A certificate and its private key, PEM.
 pub struct Leaf {
+    /// The certificate, PEM.
     pub cert: String,
+    /// Its private key, PEM.
     pub key: String,
 }
 
 impl Ca {
+    /// A new self-signed CA named `name`.
     pub fn new(name: &str) -> Ca {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

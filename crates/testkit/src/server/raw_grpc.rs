@@ -1,142 +1,14 @@
-//! The test server and small helpers shared by the modules of this test
-//! binary.
-
-use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+//! Calls the generated client cannot make: raw bytes as the request
+//! message (so that the server sees bytes that are no protobuf at all), and
+//! bare HTTP/2, which unlike tonic's client does not enforce `grpc-timeout`
+//! itself, so the deadline answer is the server's.
 
 use prost::Message;
 use prost::bytes::{BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tonic::Code;
 use tonic::transport::Channel;
-use uuid::Uuid;
-use uuidmap::server::proto::v1 as pb;
-use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
-use uuidmap::server::{ServeConfig, ServeError, ServerParts};
-use uuidmap::store::Io;
-use uuidmap::writer::FsyncPolicy;
 
-pub struct TestServer {
-    pub addr: SocketAddr,
-    /// Where `GET /metrics` answers, when the config turned metrics on.
-    pub metrics_addr: Option<SocketAddr>,
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), ServeError>>,
-}
-
-pub const MAX_BATCH_KEYS: usize = 100;
-pub const MAX_WRITE_OPS: usize = 10;
-pub const MAX_FILTER_VALUES: usize = 64;
-
-pub fn config(dir: &Path) -> ServeConfig {
-    let mut c = ServeConfig::new(dir);
-    c.fsync = FsyncPolicy::Never;
-    c.limits.max_batch_keys = MAX_BATCH_KEYS;
-    c.limits.max_write_ops = MAX_WRITE_OPS;
-    c.limits.max_wait = Duration::from_millis(300);
-    c.limits.max_filter_values = MAX_FILTER_VALUES;
-    c
-}
-
-impl TestServer {
-    pub async fn start(dir: &Path) -> TestServer {
-        TestServer::start_with(config(dir)).await
-    }
-
-    /// A server with its own configuration (its `listen` is ignored; its
-    /// `metrics_listen`, e.g. `127.0.0.1:0`, is bound here).
-    pub async fn start_with(config: ServeConfig) -> TestServer {
-        TestServer::start_on(config, None).await
-    }
-
-    /// [`TestServer::start_with`], with the data directory on `io` (a
-    /// simulated disk) when given.
-    pub async fn start_on(config: ServeConfig, io: Option<Arc<dyn Io>>) -> TestServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let metrics = match config.metrics_listen {
-            Some(a) => Some(TcpListener::bind(a).await.unwrap()),
-            None => None,
-        };
-        let metrics_addr = metrics.as_ref().map(|m| m.local_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let mut parts = ServerParts::new(listener, config).metrics(metrics);
-        if let Some(io) = io {
-            parts = parts.io(io);
-        }
-        let task = tokio::spawn(parts.serve(async {
-            let _ = stopped.await;
-        }));
-        TestServer {
-            addr,
-            metrics_addr,
-            stop,
-            task,
-        }
-    }
-
-    pub async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.addr))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap()
-    }
-
-    pub async fn client(&self) -> UuidMapClient<Channel> {
-        UuidMapClient::new(self.channel().await)
-    }
-
-    /// Graceful stop; the server's result.
-    pub async fn stop(self) -> Result<(), ServeError> {
-        let _ = self.stop.send(());
-        self.task.await.unwrap()
-    }
-}
-
-/// `GET path` over a fresh connection: (status line, body).
-pub async fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
-    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    socket.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    socket.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    (head.lines().next().unwrap().to_string(), body.to_string())
-}
-
-pub async fn scrape(server: &TestServer) -> String {
-    let (status, body) = http_get(server.metrics_addr.unwrap(), "/metrics").await;
-    assert_eq!(status, "HTTP/1.1 200 OK");
-    body
-}
-
-/// The value of the sample `name{labels}` (labels in any order), if any.
-pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (n, rest) = series.split_once('{').unwrap_or((series, "}"));
-            let mut found: Vec<(&str, &str)> = rest
-                .trim_end_matches('}')
-                .split(',')
-                .filter(|p| !p.is_empty())
-                .map(|p| {
-                    let (k, v) = p.split_once('=').unwrap();
-                    (k, v.trim_matches('"'))
-                })
-                .collect();
-            found.sort();
-            let mut wanted = labels.to_vec();
-            wanted.sort();
-            (n == name && found == wanted).then(|| value.parse().unwrap())
-        })
-}
+use super::TestServer;
 
 /// The gRPC status of a call made over a bare HTTP/2 connection, which
 /// (unlike tonic's client) does not enforce `grpc-timeout` itself: the
@@ -210,23 +82,6 @@ pub fn framed(message: &impl Message) -> Bytes {
     out.freeze()
 }
 
-pub fn b(u: Uuid) -> Bytes {
-    Bytes::copy_from_slice(u.as_bytes())
-}
-
-pub fn u(n: u128) -> Uuid {
-    Uuid::from_u128(n)
-}
-
-pub fn put_op(k: Uuid, v: Uuid) -> pb::WriteOp {
-    pb::WriteOp {
-        op: Some(pb::write_op::Op::Put(pb::PutOp {
-            key: b(k),
-            value: b(v),
-        })),
-    }
-}
-
 /// The path of every RPC of both services.
 pub const RPCS: [&str; 12] = [
     "/uuidmap.v1.UuidMap/Get",
@@ -268,7 +123,9 @@ pub async fn raw_call(
 #[derive(Clone, Default)]
 pub struct RawCodec;
 
+/// [`RawCodec`]'s encoder.
 pub struct RawEncoder;
+/// [`RawCodec`]'s decoder.
 pub struct RawDecoder;
 
 impl tonic::codec::Codec for RawCodec {

@@ -1,0 +1,18 @@
+//! The shared rig of the end-to-end server tests: a real server on an
+//! ephemeral loopback port ([`TestServer`]), calls the generated client
+//! cannot make (raw gRPC bytes, bare HTTP/2 with the server's own deadline
+//! answer), reading `/metrics`, small value helpers, and a throw-away
+//! certificate authority ([`pki`]).
+
+mod metrics_text;
+pub mod pki;
+mod raw_grpc;
+mod test_server;
+mod values;
+
+pub use metrics_text::{http_get, sample, scrape};
+pub use raw_grpc::{
+    RPCS, RawCodec, RawDecoder, RawEncoder, framed, percent_decode, raw_call, raw_status,
+};
+pub use test_server::{MAX_BATCH_KEYS, MAX_FILTER_VALUES, MAX_WRITE_OPS, TestServer, config};
+pub use values::{b, put_op, u};

@@ -1,0 +1,25 @@
+//! Small builders of request fields.
+
+use prost::bytes::Bytes;
+use uuid::Uuid;
+use uuidmap_proto::v1 as pb;
+
+/// A UUID as the wire's 16 bytes.
+pub fn b(u: Uuid) -> Bytes {
+    Bytes::copy_from_slice(u.as_bytes())
+}
+
+/// The UUID whose 128-bit value is `n`.
+pub fn u(n: u128) -> Uuid {
+    Uuid::from_u128(n)
+}
+
+/// A `WriteOp` that puts `k → v`.
+pub fn put_op(k: Uuid, v: Uuid) -> pb::WriteOp {
+    pb::WriteOp {
+        op: Some(pb::write_op::Op::Put(pb::PutOp {
+            key: b(k),
+            value: b(v),
+        })),
+    }
+}
