@@ -211,95 +211,129 @@ impl ServeConfig {
     }
 }
 
-/// The flags of `uuidmap serve`.
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct ServeArgs {
-    /// A TOML file with any of the options below (flags and environment
-    /// variables override it).
-    #[arg(long, env = "UUIDMAP_CONFIG")]
-    pub config: Option<PathBuf>,
+/// Declares the options of `uuidmap serve` once. Each field becomes a flag
+/// (`--read-permits`), an environment variable (`UUIDMAP_READ_PERMITS`,
+/// through clap's `env`) and a key of the TOML file (`read_permits`); a test
+/// checks that the three spellings follow that rule, which is how error
+/// messages name them. Every field is optional, so that a set of options can
+/// be laid over another ([`ServeOptions::or`]) and the defaults come last,
+/// in [`ServeOptions::into_config`].
+macro_rules! serve_options {
+    ($( $(#[$attr:meta])* $field:ident : $ty:ty, )*) => {
+        /// The options of `uuidmap serve`, as flags and environment
+        /// variables (clap) or as the keys of the TOML file (serde). A TOML
+        /// value is read as the flag's text is, so `snapshot_interval = 30`
+        /// and `snapshot_interval = "30s"` mean the same.
+        #[derive(clap::Args, Deserialize, Clone, Debug, Default)]
+        #[serde(deny_unknown_fields)]
+        pub struct ServeOptions {
+            $(
+                $(#[$attr])*
+                #[serde(default, deserialize_with = "as_flag_text")]
+                pub $field: Option<$ty>,
+            )*
+        }
+
+        impl ServeOptions {
+            /// Each option of `self`, else of `lower`.
+            pub fn or(self, lower: ServeOptions) -> ServeOptions {
+                ServeOptions {
+                    $( $field: self.$field.or(lower.$field), )*
+                }
+            }
+        }
+    };
+}
+
+serve_options! {
     /// Address to listen on [default: 127.0.0.1:7878]. Without TLS and
     /// auth, only loopback addresses are accepted unless --insecure.
     #[arg(long, env = "UUIDMAP_LISTEN")]
-    pub listen: Option<SocketAddr>,
+    listen: SocketAddr,
     /// The data directory [default: ./uuidmap-data].
     #[arg(long, env = "UUIDMAP_DATA_DIR")]
-    pub data_dir: Option<PathBuf>,
+    data_dir: PathBuf,
     /// WAL fsync policy: always, never or interval=<ms> [default: always].
     #[arg(long, env = "UUIDMAP_FSYNC")]
-    pub fsync: Option<FsyncPolicy>,
+    fsync: FsyncPolicy,
     /// Listen on a non-loopback address without TLS or auth: anyone who can
     /// reach the port can read and change every entry.
-    #[arg(long, env = "UUIDMAP_INSECURE")]
-    pub insecure: bool,
+    #[arg(
+        long,
+        env = "UUIDMAP_INSECURE",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    insecure: bool,
     /// Serve TLS with this certificate chain (PEM); needs --tls-key.
     #[arg(long, env = "UUIDMAP_TLS_CERT")]
-    pub tls_cert: Option<PathBuf>,
+    tls_cert: PathBuf,
     /// The private key (PEM) of --tls-cert.
     #[arg(long, env = "UUIDMAP_TLS_KEY")]
-    pub tls_key: Option<PathBuf>,
+    tls_key: PathBuf,
     /// Require client certificates signed by this CA (PEM): mTLS.
     #[arg(long, env = "UUIDMAP_TLS_CLIENT_CA")]
-    pub tls_client_ca: Option<PathBuf>,
+    tls_client_ca: PathBuf,
     /// Require bearer tokens: a file of `read <token>` / `write <token>`
     /// lines (see the README).
     #[arg(long, env = "UUIDMAP_TOKENS_FILE")]
-    pub tokens_file: Option<PathBuf>,
+    tokens_file: PathBuf,
     /// Most keys in one BatchGet [default: 65536].
     #[arg(long, env = "UUIDMAP_MAX_BATCH_KEYS")]
-    pub max_batch_keys: Option<usize>,
+    max_batch_keys: usize,
     /// Most operations in one Write [default: 100000].
     #[arg(long, env = "UUIDMAP_MAX_WRITE_OPS")]
-    pub max_write_ops: Option<usize>,
+    max_write_ops: usize,
     /// Longest wait for min_lsn or WaitFor, in ms [default: 60000].
     #[arg(long, env = "UUIDMAP_MAX_WAIT_MS")]
-    pub max_wait_ms: Option<u64>,
+    max_wait_ms: u64,
     /// Most values in one Scan filter [default: 65536].
     #[arg(long, env = "UUIDMAP_MAX_FILTER_VALUES")]
-    pub max_filter_values: Option<usize>,
+    max_filter_values: usize,
     /// Reads (Get, BatchGet, Stats, Ping) running at once [default: 1024].
     #[arg(long, env = "UUIDMAP_READ_PERMITS")]
-    pub read_permits: Option<usize>,
+    read_permits: usize,
     /// Reads waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 512].
     #[arg(long, env = "UUIDMAP_READ_QUEUE")]
-    pub read_queue: Option<usize>,
+    read_queue: usize,
     /// Writes (Put, Delete, CompareAndSet, Write, Snapshot) running at once
     /// [default: 256].
     #[arg(long, env = "UUIDMAP_WRITE_PERMITS")]
-    pub write_permits: Option<usize>,
+    write_permits: usize,
     /// Writes waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 512].
     #[arg(long, env = "UUIDMAP_WRITE_QUEUE")]
-    pub write_queue: Option<usize>,
+    write_queue: usize,
     /// Scans streaming at once [default: 4].
     #[arg(long, env = "UUIDMAP_SCAN_PERMITS")]
-    pub scan_permits: Option<usize>,
+    scan_permits: usize,
     /// Scans waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 64].
     #[arg(long, env = "UUIDMAP_SCAN_QUEUE")]
-    pub scan_queue: Option<usize>,
+    scan_queue: usize,
     /// WaitFor and Watch calls open at once; beyond, RESOURCE_EXHAUSTED
     /// [default: 100000].
     #[arg(long, env = "UUIDMAP_MAX_LONG_POLLS")]
-    pub max_long_polls: Option<usize>,
+    max_long_polls: usize,
     /// Serve Prometheus metrics (plain HTTP, GET /metrics) on this address,
     /// or `off` [default: 127.0.0.1:7879]. Only loopback unless --insecure.
     #[arg(long, env = "UUIDMAP_METRICS_LISTEN")]
-    pub metrics_listen: Option<MetricsListen>,
+    metrics_listen: MetricsListen,
     /// Start a new WAL file when the current one reaches this many bytes;
     /// at least 1 MiB [default: 67108864 (64 MiB)]. A snapshot lets the
     /// files it covers be removed, and Watch can start only as far back as
     /// the oldest file kept.
     #[arg(long, env = "UUIDMAP_WAL_FILE_BYTES")]
-    pub wal_file_bytes: Option<u64>,
+    wal_file_bytes: u64,
     /// Take a snapshot each time this many bytes were written to the WAL;
     /// at least 1 MiB [default: 268435456 (256 MiB)]. Bounds the WAL a
     /// restart replays; each snapshot writes the whole index.
     #[arg(long, env = "UUIDMAP_SNAPSHOT_WAL_BYTES")]
-    pub snapshot_wal_bytes: Option<u64>,
+    snapshot_wal_bytes: u64,
     /// Take a snapshot this long after the previous one: seconds (600), or
     /// with a unit (90s, 10m, 1h), at least 1 s; or `off` for snapshots
     /// only on WAL growth, on request and at shutdown [default: 600].
     #[arg(long, env = "UUIDMAP_SNAPSHOT_INTERVAL")]
-    pub snapshot_interval: Option<SnapshotInterval>,
+    snapshot_interval: SnapshotInterval,
     /// The restart budget in milliseconds, at least 1, or `off`: take a
     /// snapshot before the WAL a restart would replay takes longer than
     /// this to replay (at the replay rate the last recovery measured, or a
@@ -307,17 +341,58 @@ pub struct ServeArgs {
     /// longer. --snapshot-wal-bytes and --snapshot-interval stay as caps
     /// [default: 500].
     #[arg(long, env = "UUIDMAP_MAX_REPLAY_MS")]
-    pub max_replay_ms: Option<MaxReplay>,
+    max_replay_ms: MaxReplay,
     /// Threads that replay the WAL at start: `auto` (one per core),
     /// `serial` (on the starting thread), or a count [default: auto].
     #[arg(long, env = "UUIDMAP_REPLAY_WORKERS")]
-    pub replay_workers: Option<ReplayWorkers>,
+    replay_workers: ReplayWorkers,
     /// `on`: make each next WAL file ahead of need, on a background
     /// thread, as a file of written zeros (one --wal-file-bytes of disk
     /// beyond the WAL), so that a WAL fsync is a data-only flush and
     /// cheaper; `off`: WAL files grow as they are written [default: on].
     #[arg(long, env = "UUIDMAP_WAL_PREALLOCATE")]
-    pub wal_preallocate: Option<Preallocate>,
+    wal_preallocate: Preallocate,
+}
+
+/// The command line of `uuidmap serve`: where the TOML file is, and the
+/// options, which override the file's.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ServeArgs {
+    /// A TOML file with any of the options below (flags and environment
+    /// variables override it).
+    #[arg(long, env = "UUIDMAP_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The options given as flags or environment variables.
+    #[command(flatten)]
+    pub options: ServeOptions,
+}
+
+/// A TOML value read as the flag's text would be: a string as it is, a
+/// number or a boolean as it is written. So each option has one parser,
+/// its `FromStr`, and one error message for both spellings.
+fn as_flag_text<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: FromStr,
+    T::Err: std::fmt::Display,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged, expecting = "a string, a number or true/false")]
+    enum Scalar {
+        Text(String),
+        Integer(i64),
+        Float(f64),
+        Bool(bool),
+    }
+    let text = match Scalar::deserialize(d)? {
+        Scalar::Text(t) => t,
+        Scalar::Integer(n) => n.to_string(),
+        Scalar::Float(x) => x.to_string(),
+        Scalar::Bool(b) => b.to_string(),
+    };
+    text.parse()
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("{e}")))
 }
 
 /// `--max-replay-ms`: milliseconds, or `off` (`None`).
@@ -336,15 +411,6 @@ impl FromStr for MaxReplay {
             .map(|ms| MaxReplay(Some(Duration::from_millis(ms))))
             .map_err(|_| format!("{s:?} is not a budget: give milliseconds (500) or `off`"))
     }
-}
-
-/// `max_replay_ms` in the TOML file: milliseconds, or text as the flag
-/// takes.
-#[derive(Deserialize, Debug)]
-#[serde(untagged)]
-enum FileMaxReplay {
-    Millis(u64),
-    Text(String),
 }
 
 /// `--snapshot-interval`: a duration, or `off` (`None`).
@@ -379,46 +445,6 @@ impl FromStr for SnapshotInterval {
     }
 }
 
-/// `snapshot_interval` in the TOML file: seconds, or text as the flag takes.
-#[derive(Deserialize, Debug)]
-#[serde(untagged)]
-enum FileInterval {
-    Seconds(u64),
-    Text(String),
-}
-
-/// The TOML file.
-#[derive(Deserialize, Default, Debug)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    listen: Option<String>,
-    data_dir: Option<PathBuf>,
-    fsync: Option<String>,
-    insecure: Option<bool>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    tls_client_ca: Option<PathBuf>,
-    tokens_file: Option<PathBuf>,
-    max_batch_keys: Option<usize>,
-    max_write_ops: Option<usize>,
-    max_wait_ms: Option<u64>,
-    max_filter_values: Option<usize>,
-    read_permits: Option<usize>,
-    read_queue: Option<usize>,
-    write_permits: Option<usize>,
-    write_queue: Option<usize>,
-    scan_permits: Option<usize>,
-    scan_queue: Option<usize>,
-    max_long_polls: Option<usize>,
-    metrics_listen: Option<String>,
-    wal_file_bytes: Option<u64>,
-    snapshot_wal_bytes: Option<u64>,
-    snapshot_interval: Option<FileInterval>,
-    max_replay_ms: Option<FileMaxReplay>,
-    replay_workers: Option<String>,
-    wal_preallocate: Option<String>,
-}
-
 /// Options that cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -439,39 +465,17 @@ pub enum ConfigError {
         /// The parser's message.
         message: String,
     },
-    /// A count that must be at least 1 is 0.
-    #[error("{what} must be at least 1")]
-    Zero {
-        /// The option.
-        what: &'static str,
-    },
-    /// An admission limit is 0.
-    #[error(
-        "--{flag} must be at least 1 (it is 0: {why}); set it with --{flag}, \
-         UUIDMAP_{env} or `{key} = ...` in the config file"
-    )]
-    ZeroAdmission {
-        /// The option's flag.
-        flag: &'static str,
-        /// Its environment variable, after `UUIDMAP_`.
-        env: &'static str,
-        /// Its config file key.
-        key: &'static str,
-        /// What a 0 would do.
-        why: &'static str,
-    },
     /// An option is below its minimum.
     #[error(
         "--{flag} must be at least {min} (it is {value}: {why}); set it with --{flag}, \
-         UUIDMAP_{env} or `{key} = ...` in the config file"
+         UUIDMAP_{env} or `{option} = ...` in the config file",
+        flag = option.replace('_', "-"),
+        env = option.to_ascii_uppercase(),
     )]
     TooSmall {
-        /// The option's flag.
-        flag: &'static str,
-        /// Its environment variable, after `UUIDMAP_`.
-        env: &'static str,
-        /// Its config file key.
-        key: &'static str,
+        /// The option, as its config file key (`read_permits`); its flag
+        /// and variable follow from it.
+        option: &'static str,
         /// The smallest value allowed.
         min: String,
         /// The value given.
@@ -485,264 +489,150 @@ pub enum ConfigError {
 }
 
 impl ServeArgs {
-    /// Merges the flags (and environment) over the file over the defaults.
+    /// The options: the flags (and environment) over the file over the
+    /// defaults, checked.
     pub fn resolve(&self) -> Result<ServeConfig, ConfigError> {
         let file = match &self.config {
             Some(path) => read_file(path)?,
-            None => FileConfig::default(),
+            None => ServeOptions::default(),
         };
-        let bad = |message: String| ConfigError::Parse {
-            path: self.config.clone().unwrap_or_default(),
-            message,
-        };
-        let mut config = ServeConfig::new(DEFAULT_DATA_DIR);
-        self.resolve_store(&file, &mut config, &bad)?;
-        if let Some(listen) = &file.listen {
-            config.listen = listen.parse().map_err(|_| {
-                bad(format!(
-                    "listen = {listen:?} is not an address like {DEFAULT_LISTEN}"
-                ))
-            })?;
-        }
-        let metrics = match &file.metrics_listen {
-            Some(m) => m.parse().map_err(|e| bad(format!("metrics_listen: {e}")))?,
-            None => DEFAULT_METRICS_LISTEN.parse().expect("the default parses"),
-        };
-        config.metrics_listen = self.metrics_listen.unwrap_or(metrics).0;
-        if let Some(fsync) = &file.fsync {
-            config.fsync = fsync.parse().map_err(|e| bad(format!("fsync: {e}")))?;
-        }
-        config.data_dir = self
-            .data_dir
-            .clone()
-            .or(file.data_dir)
-            .unwrap_or(config.data_dir);
-        config.listen = self.listen.unwrap_or(config.listen);
-        config.fsync = self.fsync.unwrap_or(config.fsync);
-        config.insecure = self.insecure || file.insecure.unwrap_or(false);
-        config.tokens_file = self.tokens_file.clone().or(file.tokens_file);
-        config.tls = tls_files(
-            self.tls_cert.clone().or(file.tls_cert),
-            self.tls_key.clone().or(file.tls_key),
-            self.tls_client_ca.clone().or(file.tls_client_ca),
+        self.options.clone().or(file).into_config()
+    }
+}
+
+impl ServeOptions {
+    /// A server configuration: these options over the defaults, each
+    /// checked against its minimum.
+    pub fn into_config(self) -> Result<ServeConfig, ConfigError> {
+        let mut c = ServeConfig::new(self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
+        let or = |value: Option<usize>, default: usize| value.unwrap_or(default);
+        c.listen = self.listen.unwrap_or(c.listen);
+        c.fsync = self.fsync.unwrap_or(c.fsync);
+        c.insecure = self.insecure.unwrap_or(false);
+        c.tls = tls_files(self.tls_cert, self.tls_key, self.tls_client_ca)?;
+        c.tokens_file = self.tokens_file;
+        c.metrics_listen = self
+            .metrics_listen
+            .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.parse().expect("the default parses"))
+            .0;
+
+        let l = &mut c.limits;
+        l.max_batch_keys = at_least_1(
+            "max_batch_keys",
+            or(self.max_batch_keys, l.max_batch_keys),
+            "no BatchGet could hold a key",
         )?;
-        let limits = &mut config.limits;
-        limits.max_batch_keys = self
-            .max_batch_keys
-            .or(file.max_batch_keys)
-            .unwrap_or(limits.max_batch_keys);
-        limits.max_write_ops = self
-            .max_write_ops
-            .or(file.max_write_ops)
-            .unwrap_or(limits.max_write_ops);
-        limits.max_filter_values = self
-            .max_filter_values
-            .or(file.max_filter_values)
-            .unwrap_or(limits.max_filter_values);
-        if let Some(ms) = self.max_wait_ms.or(file.max_wait_ms) {
-            limits.max_wait = Duration::from_millis(ms);
+        l.max_write_ops = at_least_1(
+            "max_write_ops",
+            or(self.max_write_ops, l.max_write_ops),
+            "no Write could hold an operation",
+        )?;
+        l.max_filter_values = at_least_1(
+            "max_filter_values",
+            or(self.max_filter_values, l.max_filter_values),
+            "no Scan filter could hold a value",
+        )?;
+        if let Some(ms) = self.max_wait_ms {
+            l.max_wait = Duration::from_millis(ms);
         }
-        if limits.max_batch_keys == 0 {
-            return Err(ConfigError::Zero {
-                what: "max_batch_keys",
-            });
-        }
-        if limits.max_filter_values == 0 {
-            return Err(ConfigError::Zero {
-                what: "max_filter_values",
-            });
-        }
-        if limits.max_write_ops == 0 {
-            return Err(ConfigError::Zero {
-                what: "max_write_ops",
-            });
-        }
-        // The flag, else the file, else the default; never 0.
-        let pick = |flag: Option<usize>,
-                    from_file: Option<usize>,
-                    default: usize,
-                    name: &'static str,
-                    why: &'static str| {
-            match flag.or(from_file).unwrap_or(default) {
-                0 => Err(admission_zero(name, why)),
-                n => Ok(n),
-            }
-        };
-        let a = &mut config.admission;
-        a.read_permits = pick(
-            self.read_permits,
-            file.read_permits,
-            a.read_permits,
-            "read-permits",
+
+        let a = &mut c.admission;
+        a.read_permits = at_least_1(
+            "read_permits",
+            or(self.read_permits, a.read_permits),
             "no read could ever run",
         )?;
-        a.read_queue = pick(
-            self.read_queue,
-            file.read_queue,
-            a.read_queue,
-            "read-queue",
+        a.read_queue = at_least_1(
+            "read_queue",
+            or(self.read_queue, a.read_queue),
             "no read could wait for a permit",
         )?;
-        a.write_permits = pick(
-            self.write_permits,
-            file.write_permits,
-            a.write_permits,
-            "write-permits",
+        a.write_permits = at_least_1(
+            "write_permits",
+            or(self.write_permits, a.write_permits),
             "no write could ever run",
         )?;
-        a.write_queue = pick(
-            self.write_queue,
-            file.write_queue,
-            a.write_queue,
-            "write-queue",
+        a.write_queue = at_least_1(
+            "write_queue",
+            or(self.write_queue, a.write_queue),
             "no write could wait for a permit",
         )?;
-        a.scan_permits = pick(
-            self.scan_permits,
-            file.scan_permits,
-            a.scan_permits,
-            "scan-permits",
+        a.scan_permits = at_least_1(
+            "scan_permits",
+            or(self.scan_permits, a.scan_permits),
             "no scan could ever run",
         )?;
-        a.scan_queue = pick(
-            self.scan_queue,
-            file.scan_queue,
-            a.scan_queue,
-            "scan-queue",
+        a.scan_queue = at_least_1(
+            "scan_queue",
+            or(self.scan_queue, a.scan_queue),
             "no scan could wait for a permit",
         )?;
-        a.max_long_polls = pick(
-            self.max_long_polls,
-            file.max_long_polls,
-            a.max_long_polls,
-            "max-long-polls",
+        a.max_long_polls = at_least_1(
+            "max_long_polls",
+            or(self.max_long_polls, a.max_long_polls),
             "every WaitFor and Watch would be refused",
         )?;
-        Ok(config)
-    }
 
-    /// WAL file size and snapshot triggers: flag, else file, else default;
-    /// never below their minimums.
-    fn resolve_store(
-        &self,
-        file: &FileConfig,
-        config: &mut ServeConfig,
-        bad: &dyn Fn(String) -> ConfigError,
-    ) -> Result<(), ConfigError> {
-        config.wal_file_bytes = self
-            .wal_file_bytes
-            .or(file.wal_file_bytes)
-            .unwrap_or(config.wal_file_bytes);
-        if config.wal_file_bytes < MIN_WAL_FILE_BYTES {
+        c.wal_file_bytes = self.wal_file_bytes.unwrap_or(c.wal_file_bytes);
+        if c.wal_file_bytes < MIN_WAL_FILE_BYTES {
             return Err(ConfigError::TooSmall {
-                flag: "wal-file-bytes",
-                env: "WAL_FILE_BYTES",
-                key: "wal_file_bytes",
+                option: "wal_file_bytes",
                 min: format!("{MIN_WAL_FILE_BYTES} (1 MiB)"),
-                value: config.wal_file_bytes.to_string(),
+                value: c.wal_file_bytes.to_string(),
                 why: "smaller files would mean a new file every few writes",
             });
         }
-        config.snapshot_wal_bytes = self
-            .snapshot_wal_bytes
-            .or(file.snapshot_wal_bytes)
-            .unwrap_or(config.snapshot_wal_bytes);
-        if config.snapshot_wal_bytes < MIN_SNAPSHOT_WAL_BYTES {
+        c.snapshot_wal_bytes = self.snapshot_wal_bytes.unwrap_or(c.snapshot_wal_bytes);
+        if c.snapshot_wal_bytes < MIN_SNAPSHOT_WAL_BYTES {
             return Err(ConfigError::TooSmall {
-                flag: "snapshot-wal-bytes",
-                env: "SNAPSHOT_WAL_BYTES",
-                key: "snapshot_wal_bytes",
+                option: "snapshot_wal_bytes",
                 min: format!("{MIN_SNAPSHOT_WAL_BYTES} (1 MiB)"),
-                value: config.snapshot_wal_bytes.to_string(),
+                value: c.snapshot_wal_bytes.to_string(),
                 why: "each snapshot writes the whole index, so not every few writes",
             });
         }
-        let from_file = match &file.snapshot_interval {
-            Some(FileInterval::Seconds(s)) => Some(SnapshotInterval(Some(Duration::from_secs(*s)))),
-            Some(FileInterval::Text(t)) => Some(
-                t.parse::<SnapshotInterval>()
-                    .map_err(|e| bad(format!("snapshot_interval: {e}")))?,
-            ),
-            None => None,
-        };
-        if let Some(SnapshotInterval(every)) = self.snapshot_interval.or(from_file) {
-            config.snapshot_interval = every;
+        if let Some(SnapshotInterval(every)) = self.snapshot_interval {
+            c.snapshot_interval = every;
         }
-        if let Some(every) = config.snapshot_interval
+        if let Some(every) = c.snapshot_interval
             && every < MIN_SNAPSHOT_INTERVAL
         {
             return Err(ConfigError::TooSmall {
-                flag: "snapshot-interval",
-                env: "SNAPSHOT_INTERVAL",
-                key: "snapshot_interval",
+                option: "snapshot_interval",
                 min: "1 second".into(),
                 value: format!("{} s", every.as_secs()),
                 why: "each snapshot writes the whole index; use `off` to turn timed \
                       snapshots off",
             });
         }
-        let from_file = match &file.max_replay_ms {
-            Some(FileMaxReplay::Millis(ms)) => Some(MaxReplay(Some(Duration::from_millis(*ms)))),
-            Some(FileMaxReplay::Text(t)) => Some(
-                t.parse::<MaxReplay>()
-                    .map_err(|e| bad(format!("max_replay_ms: {e}")))?,
-            ),
-            None => None,
-        };
-        if let Some(MaxReplay(budget)) = self.max_replay_ms.or(from_file) {
-            config.max_replay = budget;
+        if let Some(MaxReplay(budget)) = self.max_replay_ms {
+            c.max_replay = budget;
         }
-        let from_file = match &file.replay_workers {
-            Some(t) => Some(
-                t.parse::<ReplayWorkers>()
-                    .map_err(|e| bad(format!("replay_workers: {e}")))?,
-            ),
-            None => None,
-        };
-        if let Some(workers) = self.replay_workers.or(from_file) {
-            config.replay_workers = workers;
-        }
-        let from_file = match &file.wal_preallocate {
-            Some(t) => Some(
-                t.parse::<Preallocate>()
-                    .map_err(|e| bad(format!("wal_preallocate: {e}")))?,
-            ),
-            None => None,
-        };
-        if let Some(preallocate) = self.wal_preallocate.or(from_file) {
-            config.wal_preallocate = preallocate;
-        }
-        if config.max_replay.is_some_and(|b| b.is_zero()) {
+        if c.max_replay.is_some_and(|b| b.is_zero()) {
             return Err(ConfigError::TooSmall {
-                flag: "max-replay-ms",
-                env: "MAX_REPLAY_MS",
-                key: "max_replay_ms",
+                option: "max_replay_ms",
                 min: "1".into(),
                 value: "0".into(),
                 why: "no restart replays in no time; use `off` to size snapshots by \
                       --snapshot-wal-bytes alone",
             });
         }
-        Ok(())
+        c.replay_workers = self.replay_workers.unwrap_or(c.replay_workers);
+        c.wal_preallocate = self.wal_preallocate.unwrap_or(c.wal_preallocate);
+        Ok(c)
     }
 }
 
-/// The error for an admission setting of 0, naming its three spellings.
-fn admission_zero(flag: &'static str, why: &'static str) -> ConfigError {
-    let (env, key) = match flag {
-        "read-permits" => ("READ_PERMITS", "read_permits"),
-        "read-queue" => ("READ_QUEUE", "read_queue"),
-        "write-permits" => ("WRITE_PERMITS", "write_permits"),
-        "write-queue" => ("WRITE_QUEUE", "write_queue"),
-        "scan-permits" => ("SCAN_PERMITS", "scan_permits"),
-        "scan-queue" => ("SCAN_QUEUE", "scan_queue"),
-        _ => ("MAX_LONG_POLLS", "max_long_polls"),
-    };
-    ConfigError::ZeroAdmission {
-        flag,
-        env,
-        key,
-        why,
+/// `value`, unless it is 0: then the error naming `option`.
+fn at_least_1(option: &'static str, value: usize, why: &'static str) -> Result<usize, ConfigError> {
+    match value {
+        0 => Err(ConfigError::TooSmall {
+            option,
+            min: "1".into(),
+            value: "0".into(),
+            why,
+        }),
+        n => Ok(n),
     }
 }
 
@@ -769,7 +659,7 @@ fn tls_files(
     }
 }
 
-fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+fn read_file(path: &Path) -> Result<ServeOptions, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
@@ -807,8 +697,10 @@ mod tests {
         let flag: MetricsListen = "127.0.0.1:9100".parse().unwrap();
         let flag_wins = ServeArgs {
             config: Some(path.clone()),
-            metrics_listen: Some(flag),
-            ..ServeArgs::default()
+            options: ServeOptions {
+                metrics_listen: Some(flag),
+                ..ServeOptions::default()
+            },
         };
         assert_eq!(flag_wins.resolve().unwrap().metrics_listen, flag.0);
         std::fs::write(&path, "metrics_listen = \"nowhere\"\n").unwrap();
@@ -828,8 +720,10 @@ mod tests {
         .unwrap();
         let args = ServeArgs {
             config: Some(path),
-            data_dir: Some("/from/flag".into()),
-            ..ServeArgs::default()
+            options: ServeOptions {
+                data_dir: Some("/from/flag".into()),
+                ..ServeOptions::default()
+            },
         };
         let c = args.resolve().unwrap();
         assert_eq!(c.listen, "127.0.0.1:9000".parse().unwrap());
@@ -841,13 +735,19 @@ mod tests {
     #[test]
     fn tls_needs_both_cert_and_key_and_client_ca_needs_tls() {
         let only_cert = ServeArgs {
-            tls_cert: Some("c.pem".into()),
+            options: ServeOptions {
+                tls_cert: Some("c.pem".into()),
+                ..ServeOptions::default()
+            },
             ..ServeArgs::default()
         };
         let e = only_cert.resolve().unwrap_err().to_string();
         assert!(e.contains("go together"), "{e}");
         let only_ca = ServeArgs {
-            tls_client_ca: Some("ca.pem".into()),
+            options: ServeOptions {
+                tls_client_ca: Some("ca.pem".into()),
+                ..ServeOptions::default()
+            },
             ..ServeArgs::default()
         };
         let e = only_ca.resolve().unwrap_err().to_string();
@@ -861,8 +761,10 @@ mod tests {
         .unwrap();
         let args = ServeArgs {
             config: Some(path),
-            tls_client_ca: Some("ca.pem".into()),
-            ..ServeArgs::default()
+            options: ServeOptions {
+                tls_client_ca: Some("ca.pem".into()),
+                ..ServeOptions::default()
+            },
         };
         let c = args.resolve().unwrap();
         let tls = c.tls.unwrap();
@@ -886,9 +788,11 @@ mod tests {
         .unwrap();
         let args = ServeArgs {
             config: Some(path.clone()),
-            scan_permits: Some(5),
-            max_long_polls: Some(60_000),
-            ..ServeArgs::default()
+            options: ServeOptions {
+                scan_permits: Some(5),
+                max_long_polls: Some(60_000),
+                ..ServeOptions::default()
+            },
         };
         let a = args.resolve().unwrap().admission;
         assert_eq!(
@@ -923,7 +827,10 @@ mod tests {
         assert_eq!((a.read_queue, a.write_permits, a.scan_queue), (100, 7, 1));
         // Zero is refused, by name and with the way to set it.
         let zero = ServeArgs {
-            scan_permits: Some(0),
+            options: ServeOptions {
+                scan_permits: Some(0),
+                ..ServeOptions::default()
+            },
             ..ServeArgs::default()
         };
         let e = zero.resolve().unwrap_err().to_string();
@@ -1035,7 +942,7 @@ max_replay_ms = 250
             e.contains("--snapshot-interval") && e.contains("`off`"),
             "{e}"
         );
-        // (The variables are read by the binary in tests/serve_options.rs:
+        // (The variables are read by the binary in tests/serve_process.rs:
         // setting one here would race the other tests' threads.)
 
         // Below the minimums: refused, naming the option's three spellings.
@@ -1110,5 +1017,89 @@ max_replay_ms = 250
         };
         let e = args.resolve().unwrap_err().to_string();
         assert!(e.contains("bad.toml") && e.contains("lisen"), "{e}");
+    }
+
+    #[test]
+    fn each_option_is_a_flag_a_variable_and_a_file_key_spelled_alike() {
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        let command = Cli::command();
+        let mut count = 0;
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            assert_eq!(arg.get_long(), Some(id.replace('_', "-").as_str()), "{id}");
+            let env = arg.get_env().unwrap().to_str().unwrap();
+            assert_eq!(env, format!("UUIDMAP_{}", id.to_ascii_uppercase()), "{id}");
+            if id == "config" {
+                continue;
+            }
+            // The key is known to the file (an unknown one is refused),
+            // and a value no option takes is refused naming the key.
+            std::fs::write(&path, format!("{id} = [1, 2]\n")).unwrap();
+            let e = ServeArgs {
+                config: Some(path.clone()),
+                ..ServeArgs::default()
+            }
+            .resolve()
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+            assert!(!e.contains("unknown field"), "{id}: {e}");
+            assert!(
+                e.contains(id) && e.contains("a string, a number or true/false"),
+                "{id}: {e}"
+            );
+            count += 1;
+        }
+        assert_eq!(
+            count, 26,
+            "a new option? add it to the README and the module doc"
+        );
+    }
+
+    #[test]
+    fn a_file_value_is_read_as_the_flag_text_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(
+            &path,
+            "insecure = true\nfsync = \"interval=5\"\nreplay_workers = 3\n\
+             snapshot_interval = \"2m\"\nmax_replay_ms = 40\n",
+        )
+        .unwrap();
+        let c = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(c.insecure);
+        assert_eq!(c.fsync, "interval=5".parse().unwrap());
+        assert_eq!(c.replay_workers, ReplayWorkers::Threads(3));
+        assert_eq!(c.snapshot_interval, Some(Duration::from_secs(120)));
+        assert_eq!(c.max_replay, Some(Duration::from_millis(40)));
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        for (args, insecure) in [
+            (&["serve"][..], false),
+            (&["serve", "--insecure"][..], true),
+            (
+                &["serve", "--insecure", "--listen", "127.0.0.1:1"][..],
+                true,
+            ),
+            (&["serve", "--insecure=false"][..], false),
+        ] {
+            let cli = <Cli as clap::Parser>::try_parse_from(args).unwrap();
+            assert_eq!(cli.serve.resolve().unwrap().insecure, insecure, "{args:?}");
+        }
     }
 }
