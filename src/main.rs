@@ -15,7 +15,9 @@
 //!   down (writes drained, final snapshot; exit code 1 if that snapshot
 //!   failed, with nothing lost: the WAL holds the writes).
 //! - `get`, `put`, `del`, `scan`, `stats`, `snapshot`: a client of a
-//!   running server (`uuidmap::client::cli`; exit codes there).
+//!   running server (`cli.rs`; exit codes there).
+
+mod cli;
 
 use std::time::Instant;
 
@@ -58,7 +60,7 @@ enum Command {
         threads: Option<usize>,
     },
     #[command(flatten)]
-    Client(uuidmap::client::cli::ClientCommand),
+    Client(cli::ClientCommand),
     /// Recover a data directory as a restart would, without changing any
     /// file, and report what was found and what a start would do (cut a
     /// torn WAL tail, set a damaged snapshot aside). Safe to run next to a
@@ -108,7 +110,7 @@ fn main() {
                 std::process::exit(1);
             }
         }
-        Command::Client(command) => std::process::exit(uuidmap::client::cli::run(command)),
+        Command::Client(command) => std::process::exit(cli::run(command)),
         Command::Check {
             data_dir,
             no_verify,
@@ -152,9 +154,24 @@ fn serve(args: &uuidmap::server::ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime
         .block_on(uuidmap::server::serve(config, shutdown_signal()))
-        .map_err(|e| match &e {
-            uuidmap::server::ServeError::Open(store) => format!("{e}{}", repair_hint(store, &dir)),
-            _ => e.to_string(),
+        .map_err(|e| {
+            use uuidmap::server::ServeError;
+            match &e {
+                ServeError::Open(store) => format!("{e}{}", repair_hint(store, &dir)),
+                ServeError::NotLoopback { .. } => format!(
+                    "{e}. Flags: --tls-cert and --tls-key for TLS; --tokens-file or \
+                     --tls-client-ca for client authentication; --insecure \
+                     (UUIDMAP_INSECURE=true) to serve anyway"
+                ),
+                ServeError::MetricsNotLoopback { .. } => format!(
+                    "{e}. Flags: --metrics-listen 127.0.0.1:7879, --metrics-listen off, or \
+                     --insecure (UUIDMAP_INSECURE=true)"
+                ),
+                ServeError::Tls(_) => {
+                    format!("{e} (the files of --tls-cert, --tls-key and --tls-client-ca)")
+                }
+                _ => e.to_string(),
+            }
         })
 }
 
@@ -426,7 +443,7 @@ impl Fields {
 
     fn print(&self) {
         let fields: Vec<(&str, String)> = self.0.iter().map(|(n, v)| (*n, v.clone())).collect();
-        uuidmap::client::cli::print_fields(&fields);
+        cli::print_fields(&fields);
     }
 }
 

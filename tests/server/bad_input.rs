@@ -124,7 +124,7 @@ async fn malformed_requests_are_invalid_argument_with_a_message_naming_the_probl
         Case {
             name: "too many batch keys",
             req: batch(vec![1; (MAX_BATCH_KEYS + 1) * 16]),
-            says: "at most 100 keys (the server's --max-batch-keys); this one holds 101",
+            says: "at most 100 keys (the server's `max_batch_keys`); this one holds 101",
         },
         Case {
             name: "nil key inside a batch",
@@ -148,7 +148,7 @@ async fn malformed_requests_are_invalid_argument_with_a_message_naming_the_probl
                     .map(|i| put_op(u(i + 1), u(1)))
                     .collect(),
             ),
-            says: "at most 10 operations (the server's --max-write-ops); this one holds 11",
+            says: "at most 10 operations (the server's `max_write_ops`); this one holds 11",
         },
         Case {
             name: "bad key inside a write op",

@@ -48,7 +48,7 @@ async fn oversized_requests_are_invalid_argument_and_name_the_limit_they_passed(
             .unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{n} keys: {e:?}");
         assert!(
-            e.message().contains("--max-batch-keys")
+            e.message().contains("`max_batch_keys`")
                 && e.message().contains(&limits.max_batch_keys.to_string()),
             "{n} keys: {}",
             e.message()
@@ -61,7 +61,7 @@ async fn oversized_requests_are_invalid_argument_and_name_the_limit_they_passed(
         let e = c.write(pb::WriteRequest { ops }).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{n} ops: {e:?}");
         assert!(
-            e.message().contains("--max-write-ops"),
+            e.message().contains("`max_write_ops`"),
             "{n} ops: {}",
             e.message()
         );
@@ -79,7 +79,7 @@ async fn oversized_requests_are_invalid_argument_and_name_the_limit_they_passed(
         };
         assert_eq!(e.code(), Code::InvalidArgument, "{n} values: {e:?}");
         assert!(
-            e.message().contains("--max-filter-values"),
+            e.message().contains("`max_filter_values`"),
             "{n} values: {}",
             e.message()
         );

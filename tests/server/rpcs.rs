@@ -371,7 +371,7 @@ async fn a_non_loopback_address_is_refused_without_insecure() {
     c.listen = "0.0.0.0:0".parse().unwrap();
     let e = serve(c, std::future::pending()).await.unwrap_err();
     assert!(matches!(e, ServeError::NotLoopback { .. }), "{e:?}");
-    assert!(e.to_string().contains("--insecure"), "{e}");
+    assert!(e.to_string().contains("`insecure`"), "{e}");
     assert!(
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),
         "nothing was opened or written"

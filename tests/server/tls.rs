@@ -177,7 +177,7 @@ async fn bad_tls_files_stop_the_start_naming_the_file() {
                 key: key.clone(),
                 client_ca: Some(garbage.clone()),
             },
-            "--tls-client-ca",
+            "client CA certificate",
         ),
         (
             TlsFiles {

@@ -8,20 +8,37 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum ClientError {
     /// The server address is not a URI.
-    #[error("--server {server:?} is not a server address like http://127.0.0.1:7878: {why}")]
+    #[error("{server:?} is not a server address like http://127.0.0.1:7878: {why}")]
     BadServer {
         /// The address as given.
         server: String,
         /// Why it is not an address.
         why: String,
     },
-    /// TLS options that do not fit together or with the address.
-    #[error("{0}")]
-    TlsOptions(String),
+    /// TLS options were given for an address that is not `https://`.
+    #[error("TLS options were given but the server address {server} is not https://")]
+    TlsWithoutHttps {
+        /// The address as given.
+        server: String,
+    },
+    /// An `https://` address without the CA to check the server against.
+    #[error(
+        "{server} is https:// but no CA certificate was given: give the PEM of the CA that \
+         signed the server's certificate (the system's roots are not used)"
+    )]
+    NoTlsCa {
+        /// The address as given.
+        server: String,
+    },
+    /// A client certificate without its key, or a key without its
+    /// certificate.
+    #[error("a client certificate and its key go together: give both or neither")]
+    HalfClientIdentity,
     /// A PEM file could not be read.
     #[error("cannot read the {what} {path}: {source}")]
     ReadFile {
-        /// What the file is for (e.g. "TLS CA").
+        /// What the file is for: [`ClientError::TLS_CA`],
+        /// [`ClientError::CLIENT_CERT`] or [`ClientError::CLIENT_KEY`].
         what: &'static str,
         /// The file.
         path: PathBuf,
@@ -32,10 +49,7 @@ pub enum ClientError {
     #[error("the token must be visible ASCII characters (no spaces or control characters)")]
     BadToken,
     /// Nothing listens at the address.
-    #[error(
-        "cannot connect to {server}: connection refused; is the server running there? \
-         (start one with `uuidmap serve`; --server or UUIDMAP_SERVER chooses another address)"
-    )]
+    #[error("cannot connect to {server}: connection refused; is the server running there?")]
     Refused {
         /// The address tried.
         server: String,
@@ -68,6 +82,13 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// [`ClientError::ReadFile`]'s `what` for the CA certificate.
+    pub const TLS_CA: &'static str = "TLS CA";
+    /// [`ClientError::ReadFile`]'s `what` for the client certificate.
+    pub const CLIENT_CERT: &'static str = "client certificate";
+    /// [`ClientError::ReadFile`]'s `what` for the client's private key.
+    pub const CLIENT_KEY: &'static str = "client key";
+
     /// The gRPC status, if the server answered with one.
     pub fn status(&self) -> Option<&tonic::Status> {
         match self {

@@ -1,10 +1,9 @@
-//! uuidmap's client: a client of a running uuidmap server (`uuidmap.v1`),
-//! and the CLI's commands built on it. It depends on the protocol crate
-//! only, never on the index, the engine or the server.
+//! uuidmap's client: a client of a running uuidmap server (`uuidmap.v1`).
+//! The `uuidmap get | put | del | scan | stats | snapshot` commands of the
+//! binary are built on it. It depends on the protocol crate only, never on
+//! the index, the engine or the server.
 //!
 //! - `error`: [`ClientError`].
-//! - `cli`: the `uuidmap get | put | del | scan | stats | snapshot`
-//!   commands built on [`Client`].
 //!
 //! Connection: `http://host:port` for plaintext, `https://host:port` for
 //! TLS, which needs the CA that signed the server's certificate
@@ -23,7 +22,6 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod cli;
 pub mod error;
 
 use std::path::{Path, PathBuf};
@@ -303,34 +301,29 @@ fn tls_config(
         options.tls_ca.is_some() || options.tls_cert.is_some() || options.tls_key.is_some();
     if !https {
         if any_tls_option {
-            return Err(ClientError::TlsOptions(format!(
-                "TLS options were given but the server address {} is not https://",
-                options.server
-            )));
+            return Err(ClientError::TlsWithoutHttps {
+                server: options.server.clone(),
+            });
         }
         return Ok(None);
     }
     let Some(ca) = &options.tls_ca else {
-        return Err(ClientError::TlsOptions(format!(
-            "{} is https:// but no --tls-ca was given: pass the PEM of the CA that signed the \
-             server's certificate (the system's roots are not used)",
-            options.server
-        )));
+        return Err(ClientError::NoTlsCa {
+            server: options.server.clone(),
+        });
     };
     let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(read_pem("TLS CA (--tls-ca)", ca)?));
+        .ca_certificate(Certificate::from_pem(read_pem(ClientError::TLS_CA, ca)?));
     match (&options.tls_cert, &options.tls_key) {
         (Some(cert), Some(key)) => {
             tls = tls.identity(Identity::from_pem(
-                read_pem("client certificate (--tls-cert)", cert)?,
-                read_pem("client key (--tls-key)", key)?,
+                read_pem(ClientError::CLIENT_CERT, cert)?,
+                read_pem(ClientError::CLIENT_KEY, key)?,
             ));
         }
         (None, None) => {}
         _ => {
-            return Err(ClientError::TlsOptions(
-                "--tls-cert and --tls-key go together (the client certificate and its key)".into(),
-            ));
+            return Err(ClientError::HalfClientIdentity);
         }
     }
     Ok(Some(tls))
@@ -387,6 +380,6 @@ mod tests {
         assert!(e.contains("not https://"), "{e}");
         let o = ClientOptions::new("https://127.0.0.1:1");
         let e = tls_config(&o, true).unwrap_err().to_string();
-        assert!(e.contains("--tls-ca"), "{e}");
+        assert!(e.contains("no CA certificate") && !e.contains("--"), "{e}");
     }
 }

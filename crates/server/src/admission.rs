@@ -160,7 +160,7 @@ impl Gate {
                     why: match bound {
                         WaitBound::CallDeadline => "the call's deadline was near",
                         WaitBound::ServerMaximum => {
-                            "the server's maximum wait passed (--max-wait-ms; set a deadline \
+                            "the server's maximum wait passed (`max_wait_ms`; set a deadline \
                              on the call to choose your own)"
                         }
                     },

@@ -40,7 +40,7 @@ pub enum RequestError {
     },
     /// A batch has more keys than the configured limit.
     #[error(
-        "a BatchGet may hold at most {max} keys (the server's --max-batch-keys); this one \
+        "a BatchGet may hold at most {max} keys (the server's `max_batch_keys`); this one \
          holds {len}: split it"
     )]
     TooManyKeys {
@@ -54,7 +54,7 @@ pub enum RequestError {
     NoOps,
     /// A write batch has more operations than the configured limit.
     #[error(
-        "a Write may hold at most {max} operations (the server's --max-write-ops); this one \
+        "a Write may hold at most {max} operations (the server's `max_write_ops`); this one \
          holds {len}: split it"
     )]
     TooManyOps {
@@ -81,7 +81,7 @@ pub enum RequestError {
     },
     /// A scan filter has more values than the configured limit.
     #[error(
-        "a scan filter may hold at most {max} values (the server's --max-filter-values); this \
+        "a scan filter may hold at most {max} values (the server's `max_filter_values`); this \
          one holds {len} (scan with several smaller filters instead)"
     )]
     TooManyFilterValues {
@@ -143,8 +143,7 @@ pub enum AdmissionError {
 pub enum AuthError {
     /// No `authorization` metadata.
     #[error(
-        "this server requires a bearer token: send the metadata `authorization: Bearer <token>` \
-         (uuidmap CLI: --token or UUIDMAP_TOKEN)"
+        "this server requires a bearer token: send the metadata `authorization: Bearer <token>`"
     )]
     Missing,
     /// The metadata is not `Bearer <token>`.

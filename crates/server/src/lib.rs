@@ -102,11 +102,11 @@ const STREAM_WINDOW: u32 = 4 << 20;
 pub enum ServeError {
     /// A non-loopback address without TLS and client authentication.
     #[error(
-        "refusing to listen on {addr}: {missing}. A non-loopback address needs TLS \
-         (--tls-cert, --tls-key) and client authentication (--tokens-file, or client \
-         certificates with --tls-client-ca); only loopback addresses (127.0.0.1, ::1) may go \
-         without. Pass --insecure (UUIDMAP_INSECURE=true) to serve anyway, to anyone who can \
-         reach this port"
+        "refusing to listen on {addr}: {missing}. A non-loopback address needs TLS (a \
+         certificate and its key) and client authentication (bearer tokens, or client \
+         certificates checked against a client CA); only loopback addresses (127.0.0.1, ::1) \
+         may go without, unless the server is set `insecure`, to serve anyone who can reach \
+         this port"
     )]
     NotLoopback {
         /// The address asked for.
@@ -118,9 +118,9 @@ pub enum ServeError {
     #[error(
         "refusing to serve metrics on {addr}: the metrics endpoint is plain HTTP without \
          authentication (it reveals request counts, rates and sizes, never entries). Use a \
-         loopback address (--metrics-listen 127.0.0.1:7879) behind a scraper or proxy on this \
-         host, turn it off (--metrics-listen off), or pass --insecure to serve it to anyone who \
-         can reach this port"
+         loopback address (127.0.0.1:7879) behind a scraper or proxy on this host, turn the \
+         endpoint off, or set the server `insecure` to serve it to anyone who can reach this \
+         port"
     )]
     MetricsNotLoopback {
         /// The metrics address asked for.
@@ -174,7 +174,7 @@ fn start_hint(e: &StoreError) -> &'static str {
 
 /// The loopback rule: a loopback address may be served as configured; any
 /// other needs TLS *and* client authentication (bearer tokens, or client
-/// certificates verified against `--tls-client-ca`), unless `insecure`.
+/// certificates verified against the client CA), unless `insecure`.
 /// TLS alone is not enough (anyone could connect and change every entry),
 /// and tokens alone are not either (they would cross the network in clear).
 pub fn check_listen_address(addr: SocketAddr, config: &ServeConfig) -> Result<(), ServeError> {
@@ -578,7 +578,10 @@ mod tests {
         assert!(check_metrics_address("[::1]:7879".parse().unwrap(), &c).is_ok());
         let any: SocketAddr = "0.0.0.0:7879".parse().unwrap();
         let msg = check_metrics_address(any, &c).unwrap_err().to_string();
-        assert!(msg.contains("--insecure") && msg.contains("off"), "{msg}");
+        assert!(
+            msg.contains("insecure") && msg.contains("off") && !msg.contains("--"),
+            "{msg}"
+        );
         c.insecure = true;
         assert!(check_metrics_address(any, &c).is_ok());
     }
@@ -618,7 +621,10 @@ mod tests {
             let e = check_listen_address(any, c).unwrap_err();
             assert!(matches!(e, ServeError::NotLoopback { .. }), "{e:?}");
             let msg = e.to_string();
-            assert!(msg.contains(why) && msg.contains("--insecure"), "{msg}");
+            assert!(
+                msg.contains(why) && msg.contains("insecure") && !msg.contains("--"),
+                "{msg}"
+            );
         }
         assert!(check_listen_address(any, &tls_tokens).is_ok());
         assert!(check_listen_address(any, &mtls).is_ok());

@@ -74,7 +74,7 @@ pub fn wait_timed_out(e: WaitTimedOut, bound: WaitBound) -> Status {
         WaitBound::CallDeadline => "the call's deadline is near",
         WaitBound::ServerMaximum => {
             "the server's maximum wait passed (set a deadline on the call to wait longer, \
-             up to the server's --max-wait-ms)"
+             up to the server's `max_wait_ms`)"
         }
     };
     Status::deadline_exceeded(format!(

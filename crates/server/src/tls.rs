@@ -71,9 +71,9 @@ pub enum TlsError {
     },
 }
 
-const CERT: &str = "TLS certificate (--tls-cert)";
-const KEY: &str = "TLS private key (--tls-key)";
-const CLIENT_CA: &str = "client CA certificate (--tls-client-ca)";
+const CERT: &str = "TLS certificate";
+const KEY: &str = "TLS private key";
+const CLIENT_CA: &str = "client CA certificate";
 
 /// Reads and checks the files; the tonic TLS configuration they make.
 pub fn server_config(files: &TlsFiles) -> Result<ServerTlsConfig, TlsError> {
@@ -160,7 +160,10 @@ mod tests {
             client_ca: None,
         };
         let e = server_config(&f).unwrap_err().to_string();
-        assert!(e.contains("nope.pem") && e.contains("--tls-cert"), "{e}");
+        assert!(
+            e.contains("nope.pem") && e.contains("TLS certificate"),
+            "{e}"
+        );
     }
 
     #[test]

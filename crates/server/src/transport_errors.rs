@@ -203,15 +203,15 @@ fn too_large(found: Option<u64>, path: &str, wording: &Wording) -> Status {
     let limit = wording.decoder_limit;
     let advice = match path {
         "/uuidmap.v1.UuidMap/BatchGet" => format!(
-            "a BatchGet may hold at most {} keys (the server's --max-batch-keys): split it",
+            "a BatchGet may hold at most {} keys (the server's `max_batch_keys`): split it",
             limits.max_batch_keys
         ),
         "/uuidmap.v1.UuidMap/Write" => format!(
-            "a Write may hold at most {} operations (the server's --max-write-ops): split it",
+            "a Write may hold at most {} operations (the server's `max_write_ops`): split it",
             limits.max_write_ops
         ),
         "/uuidmap.v1.UuidMap/Scan" => format!(
-            "a scan filter may hold at most {} values (the server's --max-filter-values): scan \
+            "a scan filter may hold at most {} values (the server's `max_filter_values`): scan \
              with several smaller filters",
             limits.max_filter_values
         ),
@@ -340,13 +340,13 @@ mod tests {
         let s = reword(Code::OutOfRange, tonic, "/uuidmap.v1.UuidMap/BatchGet", &c).unwrap();
         assert_eq!(s.code(), Code::InvalidArgument);
         assert!(
-            s.message().contains("8000005 bytes") && s.message().contains("--max-batch-keys"),
+            s.message().contains("8000005 bytes") && s.message().contains("`max_batch_keys`"),
             "{}",
             s.message()
         );
         for (path, flag) in [
-            ("/uuidmap.v1.UuidMap/Write", "--max-write-ops"),
-            ("/uuidmap.v1.UuidMap/Scan", "--max-filter-values"),
+            ("/uuidmap.v1.UuidMap/Write", "`max_write_ops`"),
+            ("/uuidmap.v1.UuidMap/Scan", "`max_filter_values`"),
         ] {
             let s = reword(Code::OutOfRange, tonic, path, &c).unwrap();
             assert!(s.message().contains(flag), "{}", s.message());

@@ -20,7 +20,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use prost::bytes::Bytes;
 use uuid::Uuid;
 
-use super::{Client, ClientError, ClientOptions, DEFAULT_SERVER};
+use uuidmap_client::{Client, ClientError, ClientOptions, DEFAULT_SERVER};
 use uuidmap_proto::v1 as pb;
 
 /// Exit code: done (`get`: found).
@@ -164,7 +164,7 @@ pub fn run(command: ClientCommand) -> i32 {
 /// What a client command can fail with.
 #[derive(Debug, thiserror::Error)]
 enum CliError {
-    #[error(transparent)]
+    #[error("{0}{hint}", hint = flag_hint(.0))]
     Client(#[from] ClientError),
     #[error("cannot write the output: {0}")]
     Output(std::io::Error),
@@ -177,6 +177,33 @@ enum CliError {
         cursor: String,
         source: ClientError,
     },
+}
+
+/// The flags that would fix `e`, for a reader of the command line: the
+/// client library names what was wrong, not how this binary spells it.
+fn flag_hint(e: &ClientError) -> String {
+    match e {
+        ClientError::BadServer { .. } => " (--server or UUIDMAP_SERVER)".into(),
+        ClientError::Refused { .. } => " (start one with `uuidmap serve`; --server or \
+                                         UUIDMAP_SERVER chooses another address)"
+            .into(),
+        ClientError::NoTlsCa { .. } => " (--tls-ca or UUIDMAP_TLS_CA)".into(),
+        ClientError::TlsWithoutHttps { .. } => {
+            " (--tls-ca, --tls-cert and --tls-key need an https:// --server)".into()
+        }
+        ClientError::HalfClientIdentity => " (--tls-cert and --tls-key)".into(),
+        ClientError::ReadFile { what, .. } => match *what {
+            ClientError::TLS_CA => " (--tls-ca)".into(),
+            ClientError::CLIENT_CERT => " (--tls-cert)".into(),
+            ClientError::CLIENT_KEY => " (--tls-key)".into(),
+            _ => String::new(),
+        },
+        ClientError::BadToken => " (--token or UUIDMAP_TOKEN)".into(),
+        ClientError::Status { status, .. } if status.code() == tonic::Code::Unauthenticated => {
+            " (this command sends the token of --token or UUIDMAP_TOKEN)".into()
+        }
+        _ => String::new(),
+    }
 }
 
 impl ClientCommand {
