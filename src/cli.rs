@@ -20,6 +20,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use prost::bytes::Bytes;
 use uuid::Uuid;
 
+use uuidmap::Key;
 use uuidmap_client::{Client, ClientError, ClientOptions, DEFAULT_SERVER};
 use uuidmap_proto::v1 as pb;
 
@@ -73,8 +74,8 @@ pub enum ClientCommand {
     /// Print the value of KEY (exit code 1 if it has none).
     Get {
         /// The file id, as a UUID (e.g. 67e55044-10b1-426f-9247-bb680e5fe0c8).
-        #[arg(value_parser = uuid_arg)]
-        key: Uuid,
+        #[arg(value_parser = key_arg)]
+        key: Key,
         /// How to reach the server.
         #[command(flatten)]
         connect: ConnectArgs,
@@ -82,8 +83,8 @@ pub enum ClientCommand {
     /// Set KEY to VALUE; prints the write's LSN.
     Put {
         /// The file id, as a UUID (e.g. 67e55044-10b1-426f-9247-bb680e5fe0c8).
-        #[arg(value_parser = uuid_arg)]
-        key: Uuid,
+        #[arg(value_parser = key_arg)]
+        key: Key,
         /// Its location, as a UUID.
         #[arg(value_parser = uuid_arg)]
         value: Uuid,
@@ -94,8 +95,8 @@ pub enum ClientCommand {
     /// Remove KEY (whether or not it has an entry); prints the LSN.
     Del {
         /// The file id, as a UUID (e.g. 67e55044-10b1-426f-9247-bb680e5fe0c8).
-        #[arg(value_parser = uuid_arg)]
-        key: Uuid,
+        #[arg(value_parser = key_arg)]
+        key: Key,
         /// How to reach the server.
         #[command(flatten)]
         connect: ConnectArgs,
@@ -223,7 +224,7 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
     match command {
         ClientCommand::Get { key, connect } => {
             let mut c = Client::connect(&connect.options()).await?;
-            match c.get(key).await? {
+            match c.get(key.uuid()).await? {
                 Some(value) => {
                     println!("{value}");
                     Ok(EXIT_OK)
@@ -240,12 +241,12 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
             connect,
         } => {
             let mut c = Client::connect(&connect.options()).await?;
-            println!("lsn {}", c.put(key, value).await?);
+            println!("lsn {}", c.put(key.uuid(), value).await?);
             Ok(EXIT_OK)
         }
         ClientCommand::Del { key, connect } => {
             let mut c = Client::connect(&connect.options()).await?;
-            println!("lsn {}", c.delete(key).await?);
+            println!("lsn {}", c.delete(key.uuid()).await?);
             Ok(EXIT_OK)
         }
         ClientCommand::Stats { connect } => {
@@ -421,6 +422,12 @@ async fn progress_bar(client: &mut Client, args: &ScanArgs, splits: u32) -> Prog
     bar
 }
 
+/// A key argument: a UUID that is neither nil nor max, refused here
+/// rather than by the server.
+fn key_arg(s: &str) -> Result<Key, String> {
+    Key::new(uuid_arg(s)?).map_err(|e| e.to_string())
+}
+
 fn uuid_arg(s: &str) -> Result<Uuid, String> {
     Uuid::parse_str(s).map_err(|e| {
         format!("not a UUID ({e}); expected text like 67e55044-10b1-426f-9247-bb680e5fe0c8")
@@ -490,6 +497,21 @@ mod tests {
             Uuid::from_u128(1)
         );
         assert!(uuid_arg("xyz").unwrap_err().contains("not a UUID"));
+        assert!(key_arg("xyz").unwrap_err().contains("not a UUID"));
+        assert!(
+            key_arg(&Uuid::nil().to_string())
+                .unwrap_err()
+                .contains("nil UUID")
+        );
+        assert!(
+            key_arg(&Uuid::max().to_string())
+                .unwrap_err()
+                .contains("max UUID")
+        );
+        assert_eq!(
+            key_arg(&Uuid::from_u128(1).to_string()).unwrap().uuid(),
+            Uuid::from_u128(1)
+        );
         assert_eq!(split_arg("2/8"), Ok((2, 8)));
         for bad in ["8/8", "1", "a/b", "3/0"] {
             assert!(split_arg(bad).is_err(), "{bad}");

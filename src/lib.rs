@@ -25,7 +25,7 @@ pub use uuidmap_index::sync;
 pub use uuidmap_proto::error_chain;
 pub use uuidmap_server as server;
 
-pub use index::{CasError, Index, IndexBuilder, IndexWriter, KeyError};
+pub use index::{CasError, Index, IndexBuilder, IndexWriter, Key, KeyError};
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

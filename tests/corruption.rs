@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
+use uuidmap::Key;
 use uuidmap::store::OsIo;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
@@ -48,11 +49,16 @@ fn build(dir: &Path) -> Vec<Model> {
                 let k = key(r % KEYS);
                 if r.is_multiple_of(5) {
                     model.remove(&k);
-                    WriteOp::Delete { key: k }
+                    WriteOp::Delete {
+                        key: Key::new(k).unwrap(),
+                    }
                 } else {
                     let v = Uuid::from_u128((b as u128) << 32 | i as u128 | 1 << 100);
                     model.insert(k, v);
-                    WriteOp::Put { key: k, value: v }
+                    WriteOp::Put {
+                        key: Key::new(k).unwrap(),
+                        value: v,
+                    }
                 }
             })
             .collect();

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use uuid::Uuid;
+use uuidmap::Key;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::store::wal::HEADER_LEN;
 use uuidmap::store::wal::Preallocate;
@@ -88,11 +89,16 @@ fn build(batches: u64, snapshots: &[u64], end: End, seed: u64) -> Built {
                 let k = key(r % KEYS);
                 if r.is_multiple_of(5) {
                     model.remove(&k);
-                    WriteOp::Delete { key: k }
+                    WriteOp::Delete {
+                        key: Key::new(k).unwrap(),
+                    }
                 } else {
                     let v = Uuid::from_u128((b as u128) << 32 | i as u128 | 1 << 100);
                     model.insert(k, v);
-                    WriteOp::Put { key: k, value: v }
+                    WriteOp::Put {
+                        key: Key::new(k).unwrap(),
+                        value: v,
+                    }
                 }
             })
             .collect();

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serve_child::{ServeChild, clear_uuidmap_env, client, run_to_exit, serve_command};
+use uuidmap::Key;
 use uuidmap::store::StoreError;
 use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
 use uuidmap_testkit::SimIo;
@@ -32,7 +33,7 @@ fn a_second_open_of_a_directory_is_refused_naming_it_and_the_pid_until_the_first
     let lsn = first
         .writes()
         .write_blocking(vec![WriteOp::Put {
-            key: KEY.parse().unwrap(),
+            key: Key::new(KEY.parse().unwrap()).unwrap(),
             value: VALUE.parse().unwrap(),
         }])
         .unwrap()
@@ -53,7 +54,7 @@ fn a_second_open_of_a_directory_is_refused_naming_it_and_the_pid_until_the_first
     first
         .writes()
         .write_blocking(vec![WriteOp::Delete {
-            key: VALUE.parse().unwrap(),
+            key: Key::new(VALUE.parse().unwrap()).unwrap(),
         }])
         .unwrap();
 
@@ -105,7 +106,7 @@ fn shutdown_through_a_shared_handle_releases_the_directory_while_other_handles_l
     let lsn = first
         .writes()
         .write_blocking(vec![WriteOp::Put {
-            key: KEY.parse().unwrap(),
+            key: Key::new(KEY.parse().unwrap()).unwrap(),
             value: VALUE.parse().unwrap(),
         }])
         .unwrap()
@@ -122,7 +123,7 @@ fn shutdown_through_a_shared_handle_releases_the_directory_while_other_handles_l
     let refused = straggler
         .writes()
         .write_blocking(vec![WriteOp::Delete {
-            key: KEY.parse().unwrap(),
+            key: Key::new(KEY.parse().unwrap()).unwrap(),
         }])
         .unwrap_err();
     assert!(

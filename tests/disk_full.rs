@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use uuid::Uuid;
+use uuidmap::Key;
 use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, WriteError, WriteOp};
 use uuidmap_testkit::SimIo;
@@ -28,7 +29,7 @@ fn config(io: &SimIo) -> DurableConfig {
 fn put(d: &DurableIndex, i: u64) -> Result<u64, WriteError> {
     d.writes()
         .write_blocking(vec![WriteOp::Put {
-            key: key(i),
+            key: Key::new(key(i)).unwrap(),
             value: key(i + 1000),
         }])
         .map(|o| o.lsn)

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use uuid::Uuid;
+use uuidmap::Key;
 use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
 use uuidmap_testkit::SimIo;
@@ -55,12 +56,14 @@ fn ops(spec: &[(u8, u64, u64)], model: &Model) -> Vec<WriteOp> {
             let key = key(k);
             let op = match kind {
                 0 => WriteOp::Put {
-                    key,
+                    key: Key::new(key).unwrap(),
                     value: value(v),
                 },
-                1 => WriteOp::Delete { key },
+                1 => WriteOp::Delete {
+                    key: Key::new(key).unwrap(),
+                },
                 _ => WriteOp::CompareAndSet {
-                    key,
+                    key: Key::new(key).unwrap(),
                     expected: if v % 4 == 0 {
                         Some(value(9999))
                     } else {
@@ -82,18 +85,18 @@ fn apply(model: &mut Model, ops: &[WriteOp]) -> bool {
     for op in ops {
         match *op {
             WriteOp::Put { key, value } => {
-                next.insert(key, value);
+                next.insert(key.uuid(), value);
             }
             WriteOp::Delete { key } => {
-                next.remove(&key);
+                next.remove(key.as_uuid());
             }
             WriteOp::CompareAndSet { key, expected, new } => {
-                if next.get(&key).copied() != expected {
+                if next.get(key.as_uuid()).copied() != expected {
                     return false;
                 }
                 match new {
-                    Some(v) => next.insert(key, v),
-                    None => next.remove(&key),
+                    Some(v) => next.insert(key.uuid(), v),
+                    None => next.remove(key.as_uuid()),
                 };
             }
         }
@@ -182,7 +185,7 @@ proptest! {
         );
         prop_assert_eq!(reopened.index().len(), found.len());
         // The recovered store takes writes again, and they last.
-        let probe = WriteOp::Put { key: key(KEYS + 1), value: value(1) };
+        let probe = WriteOp::Put { key: Key::new(key(KEYS + 1)).unwrap(), value: value(1) };
         prop_assert!(reopened.writes().write_blocking(vec![probe]).is_ok());
         drop(reopened);
         let again = DurableIndex::open(config(&disk.restart(1), wal_bytes)).expect("third open");

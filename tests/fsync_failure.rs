@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use uuid::Uuid;
+use uuidmap::Key;
 use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
 use uuidmap_testkit::SimIo;
@@ -22,7 +23,7 @@ fn open(io: &SimIo) -> DurableIndex {
 
 fn put(k: u128) -> Vec<WriteOp> {
     vec![WriteOp::Put {
-        key: Uuid::from_u128(k),
+        key: Key::new(Uuid::from_u128(k)).unwrap(),
         value: Uuid::from_u128(k + 1000),
     }]
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use uuid::Uuid;
+use uuidmap::Key;
 use uuidmap::store::Io;
 use uuidmap::store::wal::Preallocate;
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
@@ -69,12 +70,14 @@ fn ops(spec: &[(u8, u64, u64)], model: &Model) -> Vec<WriteOp> {
             let key = key(k);
             let op = match kind {
                 0 => WriteOp::Put {
-                    key,
+                    key: Key::new(key).unwrap(),
                     value: value(v),
                 },
-                1 => WriteOp::Delete { key },
+                1 => WriteOp::Delete {
+                    key: Key::new(key).unwrap(),
+                },
                 _ => WriteOp::CompareAndSet {
-                    key,
+                    key: Key::new(key).unwrap(),
                     expected: if v % 4 == 0 {
                         Some(value(u64::MAX - 1))
                     } else {
@@ -96,18 +99,18 @@ fn apply(model: &mut Model, ops: &[WriteOp]) -> bool {
     for op in ops {
         match *op {
             WriteOp::Put { key, value } => {
-                next.insert(key, value);
+                next.insert(key.uuid(), value);
             }
             WriteOp::Delete { key } => {
-                next.remove(&key);
+                next.remove(key.as_uuid());
             }
             WriteOp::CompareAndSet { key, expected, new } => {
-                if next.get(&key).copied() != expected {
+                if next.get(key.as_uuid()).copied() != expected {
                     return false;
                 }
                 match new {
-                    Some(v) => next.insert(key, v),
-                    None => next.remove(&key),
+                    Some(v) => next.insert(key.uuid(), v),
+                    None => next.remove(key.as_uuid()),
                 };
             }
         }
@@ -296,7 +299,7 @@ fn directory_with_torn_tail(seed: u64) -> SimIo {
     for b in 0..120u64 {
         let ops: Vec<WriteOp> = (0..1 + b % 7)
             .map(|i| WriteOp::Put {
-                key: key((b * 13 + i * 7) % KEYS),
+                key: Key::new(key((b * 13 + i * 7) % KEYS)).unwrap(),
                 value: value(b * 100 + i),
             })
             .collect();
@@ -310,7 +313,7 @@ fn directory_with_torn_tail(seed: u64) -> SimIo {
     io.set_crash_after(Some(0));
     let big: Vec<WriteOp> = (0..200)
         .map(|k| WriteOp::Put {
-            key: key(k),
+            key: Key::new(key(k)).unwrap(),
             value: value(7_000_000 + k),
         })
         .collect();
@@ -412,7 +415,7 @@ fn crash_at_every_step_of_recovery(damage: Damage, seed: u64) {
             "{damage:?}, crash at step {k}: another state"
         );
         let probe = WriteOp::Put {
-            key: key(KEYS + 1),
+            key: Key::new(key(KEYS + 1)).unwrap(),
             value: value(k),
         };
         d.writes().write_blocking(vec![probe]).unwrap();
@@ -485,7 +488,7 @@ fn a_failed_fsync_fails_the_wal_for_good_and_loses_no_acknowledged_batch() {
             let mut acked = Model::new();
             for b in 0..50u64 {
                 let op = WriteOp::Put {
-                    key: key(b % 40),
+                    key: Key::new(key(b % 40)).unwrap(),
                     value: value(b),
                 };
                 d.writes().write_blocking(vec![op]).unwrap();
@@ -499,7 +502,7 @@ fn a_failed_fsync_fails_the_wal_for_good_and_loses_no_acknowledged_batch() {
             let mut failed_batch = None;
             for b in 0..200u64 {
                 let op = WriteOp::Put {
-                    key: key(100 + b % 50),
+                    key: Key::new(key(100 + b % 50)).unwrap(),
                     value: value(1000 + b),
                 };
                 match d.writes().write_blocking(vec![op]) {
@@ -518,7 +521,7 @@ fn a_failed_fsync_fails_the_wal_for_good_and_loses_no_acknowledged_batch() {
             // again: nothing is acknowledged after a failed fsync.
             for b in 0..5u64 {
                 let op = WriteOp::Put {
-                    key: key(200 + b),
+                    key: Key::new(key(200 + b)).unwrap(),
                     value: value(b),
                 };
                 match d.writes().write_blocking(vec![op]) {

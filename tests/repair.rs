@@ -17,6 +17,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use uuid::Uuid;
+use uuidmap::Key;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::store::wal::Preallocate;
 use uuidmap::store::wal::{WalCursor, list_wal_files};
@@ -53,7 +54,7 @@ fn build(io: Arc<dyn Io>, dir: &Path) -> Vec<Vec<Option<u64>>> {
         let group = batch % 10;
         let ops = (0..200)
             .map(|i| WriteOp::Put {
-                key: key(group, i),
+                key: Key::new(key(group, i)).unwrap(),
                 value: value(batch),
             })
             .collect();
@@ -218,7 +219,7 @@ fn the_repair_sets_the_snapshot_aside_and_the_directory_then_accepts_writes_and_
     let lsn = d
         .writes()
         .write_blocking(vec![WriteOp::Put {
-            key: key(3, 0),
+            key: Key::new(key(3, 0)).unwrap(),
             value: value(99),
         }])
         .unwrap()

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use uuid::Uuid;
+use uuidmap::Key;
 use uuidmap::index::HashSeeds;
 use uuidmap::store::Op;
 use uuidmap::store::OsIo;
@@ -58,10 +59,12 @@ fn ops_of(record: &[(u64, Option<u64>)]) -> Vec<Op> {
         .iter()
         .map(|&(k, v)| match v {
             Some(v) => Op::Put {
-                key: key(k),
+                key: Key::new(key(k)).unwrap(),
                 value: value(v),
             },
-            None => Op::Delete { key: key(k) },
+            None => Op::Delete {
+                key: Key::new(key(k)).unwrap(),
+            },
         })
         .collect()
 }
@@ -198,11 +201,16 @@ fn a_large_wal_after_a_fuzzy_snapshot_recovers_alike_serially_and_in_parallel() 
             let r = next();
             let k = key(r % LARGE_KEYS);
             if r % 10 == 0 {
-                ops.push(WriteOp::Delete { key: k });
+                ops.push(WriteOp::Delete {
+                    key: Key::new(k).unwrap(),
+                });
                 model.remove(&k);
             } else {
                 let v = value(r);
-                ops.push(WriteOp::Put { key: k, value: v });
+                ops.push(WriteOp::Put {
+                    key: Key::new(k).unwrap(),
+                    value: v,
+                });
                 model.insert(k, v);
             }
         }
@@ -275,7 +283,7 @@ fn write_puts(durable: &DurableIndex, from: u64, batches: u64) {
     for b in from..from + batches {
         let ops = (0..1000)
             .map(|i| WriteOp::Put {
-                key: key(b * 1000 + i),
+                key: Key::new(key(b * 1000 + i)).unwrap(),
                 value: value(b),
             })
             .collect();

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
+use uuidmap::Key;
 use uuidmap::store::snapshot::{OpenOptions, Restored, RestoredIndex};
 use uuidmap::store::{
     Io, IoFile, MappedFile, Op, OsIo, StoreError, list_snapshots, open_snapshot, write_snapshot,
@@ -137,8 +138,8 @@ fn model(batches: &[Vec<Op>]) -> HashMap<Uuid, Uuid> {
     for batch in batches {
         for op in batch {
             match *op {
-                Op::Put { key, value } => m.insert(key, value),
-                Op::Delete { key } => m.remove(&key),
+                Op::Put { key, value } => m.insert(key.uuid(), value),
+                Op::Delete { key } => m.remove(key.as_uuid()),
             };
         }
     }
@@ -148,10 +149,10 @@ fn model(batches: &[Vec<Op>]) -> HashMap<Uuid, Uuid> {
 fn apply(writer: &mut IndexWriter, op: &Op) {
     match *op {
         Op::Put { key, value } => {
-            writer.insert(key, value).unwrap();
+            writer.insert(key.uuid(), value).unwrap();
         }
         Op::Delete { key } => {
-            writer.remove(&key);
+            writer.remove(key.as_uuid());
         }
     }
 }
@@ -195,10 +196,12 @@ fn a_snapshot_taken_under_writes_plus_the_log_after_each_capture_is_the_final_st
                 .map(|_| {
                     let key = keys[rng.below(KEYS) as usize];
                     if rng.below(4) == 0 {
-                        Op::Delete { key }
+                        Op::Delete {
+                            key: Key::new(key).unwrap(),
+                        }
                     } else {
                         Op::Put {
-                            key,
+                            key: Key::new(key).unwrap(),
                             value: value(b as u64 * 16 + rng.below(16)),
                         }
                     }
@@ -287,7 +290,7 @@ fn a_snapshot_taken_under_writes_plus_the_log_after_each_capture_is_the_final_st
         // Replay, for each key, the batches after its segment's capture.
         for (i, batch) in batches.iter().enumerate().skip(r.replay_after() as usize) {
             for op in batch {
-                if i as u64 + 1 > r.capture_lsns[segment_of[&op.key()]] {
+                if i as u64 + 1 > r.capture_lsns[segment_of[op.key().as_uuid()]] {
                     apply(&mut r.writer, op);
                 }
             }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use uuid::Uuid;
 
+use uuidmap::Key;
 use uuidmap::store::wal::{
     self, HEADER_LEN, Preallocate, ReplayOptions, ReplayOutcome, WalCursor, WalOptions, WalWriter,
 };
@@ -33,11 +34,13 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         let key = Uuid::from_u128(k);
         if put {
             Op::Put {
-                key,
+                key: Key::new(key).unwrap(),
                 value: Uuid::from_u128(v),
             }
         } else {
-            Op::Delete { key }
+            Op::Delete {
+                key: Key::new(key).unwrap(),
+            }
         }
     })
 }
@@ -309,7 +312,7 @@ proptest! {
 
         let io: Arc<dyn Io> = Arc::new(disk.clone());
         let mut writer = WalWriter::create(io, &dir(), outcome.next_lsn, WalOptions { segment_bytes: 4096, preallocate: Preallocate::Inline }).unwrap();
-        let more = vec![Op::Delete { key: Uuid::from_u128(7) }];
+        let more = vec![Op::Delete { key: Key::new(Uuid::from_u128(7)).unwrap() }];
         writer.append(outcome.next_lsn, &more);
         writer.commit(true).unwrap();
         let (after, _) = replay_all(&disk, 0, strict()).unwrap();
@@ -383,7 +386,7 @@ proptest! {
         // The recovered log can be continued, and reads back whole.
         let io: Arc<dyn Io> = Arc::new(disk.clone());
         let mut writer = WalWriter::create(io, &dir(), outcome.next_lsn, WalOptions { segment_bytes, preallocate: Preallocate::Inline }).unwrap();
-        let more = vec![Op::Delete { key: Uuid::from_u128(9) }];
+        let more = vec![Op::Delete { key: Key::new(Uuid::from_u128(9)).unwrap() }];
         writer.append(outcome.next_lsn, &more);
         writer.commit(true).unwrap();
         let (after, _) = replay_all(&disk.restart(seed ^ 1), 0, strict()).unwrap();
@@ -429,7 +432,7 @@ proptest! {
         prop_assert_eq!(&read_live(&sim), &committed);
         if failures >= free_after {
             // Space returned: the next commit succeeds.
-            let more = vec![Op::Delete { key: Uuid::from_u128(3) }];
+            let more = vec![Op::Delete { key: Key::new(Uuid::from_u128(3)).unwrap() }];
             let lsn = writer.next_lsn();
             writer.append(lsn, &more);
             writer.commit(true).unwrap();
@@ -471,7 +474,7 @@ fn a_log_starting_after_the_wanted_lsn_is_a_gap() {
         .map(|i| {
             (
                 vec![vec![Op::Delete {
-                    key: Uuid::from_u128(i + 1),
+                    key: Key::new(Uuid::from_u128(i + 1)).unwrap(),
                 }]],
                 true,
             )
@@ -505,7 +508,7 @@ fn the_read_only_cursor_changes_no_file_even_at_a_torn_tail() {
     let groups = vec![(
         vec![
             vec![Op::Delete {
-                key: Uuid::from_u128(1),
+                key: Key::new(Uuid::from_u128(1)).unwrap(),
             }];
             3
         ],
@@ -608,7 +611,7 @@ fn a_real_directory_round_trips() {
     let mut committed = Vec::new();
     for i in 1..=20u64 {
         let ops = vec![Op::Put {
-            key: Uuid::from_u128(i.into()),
+            key: Key::new(Uuid::from_u128(i.into())).unwrap(),
             value: Uuid::from_u128(1),
         }];
         writer.append(i, &ops);
@@ -630,7 +633,7 @@ fn a_real_directory_round_trips() {
 
 fn put(k: u128) -> Op {
     Op::Put {
-        key: Uuid::from_u128(k),
+        key: Key::new(Uuid::from_u128(k)).unwrap(),
         value: Uuid::from_u128(k + 1),
     }
 }

@@ -44,7 +44,7 @@ use uuid::Uuid;
 use uuidmap::store::OsIo;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::store::snapshot::write_snapshot;
-use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, PipelineConfig, WriteOp};
+use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, Key, PipelineConfig, WriteOp};
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -473,7 +473,10 @@ fn latency_during_snapshots(
                 let value = value_for(n + durations.len());
                 durable
                     .writes()
-                    .write_blocking(vec![WriteOp::Put { key, value }])
+                    .write_blocking(vec![WriteOp::Put {
+                        key: Key::new(key).expect("bench keys are never reserved"),
+                        value,
+                    }])
                     .expect("a durable write");
                 let info = durable.snapshot_now_blocking().expect("a snapshot");
                 durations.push(info.duration);
@@ -634,8 +637,11 @@ fn durable_writes(tmp: &Path, writers: usize, window: Duration, policy: FsyncPol
         |_| durable.writes().clone(),
         |h, w, i| {
             let key = write_key(w, i);
-            h.write_blocking(vec![WriteOp::Put { key, value: key }])
-                .expect("a durable write");
+            h.write_blocking(vec![WriteOp::Put {
+                key: Key::new(key).expect("bench keys are never reserved"),
+                value: key,
+            }])
+            .expect("a durable write");
         },
     );
     let (groups1, batches1) = stats();

@@ -11,6 +11,7 @@ use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
+use uuidmap::Key;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
 use uuidmap_testkit::server::{TestServer, b, config, http_get, sample, scrape, u};
@@ -142,7 +143,7 @@ async fn a_restart_reports_its_recovery_phase_by_phase_in_stats_and_metrics() {
         for batch in 0..2u128 {
             let ops = (0..1000)
                 .map(|i| uuidmap::writer::WriteOp::Put {
-                    key: u(1 + batch * 1000 + i),
+                    key: Key::new(u(1 + batch * 1000 + i)).unwrap(),
                     value: u(7),
                 })
                 .collect();

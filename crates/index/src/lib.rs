@@ -26,6 +26,7 @@
 //! This layer is a pure data structure: no I/O, no async, no logging.
 //!
 //! - [`slot`]: the 32-byte slot and the reserved keys.
+//! - `key`: [`Key`], a UUID checked once to be storable.
 //! - [`hasher`]: seeded ahash, fingerprint, segment/slot split.
 //! - `seqlock`: the version protocol readers validate against.
 //! - `slot_array`: slot memory, accessed only through atomics.
@@ -49,6 +50,7 @@ mod growth;
 pub mod hasher;
 #[cfg(not(uuidmap_loom))]
 mod image;
+mod key;
 #[cfg(all(test, uuidmap_loom))]
 mod loom_models;
 mod map;
@@ -70,6 +72,7 @@ pub use error::{BuildError, CasError, KeyError, ScanError};
 pub use hasher::{HashSeeds, hash_fingerprint};
 #[cfg(not(uuidmap_loom))]
 pub use image::{RestoredSegment, SegmentImage};
+pub use key::Key;
 pub use map::{Index, physical_memory};
 #[cfg(not(uuidmap_loom))]
 pub use partition::{PartWriter, PreparedWrite};

@@ -39,9 +39,10 @@ use uuid::Uuid;
 
 use super::atomic::Ordering;
 use super::growth;
+use super::key::Key;
 use super::map::{Index, prefetch};
 use super::shared::Shared;
-use super::slot::{KeyWords, check_key, to_words};
+use super::slot::{KeyWords, to_words};
 use super::table::Table;
 use super::writer::{IndexWriter, delete_hashed, put_hashed, reserve_segment};
 
@@ -83,33 +84,31 @@ impl PreparedWrite {
 
 impl Index {
     /// A put of `key` to `value` stamped `stamp`, hashed for
-    /// [`PartWriter::apply`]; `None` for a reserved key.
+    /// [`PartWriter::apply`].
     #[inline]
-    pub fn prepare_put(&self, key: &Uuid, value: &Uuid, stamp: u64) -> Option<PreparedWrite> {
+    pub fn prepare_put(&self, key: Key, value: &Uuid, stamp: u64) -> PreparedWrite {
         self.prepare(key, Some(value), stamp)
     }
 
-    /// A delete of `key` stamped `stamp`, hashed for [`PartWriter::apply`];
-    /// `None` for a reserved key.
+    /// A delete of `key` stamped `stamp`, hashed for [`PartWriter::apply`].
     #[inline]
-    pub fn prepare_delete(&self, key: &Uuid, stamp: u64) -> Option<PreparedWrite> {
+    pub fn prepare_delete(&self, key: Key, stamp: u64) -> PreparedWrite {
         self.prepare(key, None, stamp)
     }
 
     #[inline]
-    fn prepare(&self, key: &Uuid, value: Option<&Uuid>, stamp: u64) -> Option<PreparedWrite> {
-        check_key(key).ok()?;
-        let words = to_words(key);
+    fn prepare(&self, key: Key, value: Option<&Uuid>, stamp: u64) -> PreparedWrite {
+        let words = to_words(key.as_uuid());
         let hasher = &self.shared.hasher;
         let hash = hasher.hash(words);
-        Some(PreparedWrite {
+        PreparedWrite {
             key: words,
             value: value.map_or([0, 0], to_words),
             hash,
             stamp,
             segment: hasher.segment(hash) as u32,
             delete: value.is_none(),
-        })
+        }
     }
 }
 
@@ -292,11 +291,11 @@ mod tests {
             if i % 5 == 4 {
                 serial.set_stamp(i);
                 serial.remove(&k);
-                writes.push(b.prepare_delete(&k, i).unwrap());
+                writes.push(b.prepare_delete(Key::new(k).unwrap(), i));
             } else {
                 serial.set_stamp(i);
                 serial.insert(k, key(i)).unwrap();
-                writes.push(b.prepare_put(&k, &key(i), i).unwrap());
+                writes.push(b.prepare_put(Key::new(k).unwrap(), &key(i), i));
             }
         }
         std::thread::scope(|s| {

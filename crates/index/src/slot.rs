@@ -7,12 +7,11 @@
 //!
 //! Reserved keys: the nil UUID (all zeros) marks an empty slot, and the max UUID
 //! (all ones) is kept back as a marker for future use (tombstones, cursors).
-//! Neither is accepted as a key; values are unrestricted.
+//! Neither is accepted as a key ([`Key`](crate::Key) holds the rule); values
+//! are unrestricted.
 
 use bytemuck::{Pod, Zeroable};
 use uuid::Uuid;
-
-use super::error::KeyError;
 
 /// One entry as it lies in a slot array: key bytes, then value bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Pod, Zeroable)]
@@ -58,16 +57,6 @@ pub(crate) fn from_words(words: [u64; 2]) -> Uuid {
     Uuid::from_bytes(b)
 }
 
-/// Checks that `key` may be stored: neither nil nor max.
-#[inline]
-pub fn check_key(key: &Uuid) -> Result<(), KeyError> {
-    match to_words(key) {
-        EMPTY_KEY => Err(KeyError::Nil),
-        MAX_KEY => Err(KeyError::Max),
-        _ => Ok(()),
-    }
-}
-
 impl Slot {
     /// Builds a slot from a key and a value.
     pub fn new(key: Uuid, value: Uuid) -> Self {
@@ -106,13 +95,5 @@ mod tests {
         let w: [u64; SLOT_WORDS] = bytemuck::cast(s);
         assert_eq!(from_words([w[0], w[1]]), u);
         assert_eq!(from_words([w[2], w[3]]), Uuid::from_u128(7));
-    }
-
-    #[test]
-    fn reserved_keys_are_rejected() {
-        assert_eq!(check_key(&Uuid::nil()), Err(KeyError::Nil));
-        assert_eq!(check_key(&Uuid::max()), Err(KeyError::Max));
-        assert_eq!(check_key(&Uuid::from_u128(1)), Ok(()));
-        assert_eq!(check_key(&Uuid::from_u128(u128::MAX - 1)), Ok(()));
     }
 }

@@ -13,9 +13,10 @@ use uuid::Uuid;
 use super::atomic::Ordering;
 use super::error::{CasError, KeyError};
 use super::growth;
+use super::key::Key;
 use super::map::Index;
 use super::shared::Shared;
-use super::slot::{KeyWords, check_key, from_words, to_words};
+use super::slot::{KeyWords, from_words, to_words};
 use super::table::{Probe, Table};
 
 /// The index's single writer.
@@ -56,10 +57,15 @@ impl IndexWriter {
         }
     }
 
-    /// Sets `key` to `value`, returning the previous value.
+    /// Sets `key` to `value`, returning the previous value; a reserved key
+    /// (nil or max) is refused.
     pub fn insert(&mut self, key: Uuid, value: Uuid) -> Result<Option<Uuid>, KeyError> {
-        check_key(&key)?;
-        let key = to_words(&key);
+        Ok(self.insert_key(Key::new(key)?, value))
+    }
+
+    /// [`IndexWriter::insert`] of a key already checked.
+    pub fn insert_key(&mut self, key: Key, value: Uuid) -> Option<Uuid> {
+        let key = to_words(key.as_uuid());
         let hash = self.shared.hasher.hash(key);
         let segment = self.shared.hasher.segment(hash);
         let current = self.shared.segments[segment].writer_table();
@@ -83,13 +89,18 @@ impl IndexWriter {
             let len = &self.shared.len;
             len.store(len.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         }
-        Ok(old.map(from_words))
+        old.map(from_words)
     }
 
-    /// Removes `key`, returning its value if it was present.
+    /// Removes `key`, returning its value if it was present (a reserved key
+    /// never is).
     pub fn remove(&mut self, key: &Uuid) -> Option<Uuid> {
-        check_key(key).ok()?;
-        let key = to_words(key);
+        self.remove_key(Key::new(*key).ok()?)
+    }
+
+    /// [`IndexWriter::remove`] of a key already checked.
+    pub fn remove_key(&mut self, key: Key) -> Option<Uuid> {
+        let key = to_words(key.as_uuid());
         let hash = self.shared.hasher.hash(key);
         let segment = self.shared.hasher.segment(hash);
         let old = delete_hashed(&self.shared, segment, key, hash, self.stamp)?;
@@ -108,17 +119,26 @@ impl IndexWriter {
         expected: Option<Uuid>,
         new: Option<Uuid>,
     ) -> Result<(), CasError> {
-        check_key(&key)?;
-        let current = self.get(&key);
+        self.compare_and_set_key(Key::new(key)?, expected, new)
+    }
+
+    /// [`IndexWriter::compare_and_set`] of a key already checked.
+    pub fn compare_and_set_key(
+        &mut self,
+        key: Key,
+        expected: Option<Uuid>,
+        new: Option<Uuid>,
+    ) -> Result<(), CasError> {
+        let current = self.get(key.as_uuid());
         if current != expected {
             return Err(CasError::Mismatch { current });
         }
         match new {
             Some(v) => {
-                self.insert(key, v)?;
+                self.insert_key(key, v);
             }
             None => {
-                self.remove(&key);
+                self.remove_key(key);
             }
         }
         Ok(())
@@ -126,8 +146,7 @@ impl IndexWriter {
 
     /// The writer's own view of `key` (no retries: nothing else writes).
     pub fn get(&self, key: &Uuid) -> Option<Uuid> {
-        check_key(key).ok()?;
-        let key = to_words(key);
+        let key = to_words(Key::new(*key).ok()?.as_uuid());
         let hasher = &self.shared.hasher;
         let hash = hasher.hash(key);
         let table = self.shared.segments[hasher.segment(hash)].writer_table();

@@ -49,20 +49,6 @@ pub enum RequestError {
         /// The configured limit.
         max: usize,
     },
-    /// A write batch has no operations.
-    #[error("a write batch needs at least one operation")]
-    NoOps,
-    /// A write batch has more operations than the configured limit.
-    #[error(
-        "a Write may hold at most {max} operations (the server's `max_write_ops`); this one \
-         holds {len}: split it"
-    )]
-    TooManyOps {
-        /// The operations in the batch.
-        len: usize,
-        /// The configured limit.
-        max: usize,
-    },
     /// A write operation has none of put, delete, compare_and_set set.
     #[error(
         "ops[{index}] sets no operation: set one of put, delete or compare_and_set \

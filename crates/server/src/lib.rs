@@ -385,8 +385,8 @@ async fn open(config: &ServeConfig, io: Arc<dyn Io>) -> Result<Arc<DurableIndex>
     durable.snapshot_every = config.snapshot_interval;
     durable.max_replay = config.max_replay;
     durable.recovery.replay_workers = config.replay_workers;
-    // The service checks the limit first, with the same message; the
-    // pipeline's limit must not be lower.
+    // The service checks the limit first, with the same error
+    // (`WriteError::TooLarge`); the pipeline's limit must not be lower.
     durable.pipeline.max_batch_ops = durable
         .pipeline
         .max_batch_ops

@@ -100,7 +100,7 @@ impl UuidMap for DataService {
         let applied_lsn = self
             .wait_applied(&request, request.get_ref().min_lsn)
             .await?;
-        let value = self.durable.index().get(&k).map(bytes_of);
+        let value = self.durable.index().get(k.as_uuid()).map(bytes_of);
         Ok(Response::new(pb::GetResponse { value, applied_lsn }))
     }
 
@@ -177,15 +177,16 @@ impl UuidMap for DataService {
         request: Request<pb::WriteRequest>,
     ) -> Result<Response<pb::WriteResponse>, Status> {
         let ops = &request.get_ref().ops;
+        // The pipeline's own checks, made before decoding the ops: a batch
+        // over the limit costs no decoding.
         if ops.is_empty() {
-            return Err(RequestError::NoOps.into());
+            return Err(write_error(WriteError::Empty));
         }
         if ops.len() > self.limits.max_write_ops {
-            return Err(RequestError::TooManyOps {
+            return Err(write_error(WriteError::TooLarge {
                 len: ops.len(),
                 max: self.limits.max_write_ops,
-            }
-            .into());
+            }));
         }
         let ops = ops
             .iter()

@@ -54,9 +54,13 @@ impl From<RequestError> for Status {
 /// types are foreign to this crate.)
 pub fn write_error(e: WriteError) -> Status {
     match e {
-        WriteError::Empty | WriteError::TooLarge { .. } | WriteError::Key { .. } => {
-            Status::invalid_argument(e.to_string())
-        }
+        WriteError::Empty => Status::invalid_argument(e.to_string()),
+        // The limit is the server's `max_write_ops` (the pipeline's is never
+        // lower: `open_index`).
+        WriteError::TooLarge { len, max } => Status::invalid_argument(format!(
+            "a Write may hold at most {max} operations (the server's `max_write_ops`); this \
+             one holds {len}: split it"
+        )),
         WriteError::CasMismatch { .. } => Status::failed_precondition(e.to_string()),
         WriteError::Wal(_) | WriteError::WalFailed(_) | WriteError::ShuttingDown => {
             Status::unavailable(e.to_string())
@@ -186,13 +190,13 @@ mod tests {
     use super::*;
     use tonic::Code;
     use uuid::Uuid;
-    use uuidmap_index::KeyError;
+    use uuidmap_index::Key;
 
     #[test]
     fn a_cas_mismatch_is_never_internal() {
         let s = write_error(WriteError::CasMismatch {
             index: 0,
-            key: Uuid::from_u128(1),
+            key: Key::new(Uuid::from_u128(1)).unwrap(),
             expected: None,
             current: Some(Uuid::from_u128(2)),
         });
@@ -200,7 +204,7 @@ mod tests {
     }
 
     #[test]
-    fn disk_and_shutdown_failures_are_unavailable_and_bad_keys_invalid() {
+    fn disk_and_shutdown_failures_are_unavailable_and_oversized_batches_invalid() {
         assert_eq!(
             write_error(WriteError::ShuttingDown).code(),
             Code::Unavailable
@@ -211,13 +215,16 @@ mod tests {
             std::io::Error::other("disk full"),
         )));
         assert_eq!(write_error(wal).code(), Code::Unavailable);
-        let key = WriteError::Key {
-            index: 2,
-            source: KeyError::Nil,
-        };
-        let s = write_error(key);
+        let s = write_error(WriteError::TooLarge { len: 11, max: 10 });
         assert_eq!(s.code(), Code::InvalidArgument);
-        assert!(s.message().contains("operation 2"), "{}", s.message());
+        assert!(
+            s.message()
+                .contains("at most 10 operations (the server's `max_write_ops`)")
+                && s.message().contains("holds 11"),
+            "{}",
+            s.message()
+        );
+        assert_eq!(write_error(WriteError::Empty).code(), Code::InvalidArgument);
     }
 
     #[test]

@@ -176,7 +176,7 @@ impl BatchReader {
 fn batch(bytes: &mut BytesMut, lsn: u64, ops: &[Op]) -> pb::WatchBatch {
     bytes.reserve(ops.len() * 32);
     for op in ops {
-        bytes.extend_from_slice(op.key().as_bytes());
+        bytes.extend_from_slice(op.key().as_uuid().as_bytes());
         if let Op::Put { value, .. } = op {
             bytes.extend_from_slice(value.as_bytes());
         }

@@ -5,7 +5,7 @@ use prost::bytes::{Bytes, BytesMut};
 use uuid::Uuid;
 
 use super::errors::RequestError;
-use uuidmap_index::slot::check_key;
+use uuidmap_index::Key;
 
 /// A UUID field: exactly 16 bytes.
 pub fn uuid(field: &str, bytes: &[u8]) -> Result<Uuid, RequestError> {
@@ -17,14 +17,13 @@ pub fn uuid(field: &str, bytes: &[u8]) -> Result<Uuid, RequestError> {
         })
 }
 
-/// A key field: 16 bytes, not a reserved UUID.
-pub fn key(field: &str, bytes: &[u8]) -> Result<Uuid, RequestError> {
-    let k = uuid(field, bytes)?;
-    check_key(&k).map_err(|source| RequestError::Key {
+/// A key field: 16 bytes, not a reserved UUID. The one check of a key
+/// that comes over the wire: the layers below take the [`Key`].
+pub fn key(field: &str, bytes: &[u8]) -> Result<Key, RequestError> {
+    Key::new(uuid(field, bytes)?).map_err(|source| RequestError::Key {
         field: field.to_string(),
         source,
-    })?;
-    Ok(k)
+    })
 }
 
 /// An optional UUID field (absent = no entry).
@@ -54,10 +53,12 @@ pub fn packed_keys(
         .enumerate()
         .map(|(i, chunk)| {
             let k = Uuid::from_bytes(chunk.try_into().expect("chunks_exact(16)"));
-            check_key(&k).map_err(|source| RequestError::Key {
+            Key::new(k).map_err(|source| RequestError::Key {
                 field: format!("{field}[{i}]"),
                 source,
             })?;
+            // Lookups take UUIDs: a reserved one is refused here, with the
+            // field named, rather than answered "absent".
             Ok(k)
         })
         .collect()

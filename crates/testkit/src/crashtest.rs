@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::data::mix;
 
-use uuidmap_engine::writer::WriteOp;
+use uuidmap_engine::writer::{Key, WriteOp};
 
 /// Keys per writer: few, so batches overwrite and delete each other's work.
 pub const KEYS_PER_WRITER: u64 = 48;
@@ -37,19 +37,20 @@ pub fn batch(
     let first = mix(r) % KEYS_PER_WRITER;
     for i in 0..n as u64 {
         r = mix(r);
-        let k = key(w, (first + i * 7) % KEYS_PER_WRITER);
+        let k = Key::new(key(w, (first + i * 7) % KEYS_PER_WRITER))
+            .expect("a writer's keys are never nil or max");
         let value =
             Uuid::from_u128(((seed as u128) << 64) | ((seq as u128) << 8) | i as u128 | 1 << 127);
         ops.push(match r % 8 {
             0 => WriteOp::Delete { key: k },
             1 => WriteOp::CompareAndSet {
                 key: k,
-                expected: current(k),
+                expected: current(k.uuid()),
                 new: Some(value),
             },
             2 => WriteOp::CompareAndSet {
                 key: k,
-                expected: current(k),
+                expected: current(k.uuid()),
                 new: None,
             },
             _ => WriteOp::Put { key: k, value },
@@ -64,17 +65,17 @@ pub fn apply(model: &mut std::collections::HashMap<Uuid, Uuid>, ops: &[WriteOp])
     for op in ops {
         match *op {
             WriteOp::Put { key, value } => {
-                model.insert(key, value);
+                model.insert(key.uuid(), value);
             }
             WriteOp::Delete { key } => {
-                model.remove(&key);
+                model.remove(key.as_uuid());
             }
             WriteOp::CompareAndSet { key, new, .. } => match new {
                 Some(v) => {
-                    model.insert(key, v);
+                    model.insert(key.uuid(), v);
                 }
                 None => {
-                    model.remove(&key);
+                    model.remove(key.as_uuid());
                 }
             },
         }

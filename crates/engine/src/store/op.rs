@@ -5,27 +5,28 @@
 //! replaying the log never decides anything again.
 
 use uuid::Uuid;
+use uuidmap_index::Key;
 
 /// One logged change to the index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// Set `key` to `value`.
     Put {
-        /// The key (never the nil or max UUID).
-        key: Uuid,
+        /// The key.
+        key: Key,
         /// Its new value.
         value: Uuid,
     },
     /// Remove `key` (a no-op if it is absent).
     Delete {
-        /// The key (never the nil or max UUID).
-        key: Uuid,
+        /// The key.
+        key: Key,
     },
 }
 
 impl Op {
     /// The key this operation changes.
-    pub fn key(&self) -> Uuid {
+    pub fn key(&self) -> Key {
         match *self {
             Op::Put { key, .. } | Op::Delete { key } => key,
         }

@@ -104,8 +104,7 @@ pub struct ApplyReport {
     /// Ops applied (above their segment's capture LSN).
     pub ops_applied: u64,
     /// Ops skipped: at or below their segment's capture LSN (already in the
-    /// snapshot), or with a reserved key (never logged: the CRC would fail
-    /// first).
+    /// snapshot).
     pub ops_skipped: u64,
     /// Entries the index was presized for (beyond those it held).
     pub presized_for: u64,
@@ -293,13 +292,9 @@ impl<'a> Router<'a> {
     ) {
         let parts = self.buffers.len();
         for op in ops {
-            let prepared = match op {
-                Op::Put { key, value } => self.index.prepare_put(key, value, lsn),
+            let w = match *op {
+                Op::Put { key, ref value } => self.index.prepare_put(key, value, lsn),
                 Op::Delete { key } => self.index.prepare_delete(key, lsn),
-            };
-            let Some(w) = prepared else {
-                self.skipped += 1;
-                continue;
             };
             let segment = w.segment();
             if self.captures.get(segment).is_some_and(|&c| lsn <= c) {

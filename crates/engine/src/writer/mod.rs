@@ -23,3 +23,5 @@ pub use snapshotter::{
     DEFAULT_REPLAY_BYTES_PER_SEC, MIN_BUDGET_TRIGGER_BYTES, ReplayBudget, SnapshotResult,
     SnapshotStats,
 };
+/// The key type of [`WriteOp`]: a UUID checked once to be storable.
+pub use uuidmap_index::Key;

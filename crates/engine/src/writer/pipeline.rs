@@ -59,7 +59,7 @@ use super::request::{WriteError, WriteOp, WriteOutcome};
 use crate::store::wal::WalWriter;
 use crate::store::{Op, StoreError};
 use uuidmap_index::sync::LsnWatermark;
-use uuidmap_index::{IndexWriter, slot::check_key};
+use uuidmap_index::{IndexWriter, Key};
 
 /// Limits and policy of the pipeline.
 #[derive(Clone, Debug)]
@@ -375,9 +375,6 @@ impl WriteHandle {
                 max: self.max_batch_ops,
             });
         }
-        for (index, op) in ops.iter().enumerate() {
-            check_key(&op.key()).map_err(|source| WriteError::Key { index, source })?;
-        }
         let (reply, answer) = oneshot::channel();
         let submitted = Instant::now();
         Ok((
@@ -411,7 +408,7 @@ struct WriterThread {
     /// The LSN the next accepted batch takes.
     next_lsn: u64,
     /// Values as `ops[..overlay_upto]` left them (`None`: removed).
-    overlay: HashMap<Uuid, Option<Uuid>, ahash::RandomState>,
+    overlay: HashMap<Key, Option<Uuid>, ahash::RandomState>,
     /// How many of `ops` the overlay has folded in.
     overlay_upto: usize,
     /// The group being processed.
@@ -623,7 +620,7 @@ impl WriterThread {
                 WriteOp::Put { key, value } => self.ops.push(Op::Put { key, value }),
                 WriteOp::Delete { key } => self.ops.push(Op::Delete { key }),
                 WriteOp::CompareAndSet { key, expected, new } => {
-                    let current = self.current(&key);
+                    let current = self.current(key);
                     if current != expected {
                         refused = Some(WriteError::CasMismatch {
                             index,
@@ -668,7 +665,7 @@ impl WriterThread {
     /// The value of `key` as the group's writes so far (the current batch's
     /// included) leave it. The overlay is only built once a group holds a
     /// compare-and-set, so plain writes do not pay for it.
-    fn current(&mut self, key: &Uuid) -> Option<Uuid> {
+    fn current(&mut self, key: Key) -> Option<Uuid> {
         for op in &self.ops[self.overlay_upto..] {
             match *op {
                 Op::Put { key, value } => self.overlay.insert(key, Some(value)),
@@ -676,9 +673,9 @@ impl WriterThread {
             };
         }
         self.overlay_upto = self.ops.len();
-        match self.overlay.get(key) {
+        match self.overlay.get(&key) {
             Some(v) => *v,
-            None => self.writer.get(key),
+            None => self.writer.get(key.as_uuid()),
         }
     }
 
@@ -744,11 +741,10 @@ impl WriterThread {
             for op in &self.ops[range.clone()] {
                 match *op {
                     Op::Put { key, value } => {
-                        // Keys were checked before the batch was accepted.
-                        let _ = self.writer.insert(key, value);
+                        self.writer.insert_key(key, value);
                     }
                     Op::Delete { key } => {
-                        self.writer.remove(&key);
+                        self.writer.remove_key(key);
                     }
                 }
             }

@@ -3,7 +3,7 @@
 use uuid::Uuid;
 
 use crate::store::StoreError;
-use uuidmap_index::KeyError;
+use uuidmap_index::Key;
 
 /// One operation of a write batch, as a caller states it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -11,20 +11,20 @@ pub enum WriteOp {
     /// Set `key` to `value`.
     Put {
         /// The key to set.
-        key: Uuid,
+        key: Key,
         /// The value to give it.
         value: Uuid,
     },
     /// Remove `key` (succeeds whether or not it was present).
     Delete {
         /// The key to remove.
-        key: Uuid,
+        key: Key,
     },
     /// Set `key` to `new` only if its value is `expected` at this point of
     /// the batch (`None` = absent on either side: `new: None` removes).
     CompareAndSet {
         /// The key to compare and set.
-        key: Uuid,
+        key: Key,
         /// The value it must have (`None`: absent).
         expected: Option<Uuid>,
         /// The value to give it (`None`: remove it).
@@ -34,7 +34,7 @@ pub enum WriteOp {
 
 impl WriteOp {
     /// The key this operation is about.
-    pub fn key(&self) -> Uuid {
+    pub fn key(&self) -> Key {
         match *self {
             WriteOp::Put { key, .. }
             | WriteOp::Delete { key }
@@ -66,14 +66,6 @@ pub enum WriteError {
         /// The configured limit.
         max: usize,
     },
-    /// An operation's key is reserved.
-    #[error("operation {index} of the batch: {source}")]
-    Key {
-        /// Position of the operation in the batch.
-        index: usize,
-        /// Why the key is refused.
-        source: KeyError,
-    },
     /// A compare-and-set found another value; the batch was not applied.
     #[error(
         "compare-and-set failed at operation {index} of the batch: key {key} is {}, not {}",
@@ -83,7 +75,7 @@ pub enum WriteError {
         /// Position of the compare-and-set in the batch.
         index: usize,
         /// The key compared.
-        key: Uuid,
+        key: Key,
         /// The value the caller expected (`None`: absent).
         expected: Option<Uuid>,
         /// The value found (as of the batch's turn, earlier operations of the

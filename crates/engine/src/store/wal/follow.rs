@@ -277,7 +277,7 @@ mod tests {
 
     fn put(k: u128) -> Op {
         Op::Put {
-            key: Uuid::from_u128(k),
+            key: uuidmap_index::Key::new(Uuid::from_u128(k)).unwrap(),
             value: Uuid::from_u128(k + 1000),
         }
     }
