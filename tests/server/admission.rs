@@ -11,11 +11,10 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
 use tonic::{Code, Request};
-use uuid::Uuid;
 use uuidmap::server::ServeConfig;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
-use uuidmap_testkit::server::{TestServer, b, config, put_op, u};
+use uuidmap_testkit::server::{TestServer, b, config, put_op, spread_key as key, u};
 
 type Client = UuidMapClient<Channel>;
 
@@ -36,10 +35,6 @@ fn tight(dir: &std::path::Path) -> ServeConfig {
     c.admission.scan_queue = 1;
     c.admission.max_long_polls = 2;
     c
-}
-
-fn key(i: u64) -> Uuid {
-    u((i as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835) | 1)
 }
 
 async fn load(c: &mut Client) {

@@ -14,18 +14,15 @@ use tonic::transport::Channel;
 use uuid::Uuid;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
-use uuidmap_testkit::server::{MAX_FILTER_VALUES, TestServer, b, config, put_op, u};
+use uuidmap_testkit::server::{
+    MAX_FILTER_VALUES, TestServer, b, config, put_op, spread_key as key, u,
+};
 
 type Client = UuidMapClient<Channel>;
 
 const ENTRIES: u64 = 600_000;
 const VALUES: u64 = 16;
 const WRITE_OPS: usize = 10_000;
-
-/// Key `i` (spread over the hash space like a random UUID).
-fn key(i: u64) -> Uuid {
-    u((i as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835) | 1)
-}
 
 /// The value of key `i`: one of `VALUES` shard ids.
 fn value(i: u64) -> Uuid {

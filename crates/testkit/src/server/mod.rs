@@ -15,4 +15,4 @@ pub use raw_grpc::{
     RPCS, RawCodec, RawDecoder, RawEncoder, framed, percent_decode, raw_call, raw_status,
 };
 pub use test_server::{MAX_BATCH_KEYS, MAX_FILTER_VALUES, MAX_WRITE_OPS, TestServer, config};
-pub use values::{b, put_op, u};
+pub use values::{b, put_op, spread_key, u};

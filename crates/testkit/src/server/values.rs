@@ -23,3 +23,9 @@ pub fn put_op(k: Uuid, v: Uuid) -> pb::WriteOp {
         })),
     }
 }
+
+/// Key `i` of a test's key space, spread over the hash space like a random
+/// UUID (a multiplicative hash of `i + 1`) and never nil.
+pub fn spread_key(i: u64) -> Uuid {
+    u((i as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835) | 1)
+}
