@@ -3,6 +3,9 @@
 //! Maps (all hold `Uuid -> Uuid`; every peer uses `ahash::RandomState`, as
 //! uuidmap itself hashes with seeded ahash):
 //!
+//! - `uuidmap_session`: the same index read through one
+//!   [`uuidmap::index::ReadSession`] per reader thread (`get_hit` and
+//!   `get_miss50` only);
 //! - `uuidmap`: [`uuidmap::Index`], presized to `n` (huge pages as
 //!   `UUIDMAP_BENCH_THP` says: `on`, the default, gives every map huge pages,
 //!   peers through jemalloc's `thp:always`; `off` gives none; the run prints
@@ -13,7 +16,8 @@
 //! - `rwlock_hashbrown`: `std::sync::RwLock<hashbrown::HashMap>`, a read lock
 //!   per lookup;
 //! - `hashbrown_unsync`: the same `hashbrown::HashMap` read with no
-//!   synchronisation at all (one thread only): the ceiling.
+//!   synchronisation at all (shared read-only by the reader threads, with no
+//!   writer): the ceiling.
 //!
 //! Every map is presized for `n` and filled with the same `n` keys, once per
 //! size, and reused for every workload:
@@ -177,6 +181,7 @@ fn bench_size(c: &mut Criterion, keys: &[Uuid], threads: &[usize], summary: &mut
     for (workload, order) in [("get_hit", &hits), ("get_miss50", &mixed)] {
         let mut g = Group::new(c, format!("{workload}/{size}"), summary);
         bench_gets(&mut g, "uuidmap", threads, order, |k| index.get(k));
+        bench_session_gets(&mut g, threads, order, &index);
         bench_gets(&mut g, "papaya", threads, order, |k| {
             papaya.pin().get(k).copied()
         });
@@ -190,9 +195,10 @@ fn bench_size(c: &mut Criterion, keys: &[Uuid], threads: &[usize], summary: &mut
             rw.read().unwrap().get(k).copied()
         });
         {
-            // One read guard for the whole benchmark: plain hashbrown lookups.
+            // One read guard for the whole benchmark: plain hashbrown
+            // lookups, shared read-only by every reader thread.
             let map = rw.read().unwrap();
-            bench_gets(&mut g, "hashbrown_unsync", &[1], order, |k| {
+            bench_gets(&mut g, "hashbrown_unsync", threads, order, |k| {
                 map.get(k).copied()
             });
         }
@@ -332,6 +338,38 @@ where
     G: Fn(&Uuid) -> Option<Uuid> + Sync,
 {
     bench_get_readers(g, map, threads, order, &get, None::<&mut NoWriter>);
+}
+
+/// `uuidmap_session`: each reader thread makes one [`uuidmap::index::ReadSession`]
+/// before the clock starts and looks every key up through it (one epoch pin
+/// per `SESSION_REPIN_EVERY` lookups instead of one per lookup).
+fn bench_session_gets(
+    g: &mut Group<'_, '_>,
+    threads: &[usize],
+    order: &[Uuid],
+    index: &uuidmap::Index,
+) {
+    let reader = || {
+        let mut session = index.session();
+        move |keys: &[Uuid]| {
+            for k in keys {
+                black_box(session.get(k));
+            }
+        }
+    };
+    for &t in threads {
+        bench_readers(
+            g,
+            &format!("uuidmap_session/{t}t"),
+            t,
+            Readers {
+                order,
+                step: 1,
+                make_reader: &reader,
+            },
+            None::<&mut NoWriter>,
+        );
+    }
 }
 
 /// As [`bench_gets`], while another thread rewrites the values of `hot` keys

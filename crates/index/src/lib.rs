@@ -34,7 +34,7 @@
 //! - `growth`: staggered table sizes.
 //! - `segment`: the table pointer, growth by swap, epoch retirement.
 //! - `shared`: the state both handles point to.
-//! - `map`: the read handle [`Index`].
+//! - `map`: the read handle [`Index`] and its [`ReadSession`].
 //! - `builder`: [`IndexBuilder`], which makes the writer and a reader.
 //! - `writer`: the single [`IndexWriter`].
 //! - `partition`: the writer split over disjoint segments (recovery).
@@ -73,7 +73,7 @@ pub use hasher::{HashSeeds, hash_fingerprint};
 #[cfg(not(uuidmap_loom))]
 pub use image::{RestoredSegment, SegmentImage};
 pub use key::Key;
-pub use map::{Index, physical_memory};
+pub use map::{Index, ReadSession, SESSION_REPIN_EVERY, physical_memory};
 #[cfg(not(uuidmap_loom))]
 pub use partition::{PartWriter, PreparedWrite};
 pub use scan::{ScanCursor, Scanner, ValueFilter};

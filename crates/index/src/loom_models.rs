@@ -19,10 +19,11 @@
 //!   protected words are plain atomics or the slots of a real [`Table`] that
 //!   the writer reshuffles (Robin Hood shift on insert, backward shift on
 //!   removal);
-//! - growth: a reader going through [`Segment::read`] (or [`Index::get`])
-//!   while the writer swaps in a larger table and retires the old one always
-//!   finds a present key, and the old table is freed only after that reader
-//!   is done with it;
+//! - growth: a reader going through [`Segment::read`] (or [`Index::get`],
+//!   `get_many`, or a read session that re-pins between lookups) while the
+//!   writer swaps in a larger table and retires the old one always finds a
+//!   present key, and the old table is freed only after that reader is done
+//!   with it;
 //! - scans: a copy accepted by [`Table::try_copy_entries`] (with a hand-off
 //!   request outstanding) is one state the writer produced, and a paged
 //!   [`Scanner`] returns every present key exactly once while its segment
@@ -485,6 +486,45 @@ fn loom_get_many_finds_keys_while_the_writer_grows_between_prefetch_and_probe() 
         assert_eq!(third, Some(key(101)), "and again later in the batch");
         assert!(second.is_none() || second == Some(key(102)), "{second:?}");
         assert_eq!(writer.get(&key(2)), Some(key(102)));
+        record(seen, second.is_some());
+    });
+    assert_eq!(seen.len(), 2, "the new key was read both before and after");
+}
+
+/// A read session holds one pin across lookups and re-pins between them. A
+/// growth (and the writer's reclaim) between two lookups of the session, or
+/// between its re-pin and the next lookup, must neither lose a key nor free
+/// a table the session can still read.
+#[test]
+fn loom_session_reads_across_growth_reclaim_and_its_own_repin() {
+    let seen = explore(|seen| {
+        let (mut writer, index) = one_segment_index();
+        let key = |i: u128| Uuid::from_u128(i);
+        writer.insert(key(1), key(101)).unwrap();
+        let w = thread::spawn(move || {
+            writer.insert(key(2), key(102)).unwrap();
+            writer.reclaim();
+            writer
+        });
+        let reader = {
+            let index = index.clone();
+            thread::spawn(move || {
+                let mut session = index.session();
+                let first = session.get(&key(1));
+                session.repin();
+                let second = session.get(&key(2));
+                let again = session.get(&key(1));
+                (first, second, again)
+            })
+        };
+        let mut writer = w.join().unwrap();
+        let (first, second, again) = reader.join().unwrap();
+        assert_eq!(first, Some(key(101)), "an existing key stays readable");
+        assert_eq!(again, Some(key(101)), "and after the session re-pinned");
+        assert!(second.is_none() || second == Some(key(102)), "{second:?}");
+        assert_eq!(writer.get(&key(2)), Some(key(102)));
+        // The session is gone: nothing holds the retired table any more.
+        writer.reclaim();
         record(seen, second.is_some());
     });
     assert_eq!(seen.len(), 2, "the new key was read both before and after");

@@ -2,7 +2,8 @@
 //!
 //! A lookup hashes the key, takes the segment from the high hash bits, pins the
 //! epoch, and does one seqlock-validated probe of that segment's table. It
-//! never blocks, never takes a lock and never allocates.
+//! never blocks, never takes a lock and never allocates. A [`ReadSession`]
+//! pins once for many lookups and re-pins every [`SESSION_REPIN_EVERY`].
 
 use std::sync::Arc;
 
@@ -28,8 +29,28 @@ pub struct Index {
 
 impl Index {
     /// The value stored for `key`, or `None`. Never blocks or allocates.
+    ///
+    /// Each call pins the epoch (a locked instruction on x86); a caller with
+    /// many lookups to make pins once for all of them with
+    /// [`Index::session`].
     #[inline]
     pub fn get(&self, key: &Uuid) -> Option<Uuid> {
+        self.get_pinned(&epoch::pin(), key)
+    }
+
+    /// A read session: the epoch pinned once for many lookups (see
+    /// [`ReadSession`]).
+    pub fn session(&self) -> ReadSession<'_> {
+        ReadSession {
+            index: self,
+            guard: epoch::pin(),
+            since_pin: 0,
+        }
+    }
+
+    /// [`Index::get`] under a pin the caller holds.
+    #[inline]
+    fn get_pinned(&self, guard: &epoch::Guard, key: &Uuid) -> Option<Uuid> {
         let key = to_words(key);
         if key == EMPTY_KEY {
             // Empty slots hold the nil key; it is never stored.
@@ -38,9 +59,8 @@ impl Index {
         let hasher = &self.shared.hasher;
         let hash = hasher.hash(key);
         let rest = hasher.rest(hash);
-        let guard = epoch::pin();
         self.shared.segments[hasher.segment(hash)]
-            .read(&guard, |t| t.find(key, rest, hasher))
+            .read(guard, |t| t.find(key, rest, hasher))
             .map(from_words)
     }
 
@@ -52,9 +72,13 @@ impl Index {
     /// Answers `min(keys.len(), out.len())` keys; the rest of `out` is left
     /// as it was.
     pub fn get_many(&self, keys: &[Uuid], out: &mut [Option<Uuid>]) {
+        self.get_many_pinned(&epoch::pin(), keys, out);
+    }
+
+    /// [`Index::get_many`] under a pin the caller holds.
+    fn get_many_pinned(&self, guard: &epoch::Guard, keys: &[Uuid], out: &mut [Option<Uuid>]) {
         let hasher = &self.shared.hasher;
         let segments = &self.shared.segments;
-        let guard = epoch::pin();
         let n = keys.len().min(out.len());
         // A software pipeline: key `i` is hashed and its home cache lines
         // prefetched `PREFETCH_DISTANCE` keys before it is probed, so about
@@ -70,7 +94,7 @@ impl Index {
                     None
                 } else {
                     segments[segment]
-                        .read(&guard, |t| t.find(key, rest, hasher))
+                        .read(guard, |t| t.find(key, rest, hasher))
                         .map(from_words)
                 };
             }
@@ -78,7 +102,7 @@ impl Index {
                 let key = to_words(next);
                 let hash = hasher.hash(key);
                 let (segment, rest) = (hasher.segment(hash), hasher.rest(hash));
-                let home = segments[segment].load(&guard).home_ptr(rest);
+                let home = segments[segment].load(guard).home_ptr(rest);
                 prefetch(home);
                 // A probe often runs into the next line (two slots a line).
                 prefetch(home.wrapping_add(64));
@@ -124,6 +148,66 @@ impl Index {
     }
 }
 
+/// Lookups a [`ReadSession`] makes under one pin before it re-pins.
+///
+/// Why 1024: a re-pin is cheap (crossbeam re-reads the global epoch and
+/// stores it only when it moved: no locked instruction), so the bound is set
+/// by how long a session may hold reclamation back: 1024 lookups take tens
+/// to hundreds of microseconds, while the writer frees a grown segment's old
+/// table only after every pin older than the swap is gone.
+pub const SESSION_REPIN_EVERY: u32 = 1024;
+
+/// A read handle that pins the epoch once for many lookups.
+///
+/// [`Index::get`] pins and unpins the epoch on every call; the pin is a
+/// locked instruction, which also stops the CPU from overlapping one
+/// lookup's cache miss with the next one's. A session pins when it is made,
+/// re-pins every [`SESSION_REPIN_EVERY`] lookups, and unpins when dropped.
+///
+/// While a session lives, tables retired by growth after its last (re-)pin
+/// cannot be freed, so hold one for a burst of lookups (a batch, a scan
+/// page, the keys of one request), never across a wait for I/O. It is
+/// neither `Send` nor `Sync`: a pin belongs to its thread.
+pub struct ReadSession<'a> {
+    index: &'a Index,
+    guard: epoch::Guard,
+    since_pin: u32,
+}
+
+impl ReadSession<'_> {
+    /// The value stored for `key`, or `None`, as [`Index::get`] answers.
+    #[inline]
+    pub fn get(&mut self, key: &Uuid) -> Option<Uuid> {
+        self.count(1);
+        self.index.get_pinned(&self.guard, key)
+    }
+
+    /// [`Index::get_many`] under this session's pin.
+    pub fn get_many(&mut self, keys: &[Uuid], out: &mut [Option<Uuid>]) {
+        self.count(keys.len().min(out.len()));
+        self.index.get_many_pinned(&self.guard, keys, out);
+    }
+
+    /// Lets reclamation pass this session now (the next lookup sees the
+    /// index as of this call or later).
+    pub fn repin(&mut self) {
+        self.guard.repin();
+        self.since_pin = 0;
+    }
+
+    /// Counts `lookups` against the re-pin bound, re-pinning first when the
+    /// bound was reached.
+    #[inline]
+    fn count(&mut self, lookups: usize) {
+        if self.since_pin >= SESSION_REPIN_EVERY {
+            self.repin();
+        }
+        self.since_pin = self
+            .since_pin
+            .saturating_add(u32::try_from(lookups).unwrap_or(u32::MAX));
+    }
+}
+
 /// Bytes of physical memory of this machine, if the OS says.
 pub fn physical_memory() -> Option<usize> {
     #[cfg(all(unix, not(uuidmap_loom)))]
@@ -153,4 +237,89 @@ pub(super) fn prefetch(p: *const u8) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
+}
+
+#[cfg(all(test, not(uuidmap_loom)))]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn key(i: u64) -> Uuid {
+        Uuid::from_u64_pair(i.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1, i)
+    }
+
+    #[test]
+    fn a_session_answers_as_get_does_and_re_pins_on_its_own() {
+        let (mut writer, index) = Index::with_capacity(0);
+        for i in 0..5_000 {
+            writer.insert(key(i), key(i + 1)).unwrap();
+        }
+        let mut session = index.session();
+        for round in 0..3 {
+            for i in 0..6_000 {
+                assert_eq!(session.get(&key(i)), index.get(&key(i)), "{round} {i}");
+            }
+        }
+        assert!(session.since_pin <= SESSION_REPIN_EVERY);
+        let keys: Vec<Uuid> = (0..3_000).map(key).collect();
+        let mut out = vec![None; keys.len()];
+        session.get_many(&keys, &mut out);
+        assert!(out.iter().zip(0..).all(|(v, i)| *v == Some(key(i + 1))));
+        assert_eq!(session.get(&Uuid::nil()), None);
+    }
+
+    /// What a session is for and what it costs: while it holds its pin,
+    /// tables retired by growth after the pin are not freed; once it
+    /// re-pins (or drops), they are.
+    #[test]
+    fn a_held_session_holds_back_reclamation_until_it_re_pins() {
+        let (mut writer, index) = Index::builder()
+            .segments(1)
+            .huge_pages(false)
+            .build()
+            .unwrap();
+        writer.insert(key(0), key(0)).unwrap();
+        let (pinned_tx, pinned) = mpsc::channel();
+        let (repin_tx, repin) = mpsc::channel::<()>();
+        let (done_tx, done) = mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            let mut session = index.session();
+            assert_eq!(session.get(&key(0)), Some(key(0)));
+            pinned_tx.send(()).unwrap();
+            repin.recv().unwrap();
+            // A live session that keeps re-pinning (as every
+            // `SESSION_REPIN_EVERY` lookups do) lets the epoch move on.
+            while done.try_recv().is_err() {
+                session.repin();
+                assert_eq!(session.get(&key(0)), Some(key(0)));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        pinned.recv().unwrap();
+        // Growth after the session pinned: every old table is retired.
+        for i in 1..20_000 {
+            writer.insert(key(i), key(i)).unwrap();
+        }
+        let mut freed = 0;
+        for _ in 0..200 {
+            epoch::pin().flush();
+            freed += writer.reclaim();
+        }
+        assert_eq!(freed, 0, "a table was freed under a live session's pin");
+        repin_tx.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while freed == 0 && Instant::now() < deadline {
+            epoch::pin().flush();
+            freed += writer.reclaim();
+            std::thread::yield_now();
+        }
+        done_tx.send(()).unwrap();
+        reader.join().unwrap();
+        assert!(
+            freed > 0,
+            "the re-pinned session still held reclamation back"
+        );
+    }
 }
