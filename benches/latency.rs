@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 mod common;
+use common::histogram::PhaseRow;
 use common::{PeerHasher, label, per_second, random_keys, shuffled, value_for};
 
 /// Entry counts run when `UUIDMAP_BENCH_SIZES` is unset.
@@ -47,16 +48,6 @@ const MAX_GROWTH_SAMPLES: usize = 40_000_000;
 
 /// Samples between two looks at the stop flag.
 const STOP_CHECK_EVERY: usize = 256;
-
-/// Percentiles of one phase, in nanoseconds.
-struct Row {
-    phase: String,
-    samples: usize,
-    p50: u32,
-    p99: u32,
-    p999: u32,
-    max: u32,
-}
 
 fn main() {
     let sizes = common::bench_sizes("latency", DEFAULT_SIZES);
@@ -84,10 +75,7 @@ fn run(n: usize, per_phase: usize) {
         let start = Instant::now();
         samples.push(nanos(start.elapsed()));
     }
-    rows.push(percentiles(
-        "timer (two clock reads, no lookup)",
-        &mut samples,
-    ));
+    rows.push(PhaseRow::of("timer (two clock reads, no lookup)", &samples));
 
     let (mut writer, index) = uuidmap::Index::with_capacity(n);
     for (i, k) in keys.iter().enumerate() {
@@ -103,7 +91,7 @@ fn run(n: usize, per_phase: usize) {
     );
 
     sample(|k| index.get(k), &order, per_phase, None, &mut samples);
-    rows.push(percentiles("idle", &mut samples));
+    rows.push(PhaseRow::of("idle", &samples));
 
     // Full scans on a second thread, for as long as the reader samples.
     let stop = AtomicBool::new(false);
@@ -133,7 +121,7 @@ fn run(n: usize, per_phase: usize) {
         "latency: scanner finished {} full scans, {} entries read",
         scanned.0, scanned.1
     );
-    rows.push(percentiles("full scan", &mut samples));
+    rows.push(PhaseRow::of("full scan", &samples));
 
     // The writer inserts new keys; every segment outgrows its table.
     let (segments, bytes_before) = (index.segment_count(), index.table_bytes());
@@ -175,7 +163,7 @@ fn run(n: usize, per_phase: usize) {
             ""
         },
     );
-    rows.push(percentiles("segment growth", &mut samples));
+    rows.push(PhaseRow::of("segment growth", &samples));
     drop((writer, index));
 
     let papaya = papaya::HashMap::builder()
@@ -195,7 +183,7 @@ fn run(n: usize, per_phase: usize) {
         None,
         &mut samples,
     );
-    rows.push(percentiles("papaya idle (reference)", &mut samples));
+    rows.push(PhaseRow::of("papaya idle (reference)", &samples));
 
     print_table(n, &rows);
 }
@@ -229,23 +217,7 @@ fn nanos(d: Duration) -> u32 {
     u32::try_from(d.as_nanos()).unwrap_or(u32::MAX)
 }
 
-/// Sorts `samples` and takes the percentiles.
-fn percentiles(phase: &str, samples: &mut [u32]) -> Row {
-    assert!(!samples.is_empty(), "{phase}: no samples");
-    samples.sort_unstable();
-    let rank =
-        |q: f64| samples[((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1];
-    Row {
-        phase: phase.to_string(),
-        samples: samples.len(),
-        p50: rank(0.50),
-        p99: rank(0.99),
-        p999: rank(0.999),
-        max: samples[samples.len() - 1],
-    }
-}
-
-fn print_table(n: usize, rows: &[Row]) {
+fn print_table(n: usize, rows: &[PhaseRow]) {
     println!(
         "\n## uuidmap `get` latency, {} entries, one reader (each get timed alone)\n",
         label(n)

@@ -32,6 +32,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuidmap::sync::LifoSemaphore;
 
+#[path = "common/histogram.rs"]
+mod histogram;
+use histogram::Latencies;
+
 /// The client deadline.
 const DEADLINE: Duration = Duration::from_millis(100);
 /// Offered load as a multiple of capacity.
@@ -143,20 +147,19 @@ async fn run(limiter: Limiter, permits: usize, service: Duration) -> Row {
     }
     let window = (start + WARMUP)..(start + RUN);
     let offered = requests.len();
-    let mut latencies = Vec::new();
+    let mut latencies = Latencies::new();
     let mut held = Duration::ZERO;
     for r in requests {
         if let Some((done, latency, service)) = r.await.expect("a request panicked")
             && window.contains(&done)
         {
-            latencies.push(latency);
+            latencies.record_duration(latency);
             held += service;
         }
     }
-    latencies.sort_unstable();
     let n = latencies.len();
     let mean_service = if n > 0 { held / n as u32 } else { service };
-    let pct = |p: usize| (n > 0).then(|| latencies[(n - 1) * p / 100]);
+    let pct = |p: f64| (n > 0).then(|| latencies.quantile_duration(p));
     Row {
         limiter: limiter.name(),
         permits,
@@ -165,8 +168,8 @@ async fn run(limiter: Limiter, permits: usize, service: Duration) -> Row {
         goodput: n as f64 / (RUN - WARMUP).as_secs_f64(),
         nominal,
         effective: permits as f64 / mean_service.as_secs_f64(),
-        p50: pct(50),
-        p99: pct(99),
+        p50: pct(0.50),
+        p99: pct(0.99),
     }
 }
 

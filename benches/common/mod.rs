@@ -9,6 +9,8 @@
 //! allowance below.
 #![allow(dead_code)]
 
+pub mod histogram;
+
 use std::time::Duration;
 
 use rand::seq::SliceRandom;

@@ -1,6 +1,9 @@
-//! A private `redis-server` for the side-by-side figures, and the smallest
-//! RESP client that drives it: pipelined bulk loads, one command at a time,
-//! and the process's start, stop and restart.
+//! A private `redis-server` for the side-by-side figures, and the benches'
+//! one RESP implementation: the command encoder and reply parser
+//! ([`write_command`], [`parse_reply`], [`ReplyBuf`]) that both the
+//! synchronous [`Conn`] here (pipelined bulk loads, one command at a time)
+//! and the server bench's asynchronous load (`server/resp.rs`) use; and the
+//! process's start, stop and restart.
 //!
 //! Every server listens on a free loopback port, keeps its files in a
 //! directory the caller owns (a temporary one), and is killed when dropped,
@@ -11,7 +14,7 @@
 //! hence the `dead_code` allowance below.
 #![allow(dead_code)]
 
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -199,10 +202,130 @@ pub enum Reply {
     Bulk(Option<Vec<u8>>),
 }
 
-/// A connection, with buffered reads and writes.
+/// A reply borrowed from the bytes it was parsed from: what the load
+/// loops check without allocating.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReplyRef<'a> {
+    Simple(&'a [u8]),
+    Error(&'a [u8]),
+    Int(i64),
+    Bulk(Option<&'a [u8]>),
+}
+
+impl ReplyRef<'_> {
+    /// The reply, owned.
+    pub fn to_owned(&self) -> Reply {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        match *self {
+            ReplyRef::Simple(s) => Reply::Simple(text(s)),
+            ReplyRef::Error(e) => Reply::Error(text(e)),
+            ReplyRef::Int(n) => Reply::Int(n),
+            ReplyRef::Bulk(b) => Reply::Bulk(b.map(<[u8]>::to_vec)),
+        }
+    }
+}
+
+/// The one RESP reply parser of the benches: the reply at the front of
+/// `buf` and the bytes it takes, or `None` if `buf` does not hold all of
+/// it yet.
+pub fn parse_reply(buf: &[u8]) -> io::Result<Option<(ReplyRef<'_>, usize)>> {
+    let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
+        return Ok(None);
+    };
+    let Some((&kind, line)) = buf[..eol].split_first() else {
+        return Err(io::Error::other("an empty RESP line"));
+    };
+    let number = || {
+        std::str::from_utf8(line)
+            .ok()
+            .and_then(|t| t.parse::<i64>().ok())
+            .ok_or_else(|| {
+                io::Error::other(format!(
+                    "bad RESP number {:?}",
+                    String::from_utf8_lossy(line)
+                ))
+            })
+    };
+    let after = eol + 2;
+    let reply = match kind {
+        b'+' => (ReplyRef::Simple(line), after),
+        b'-' => (ReplyRef::Error(line), after),
+        b':' => (ReplyRef::Int(number()?), after),
+        b'$' => match usize::try_from(number()?) {
+            // `$-1`: nil.
+            Err(_) => (ReplyRef::Bulk(None), after),
+            Ok(len) => {
+                let end = after + len + 2;
+                if buf.len() < end {
+                    return Ok(None);
+                }
+                (ReplyRef::Bulk(Some(&buf[after..after + len])), end)
+            }
+        },
+        other => {
+            return Err(io::Error::other(format!(
+                "unexpected RESP type byte {other:#04x}"
+            )));
+        }
+    };
+    Ok(Some(reply))
+}
+
+/// Bytes read from a connection and not yet parsed, for the sync and the
+/// async clients alike: parse from [`ReplyBuf::unparsed`], [`consume`]
+/// what a reply took, and read more into [`ReplyBuf::space`].
+///
+/// [`consume`]: ReplyBuf::consume
+pub struct ReplyBuf {
+    input: Vec<u8>,
+    parsed: usize,
+    filled: usize,
+}
+
+impl Default for ReplyBuf {
+    fn default() -> Self {
+        ReplyBuf {
+            input: vec![0; 64 << 10],
+            parsed: 0,
+            filled: 0,
+        }
+    }
+}
+
+impl ReplyBuf {
+    /// The bytes read and not yet parsed.
+    pub fn unparsed(&self) -> &[u8] {
+        &self.input[self.parsed..self.filled]
+    }
+
+    /// Marks `n` bytes of [`ReplyBuf::unparsed`] as parsed.
+    pub fn consume(&mut self, n: usize) {
+        self.parsed += n;
+    }
+
+    /// Room to read into, after the unparsed bytes (moved to the front;
+    /// the buffer doubles when a reply is larger than it).
+    pub fn space(&mut self) -> &mut [u8] {
+        self.input.copy_within(self.parsed..self.filled, 0);
+        self.filled -= self.parsed;
+        self.parsed = 0;
+        if self.filled == self.input.len() {
+            self.input.resize(self.input.len() * 2, 0);
+        }
+        &mut self.input[self.filled..]
+    }
+
+    /// Marks `n` bytes read into [`ReplyBuf::space`].
+    pub fn filled(&mut self, n: usize) {
+        self.filled += n;
+    }
+}
+
+/// A connection: buffered writes, replies parsed by [`parse_reply`].
 pub struct Conn {
-    reader: BufReader<TcpStream>,
+    stream: TcpStream,
     writer: BufWriter<TcpStream>,
+    replies: ReplyBuf,
 }
 
 impl Conn {
@@ -210,8 +333,9 @@ impl Conn {
         let stream = TcpStream::connect(("127.0.0.1", port))?;
         stream.set_nodelay(true)?;
         Ok(Conn {
-            reader: BufReader::with_capacity(1 << 16, stream.try_clone()?),
-            writer: BufWriter::with_capacity(1 << 16, stream),
+            writer: BufWriter::with_capacity(1 << 16, stream.try_clone()?),
+            stream,
+            replies: ReplyBuf::default(),
         })
     }
 
@@ -248,7 +372,7 @@ impl Conn {
         pair: impl Fn(usize) -> ([u8; 16], [u8; 16]) + Sync,
     ) -> io::Result<Duration> {
         let started = Instant::now();
-        let stream = self.writer.get_ref().try_clone()?;
+        let stream = self.stream.try_clone()?;
         std::thread::scope(|s| {
             let sender = s.spawn(|| -> io::Result<()> {
                 let mut out = BufWriter::with_capacity(1 << 20, stream);
@@ -258,18 +382,14 @@ impl Conn {
                 }
                 out.flush()
             });
-            let mut ok = [0u8; 5];
             for i in 0..count {
-                self.reader.read_exact(&mut ok)?;
-                if &ok != b"+OK\r\n" {
-                    let mut rest = String::new();
-                    let _ = self.reader.read_line(&mut rest);
-                    return Err(io::Error::other(format!(
-                        "SET number {i} answered {}{}",
-                        String::from_utf8_lossy(&ok),
-                        rest.trim_end()
-                    )));
-                }
+                self.with_reply(|reply| match reply {
+                    ReplyRef::Simple(b"OK") => Ok(()),
+                    other => Err(io::Error::other(format!(
+                        "SET number {i} answered {:?}",
+                        other.to_owned()
+                    ))),
+                })?;
             }
             sender.join().expect("RESP sender panicked")
         })?;
@@ -278,43 +398,54 @@ impl Conn {
 
     /// Reads one reply.
     pub fn read_reply(&mut self) -> io::Result<Reply> {
-        let mut line = Vec::new();
-        if self.reader.read_until(b'\n', &mut line)? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        let text = String::from_utf8_lossy(&line[1..line.len().saturating_sub(2).max(1)]);
-        let text = text.into_owned();
-        let number = || {
-            text.parse::<i64>()
-                .map_err(|_| io::Error::other(format!("bad RESP length {text:?}")))
-        };
-        match line[0] {
-            b'+' => Ok(Reply::Simple(text)),
-            b'-' => Ok(Reply::Error(text)),
-            b':' => Ok(Reply::Int(number()?)),
-            b'$' => {
-                let Ok(len) = usize::try_from(number()?) else {
-                    return Ok(Reply::Bulk(None));
-                };
-                let mut body = vec![0u8; len + 2];
-                self.reader.read_exact(&mut body)?;
-                body.truncate(len);
-                Ok(Reply::Bulk(Some(body)))
+        self.with_reply(|reply| Ok(reply.to_owned()))
+    }
+
+    /// Reads one reply and hands it, borrowed, to `f`.
+    fn with_reply<T>(&mut self, f: impl FnOnce(ReplyRef<'_>) -> io::Result<T>) -> io::Result<T> {
+        loop {
+            if let Some((reply, used)) = parse_reply(self.replies.unparsed())? {
+                let out = f(reply);
+                self.replies.consume(used);
+                return out;
             }
-            other => Err(io::Error::other(format!(
-                "unexpected RESP type byte {other:#04x}"
-            ))),
+            let read = self.stream.read(self.replies.space())?;
+            if read == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            self.replies.filled(read);
         }
     }
 }
 
-/// One command as a RESP array of bulk strings.
-fn write_command(out: &mut impl Write, args: &[&[u8]]) -> io::Result<()> {
-    write!(out, "*{}\r\n", args.len())?;
+/// One command as a RESP array of bulk strings (into a socket's buffered
+/// writer, or a `Vec<u8>` that an async client sends). No `fmt`: the
+/// load's client CPU per command is reported next to Redis's rate, so the
+/// encoder stays as cheap as `redis-benchmark`'s.
+pub fn write_command(out: &mut impl Write, args: &[&[u8]]) -> io::Result<()> {
+    let mut line = [0u8; 24];
+    out.write_all(length_line(b'*', args.len(), &mut line))?;
     for a in args {
-        write!(out, "${}\r\n", a.len())?;
+        out.write_all(length_line(b'$', a.len(), &mut line))?;
         out.write_all(a)?;
         out.write_all(b"\r\n")?;
     }
     Ok(())
+}
+
+/// `<kind><n>\r\n`, written at the end of `buf`.
+fn length_line(kind: u8, mut n: usize, buf: &mut [u8; 24]) -> &[u8] {
+    let mut at = buf.len() - 2;
+    buf[at..].copy_from_slice(b"\r\n");
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    at -= 1;
+    buf[at] = kind;
+    &buf[at..]
 }

@@ -48,6 +48,7 @@ use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, Key, PipelineCon
 
 #[path = "../common/mod.rs"]
 mod common;
+use common::histogram::{Latencies, PhaseRow};
 #[path = "../common/redis.rs"]
 mod redis;
 
@@ -166,7 +167,7 @@ struct SizeResult {
     verify: Vec<RestartRun>,
     no_verify: Vec<RestartRun>,
     redis: Option<RedisRdb>,
-    latency: Vec<Row>,
+    latency: Vec<PhaseRow>,
     /// Durations of the snapshots taken during the latency phase.
     snapshot_now: Vec<Duration>,
 }
@@ -214,15 +215,6 @@ struct FsyncProbe {
     elapsed: Duration,
     p50: Duration,
     p99: Duration,
-}
-
-struct Row {
-    phase: String,
-    samples: usize,
-    p50: u32,
-    p99: u32,
-    p999: u32,
-    max: u32,
 }
 
 // ------------------------------------------------------------- per size
@@ -400,23 +392,22 @@ fn fsync_probe(tmp: &Path, secs: f64) -> FsyncProbe {
         .open(&path)
         .expect("creating the fsync probe file");
     let record = [0x5au8; 64];
-    let mut times = Vec::new();
+    let mut latencies = Latencies::new();
     let started = Instant::now();
     while started.elapsed().as_secs_f64() < secs {
         let t = Instant::now();
         f.write_all(&record).expect("probe write");
         f.sync_data().expect("probe fdatasync");
-        times.push(t.elapsed());
+        latencies.record_duration(t.elapsed());
     }
     let elapsed = started.elapsed();
     drop(f);
     std::fs::remove_file(&path).expect("removing the fsync probe file");
-    times.sort_unstable();
     let probe = FsyncProbe {
-        count: times.len() as u64,
+        count: latencies.len(),
         elapsed,
-        p50: times[times.len() / 2],
-        p99: times[(times.len() * 99 / 100).min(times.len() - 1)],
+        p50: latencies.quantile_duration(0.50),
+        p99: latencies.quantile_duration(0.99),
     };
     eprintln!(
         "durability: 64-byte append + fdatasync: {} in {elapsed:.2?}, p50 {:.3?}, p99 {:.3?}",
@@ -435,7 +426,7 @@ fn latency_during_snapshots(
     order: &[Uuid],
     per_phase: usize,
     min_phase: Duration,
-) -> (Vec<Row>, Vec<Duration>) {
+) -> (Vec<PhaseRow>, Vec<Duration>) {
     let mut config = DurableConfig::new(dir);
     config.snapshot_every = None;
     config.snapshot_on_shutdown = false;
@@ -456,7 +447,7 @@ fn latency_during_snapshots(
     let mut samples = Vec::with_capacity(MAX_SNAPSHOT_SAMPLES.max(per_phase));
     let mut rows = Vec::new();
     sample(|k| index.get(k), order, per_phase, None, &mut samples);
-    rows.push(percentiles("idle", &mut samples));
+    rows.push(PhaseRow::of("idle", &samples));
 
     let done = AtomicBool::new(false);
     let barrier = Barrier::new(2);
@@ -494,9 +485,9 @@ fn latency_during_snapshots(
         );
         snapshots.join().expect("snapshot thread panicked")
     });
-    rows.push(percentiles(
+    rows.push(PhaseRow::of(
         &format!("`snapshot_now` running ({} snapshots)", durations.len()),
-        &mut samples,
+        &samples,
     ));
     eprintln!(
         "durability {}: snapshots during the latency phase took {durations:.3?}",
@@ -530,21 +521,6 @@ fn sample(
     }
 }
 
-fn percentiles(phase: &str, samples: &mut [u32]) -> Row {
-    assert!(!samples.is_empty(), "{phase}: no samples");
-    samples.sort_unstable();
-    let rank =
-        |q: f64| samples[((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1];
-    Row {
-        phase: phase.to_string(),
-        samples: samples.len(),
-        p50: rank(0.50),
-        p99: rank(0.99),
-        p999: rank(0.999),
-        max: samples[samples.len() - 1],
-    }
-}
-
 // --------------------------------------------------------- durable writes
 
 /// A key no run has used: `(writer, i)` spread by splitmix into a v4 UUID.
@@ -570,20 +546,20 @@ fn timed_writers<S: Send>(
     let stop = AtomicBool::new(false);
     let total = AtomicU64::new(0);
     let barrier = Barrier::new(writers + 1);
-    let mut latencies: Vec<Duration> = std::thread::scope(|s| {
+    let latencies: Vec<Latencies> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..writers)
             .map(|w| {
                 let (stop, total, barrier, setup, op) = (&stop, &total, &barrier, &setup, &op);
                 s.spawn(move || {
                     let mut state = setup(w);
-                    let mut lat = Vec::with_capacity(1 << 16);
+                    let mut lat = Latencies::new();
                     barrier.wait();
                     let mut i = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         let t = Instant::now();
                         op(&mut state, w, i);
                         if !stop.load(Ordering::Relaxed) {
-                            lat.push(t.elapsed());
+                            lat.record_duration(t.elapsed());
                             i += 1;
                         }
                     }
@@ -597,17 +573,19 @@ fn timed_writers<S: Send>(
         stop.store(true, Ordering::Relaxed);
         handles
             .into_iter()
-            .flat_map(|h| h.join().expect("writer thread panicked"))
+            .map(|h| h.join().expect("writer thread panicked"))
             .collect()
     });
-    latencies.sort_unstable();
-    let pick = |q: f64| {
-        latencies
-            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
-    (total.into_inner(), window, pick(0.5), pick(0.99))
+    let mut all = Latencies::new();
+    for l in &latencies {
+        all.add(l);
+    }
+    (
+        total.into_inner(),
+        window,
+        all.quantile_duration(0.5),
+        all.quantile_duration(0.99),
+    )
 }
 
 /// uuidmap: `writers` threads, single-`Put` batches, fsync `always`.

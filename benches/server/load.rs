@@ -12,6 +12,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use crate::common::histogram::Latencies;
 use crate::process::cpu_time;
 
 /// One caller's operation: a unary call, a batch, a pipeline of GETs.
@@ -39,8 +40,8 @@ pub struct Outcome {
     pub keys: u64,
     /// The window.
     pub elapsed: Duration,
-    /// Every counted operation's latency, in ns, sorted.
-    pub latencies: Vec<u32>,
+    /// Every counted operation's latency.
+    pub latencies: Latencies,
     /// CPU time (user + system) of the server process during the window.
     pub server_cpu: Duration,
     /// CPU time of this (client) process during the window.
@@ -58,13 +59,10 @@ impl Outcome {
         self.keys as f64 / self.elapsed.as_secs_f64()
     }
 
-    /// The `q`-quantile latency (0 < q <= 1).
+    /// The `q`-quantile latency (0 < q <= 1; zero when nothing was
+    /// counted).
     pub fn latency(&self, q: f64) -> Duration {
-        if self.latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        let i = ((self.latencies.len() as f64 * q).ceil() as usize).clamp(1, self.latencies.len());
-        Duration::from_nanos(u64::from(self.latencies[i - 1]))
+        self.latencies.quantile_duration(q)
     }
 
     /// Server CPU per operation.
@@ -82,7 +80,7 @@ impl Outcome {
 struct Tally {
     ops: u64,
     keys: u64,
-    latencies: Vec<u32>,
+    latencies: Latencies,
 }
 
 /// Runs `callers` (one task each on `runtime`) for `timing`, measuring the
@@ -112,7 +110,7 @@ pub fn run<C: Caller>(
             ops: 0,
             keys: 0,
             elapsed,
-            latencies: Vec::new(),
+            latencies: Latencies::new(),
             server_cpu,
             client_cpu,
         };
@@ -122,9 +120,8 @@ pub fn run<C: Caller>(
                 .map_err(|e| format!("a caller panicked: {e}"))??;
             outcome.ops += tally.ops;
             outcome.keys += tally.keys;
-            outcome.latencies.extend_from_slice(&tally.latencies);
+            outcome.latencies.add(&tally.latencies);
         }
-        outcome.latencies.sort_unstable();
         Ok(outcome)
     })
 }
@@ -138,7 +135,7 @@ async fn drive<C: Caller>(
     let mut tally = Tally {
         ops: 0,
         keys: 0,
-        latencies: Vec::with_capacity(1 << 16),
+        latencies: Latencies::new(),
     };
     loop {
         let started = Instant::now();
@@ -150,8 +147,9 @@ async fn drive<C: Caller>(
         if started >= measured_from && finished <= end {
             tally.ops += 1;
             tally.keys += keys;
-            let ns = finished.duration_since(started).as_nanos();
-            tally.latencies.push(u32::try_from(ns).unwrap_or(u32::MAX));
+            tally
+                .latencies
+                .record_duration(finished.duration_since(started));
         }
     }
 }

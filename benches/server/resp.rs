@@ -1,11 +1,10 @@
-//! The Redis side of the load: a minimal asynchronous RESP client that sends
-//! `GET key` commands, `depth` at a time (1: no pipelining; 16: what
-//! `redis-benchmark -P 16` does), and checks every reply against the value
-//! loaded. One connection per caller, as Redis clients (and
-//! `redis-benchmark -c`) work: RESP has no multiplexing.
-//!
-//! Replies parsed: bulk strings (`$16\r\n<16 bytes>\r\n`), nil (`$-1`) and
-//! errors (`-...`); nothing else is expected from `GET`.
+//! The Redis side of the load: callers that send `GET key` commands,
+//! `depth` at a time (1: no pipelining; 16: what `redis-benchmark -P 16`
+//! does), and check every reply against the value loaded. One connection
+//! per caller, as Redis clients (and `redis-benchmark -c`) work: RESP has
+//! no multiplexing. The protocol itself (encoding, parsing) is the benches'
+//! one implementation in `common/redis.rs`; this file only drives it
+//! asynchronously.
 
 use std::sync::Arc;
 
@@ -14,6 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::data::{Data, Picker};
 use crate::load::Caller;
+use crate::redis::{ReplyBuf, ReplyRef, parse_reply, write_command};
 
 /// A caller sending pipelines of `depth` GETs of random loaded keys.
 pub struct Gets {
@@ -25,10 +25,7 @@ pub struct Gets {
     positions: Vec<usize>,
     /// The encoded commands (reused).
     out: Vec<u8>,
-    /// Bytes read and not yet parsed: `input[parsed..filled]`.
-    input: Vec<u8>,
-    parsed: usize,
-    filled: usize,
+    replies: ReplyBuf,
 }
 
 impl Gets {
@@ -51,32 +48,35 @@ impl Gets {
             depth,
             positions: Vec::with_capacity(depth),
             out: Vec::with_capacity(depth * 48),
-            input: vec![0; 64 << 10],
-            parsed: 0,
-            filled: 0,
+            replies: ReplyBuf::default(),
         })
     }
 
-    /// The next reply's value (`None` for nil), reading more as needed.
-    async fn reply(&mut self) -> Result<Option<[u8; 16]>, String> {
+    /// Reads until a whole reply is buffered, then checks that it is the
+    /// value of key `i`.
+    async fn check_reply(&mut self, i: usize) -> Result<(), String> {
         loop {
-            if let Some((reply, used)) = parse(&self.input[self.parsed..self.filled])? {
-                self.parsed += used;
-                return Ok(reply);
+            let parsed = parse_reply(self.replies.unparsed())
+                .map_err(|e| format!("Redis GET of key {i}: {e}"))?;
+            if let Some((reply, used)) = parsed {
+                let expected = self.data.value(i);
+                let ok = reply == ReplyRef::Bulk(Some(&expected[..]));
+                let answered = (!ok).then(|| format!("{:?}", reply.to_owned()));
+                self.replies.consume(used);
+                return match answered {
+                    None => Ok(()),
+                    Some(a) => Err(format!("Redis GET of key {i} answered {a}")),
+                };
             }
-            // Keep the unparsed tail at the front, then read after it.
-            self.input.copy_within(self.parsed..self.filled, 0);
-            self.filled -= self.parsed;
-            self.parsed = 0;
             let read = self
                 .stream
-                .read(&mut self.input[self.filled..])
+                .read(self.replies.space())
                 .await
                 .map_err(|e| format!("Redis read failed: {e}"))?;
             if read == 0 {
                 return Err("Redis closed the connection".into());
             }
-            self.filled += read;
+            self.replies.filled(read);
         }
     }
 }
@@ -88,46 +88,16 @@ impl Caller for Gets {
         for _ in 0..self.depth {
             let i = self.picker.next();
             self.positions.push(i);
-            self.out.extend_from_slice(b"*2\r\n$3\r\nGET\r\n$16\r\n");
-            self.out.extend_from_slice(self.data.key(i));
-            self.out.extend_from_slice(b"\r\n");
+            write_command(&mut self.out, &[b"GET", self.data.key(i)])
+                .expect("writing to a Vec cannot fail");
         }
         self.stream
             .write_all(&self.out)
             .await
             .map_err(|e| format!("Redis write failed: {e}"))?;
         for k in 0..self.depth {
-            let value = self.reply().await?;
-            let i = self.positions[k];
-            if value != Some(self.data.value(i)) {
-                return Err(format!("Redis GET of key {i} answered {value:?}"));
-            }
+            self.check_reply(self.positions[k]).await?;
         }
         Ok(self.depth as u64)
-    }
-}
-
-/// One reply at the front of `buf` and the bytes it took, or `None` if
-/// `buf` does not hold all of it yet.
-#[allow(clippy::type_complexity)]
-fn parse(buf: &[u8]) -> Result<Option<(Option<[u8; 16]>, usize)>, String> {
-    let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
-        return Ok(None);
-    };
-    let header = &buf[..eol];
-    match header.first() {
-        Some(b'$') if header == b"$-1" => Ok(Some((None, eol + 2))),
-        Some(b'$') if header == b"$16" => {
-            let end = eol + 2 + 16 + 2;
-            if buf.len() < end {
-                return Ok(None);
-            }
-            let value: [u8; 16] = buf[eol + 2..eol + 18].try_into().expect("16 bytes");
-            Ok(Some((Some(value), end)))
-        }
-        _ => Err(format!(
-            "unexpected Redis reply {:?}",
-            String::from_utf8_lossy(header)
-        )),
     }
 }
