@@ -104,8 +104,10 @@ impl Index {
                 let (segment, rest) = (hasher.segment(hash), hasher.rest(hash));
                 let home = segments[segment].load(guard).home_ptr(rest);
                 prefetch(home);
-                // A probe often runs into the next line (two slots a line).
+                // The probe compares the first FAST_SLOTS (4) slots at
+                // once: up to three lines from home (two slots a line).
                 prefetch(home.wrapping_add(64));
+                prefetch(home.wrapping_add(128));
                 ring[slot] = (key, rest, segment);
             }
         }

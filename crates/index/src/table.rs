@@ -68,6 +68,11 @@ pub(crate) struct Table {
 /// Slots a lookup scans before it starts testing for the Robin Hood early exit.
 const EXIT_CHECK_FROM: usize = 4;
 
+/// Slots from home a lookup compares at once, before its probe loop (see
+/// [`Table::find_slot`]); at most [`EXIT_CHECK_FROM`], so the loop's exit
+/// check starts where it did.
+const FAST_SLOTS: usize = 4;
+
 /// Where a probe for a key ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Probe {
@@ -220,8 +225,35 @@ impl Table {
     /// uses `probe`.
     #[inline(always)]
     pub(crate) fn find_slot(&self, key: KeyWords, rest: u64, hasher: &KeyHasher) -> Option<usize> {
-        let mut i = home_slot(rest, self.capacity);
-        let mut probe = 0;
+        let home = home_slot(rest, self.capacity);
+        // The first FAST_SLOTS slots from home, compared without a branch
+        // per slot: their loads depend only on `home`, so they issue
+        // together, and the one branch that follows (found there, or not)
+        // is predictable for hits. A loop that exits at a data-dependent
+        // probe count mispredicts once per lookup, after the miss, and the
+        // CPU throws away the next lookups it had started meanwhile.
+        let mut found = 0u32;
+        let mut empty = 0u32;
+        let mut i = home;
+        for j in 0..FAST_SLOTS {
+            let k = self.slots.key(i);
+            found |= u32::from(k == key) << j;
+            empty |= u32::from(k == EMPTY_KEY) << j;
+            i = self.next(i);
+        }
+        if found != 0 {
+            let j = found.trailing_zeros() as usize;
+            let at = home + j;
+            return Some(if at >= self.capacity {
+                at - self.capacity
+            } else {
+                at
+            });
+        }
+        if empty != 0 || self.capacity <= FAST_SLOTS {
+            return None;
+        }
+        let mut probe = FAST_SLOTS;
         loop {
             let k = self.slots.key(i);
             if k == key {
@@ -425,6 +457,69 @@ impl Table {
                 break;
             }
             yield_thread();
+        }
+    }
+}
+
+#[cfg(all(test, not(uuidmap_loom)))]
+mod tests {
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::growth;
+    use crate::hasher::HashSeeds;
+    use crate::slot::to_words;
+
+    const CAPACITY: usize = 16;
+
+    fn rest(h: &KeyHasher, key: KeyWords) -> u64 {
+        h.rest(h.hash(key))
+    }
+
+    /// The first `count` keys (from `from`) whose home is `home`.
+    fn keys_with_home(h: &KeyHasher, home: usize, from: u128, count: usize) -> Vec<KeyWords> {
+        (from..)
+            .map(|n| to_words(&Uuid::from_u128(n)))
+            .filter(|&k| home_slot(rest(h, k), CAPACITY) == home)
+            .take(count)
+            .collect()
+    }
+
+    fn insert(t: &Table, h: &KeyHasher, key: KeyWords, n: u64) {
+        match t.probe(key, rest(h, key), h) {
+            Probe::Vacant(at) => t.insert_at(at, key, [n, !n], 1),
+            Probe::Found(_) => panic!("insert of a present key"),
+        }
+    }
+
+    /// The lookup compares the first `FAST_SLOTS` slots from home at once
+    /// and probes one by one after them: keys on either side of that line,
+    /// in a run that wraps past the table's end, are found, and absent keys
+    /// are not, whether their run ends inside the first slots or after.
+    #[test]
+    fn lookups_find_every_key_of_a_run_that_wraps_and_crosses_the_fast_slots() {
+        let h = KeyHasher::new(HashSeeds([5, 6, 7, 8]), 0);
+        let t = Table::new(CAPACITY, growth::max_len(CAPACITY), 0, false).unwrap();
+        // A run of 8 keys from slot 13: 13, 14, 15, 0, 1, ..., 4.
+        let run = keys_with_home(&h, 13, 1, 8);
+        for (n, &k) in run.iter().enumerate() {
+            insert(&t, &h, k, n as u64);
+        }
+        // A key whose home is inside the run lands after it.
+        let late = keys_with_home(&h, 1, 1, 1)[0];
+        insert(&t, &h, late, 100);
+        for (n, &k) in run.iter().enumerate() {
+            let at = t.find_slot(k, rest(&h, k), &h);
+            assert_eq!(at, Some((13 + n) % CAPACITY), "key {n} of the run");
+            assert_eq!(t.find(k, rest(&h, k), &h), Some([n as u64, !(n as u64)]));
+        }
+        assert_eq!(t.find_slot(late, rest(&h, late), &h), Some(5));
+        // Absent keys: home 13 (the run is longer than the fast slots),
+        // home 15 (inside it), home 6 (an empty slot right away).
+        for home in [13, 15, 1, 6, 9] {
+            for k in keys_with_home(&h, home, 1 << 64, 3) {
+                assert_eq!(t.find_slot(k, rest(&h, k), &h), None, "home {home}");
+            }
         }
     }
 }
