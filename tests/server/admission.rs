@@ -67,7 +67,7 @@ async fn scan_all(c: &mut Client, timeout: Duration) -> Result<usize, tonic::Sta
 /// A call to `method` admitted on its headers and then stalled: the body
 /// never comes, so the handler waits (holding the call's permit) until the
 /// returned stream is dropped.
-async fn stalled_call(server: &TestServer, method: &str) -> Stalled {
+pub(crate) async fn stalled_call(server: &TestServer, method: &str) -> Stalled {
     let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let (client, connection) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(connection);
@@ -91,7 +91,7 @@ async fn stalled_call(server: &TestServer, method: &str) -> Stalled {
 
 /// A stalled call; dropping it cancels the call (RST_STREAM), as a client
 /// that gives up does.
-struct Stalled(h2::SendStream<prost::bytes::Bytes>);
+pub(crate) struct Stalled(h2::SendStream<prost::bytes::Bytes>);
 
 impl Drop for Stalled {
     fn drop(&mut self) {

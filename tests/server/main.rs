@@ -7,7 +7,7 @@
 //!   `uuidmap_testkit::server`.
 //! - `rpcs`: every RPC and its codes; `bad_input`: malformed requests;
 //!   `protocol`: health, reflection, compression, framing; `scan`,
-//!   `watch`, `waitfor`: the streams and the long-polls; `admission`,
+//!   `watch`, `waitfor`, `lookup`: the streams and the long-polls; `admission`,
 //!   `auth`, `tls`: who gets in, and when; `ops`: metrics and stats;
 //!   `disk_failure`: a full or failing data disk; `cli`: the binary's
 //!   client commands against a running server.
@@ -17,6 +17,7 @@ mod auth;
 mod bad_input;
 mod cli;
 mod disk_failure;
+mod lookup;
 mod ops;
 mod protocol;
 mod rpcs;

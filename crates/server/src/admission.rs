@@ -10,7 +10,7 @@
 //! | read | Get, BatchGet, Stats, Ping | `--read-permits`, `--read-queue` |
 //! | write | Put, Delete, CompareAndSet, Write, admin Snapshot (and any other `uuidmap.*` method) | `--write-permits`, `--write-queue` |
 //! | scan | Scan | `--scan-permits`, `--scan-queue` |
-//! | long poll | WaitFor, Watch | `--max-long-polls` |
+//! | long poll | WaitFor, Watch, Lookup (the stream) | `--max-long-polls` |
 //! | none | health, reflection | passes |
 //!
 //! Ping is a read on purpose: benchmarks compare Get with Ping as the
@@ -30,7 +30,10 @@
 //! likes, using no CPU meanwhile; holding a read permit that long would let
 //! a few thousand of them shut out every read. So they only count against
 //! `--max-long-polls` (an atomic counter): over it, RESOURCE_EXHAUSTED at
-//! once. A read with `min_lsn` is still a read and holds its permit while
+//! once. A `Lookup` stream is admitted the same way, and its work is
+//! admitted per request instead ([`Admission::read_permit`], one read
+//! permit per 1024 keys: see `lookup`), so that a stream costs admission
+//! what the BatchGets it replaces would. A read with `min_lsn` is still a read and holds its permit while
 //! it waits (its wait is bounded by the call's deadline).
 //!
 //! # How long a permit is held
@@ -234,6 +237,30 @@ impl Admission {
         }
         self.long_polls_open.set((before + 1) as f64);
         Ok(LongPollSlot(Arc::clone(self)))
+    }
+}
+
+impl Admission {
+    /// A read permit for work inside an admitted stream (each request of a
+    /// `Lookup`): at once if one is free, else after waiting in the read
+    /// queue (newest first) until `wait` (its end, and which bound that is),
+    /// counted and refused as a read call would be.
+    pub async fn read_permit(
+        &self,
+        wait: (tokio::time::Instant, WaitBound),
+    ) -> Result<OwnedPermit, AdmissionError> {
+        let gate = self.gate(Class::Read);
+        if let Some(permit) = gate.sem.try_acquire_owned() {
+            return Ok(permit);
+        }
+        let mut acquire = std::pin::pin!(gate.sem.acquire_owned(Some(wait.0)));
+        let outcome = std::future::poll_fn(|cx| {
+            let poll = acquire.as_mut().poll(cx);
+            gate.update_gauge();
+            poll
+        })
+        .await;
+        outcome.map_err(|e| gate.refusal(e, wait.1))
     }
 }
 
@@ -551,6 +578,7 @@ mod tests {
             }
         );
         assert_eq!(data("WaitFor"), Route::LongPoll { streaming: false });
+        assert_eq!(data("Lookup"), Route::LongPoll { streaming: true });
         assert_eq!(data("Watch"), Route::LongPoll { streaming: true });
         assert_eq!(route("/grpc.health.v1.Health/Check"), Route::Free);
         assert_eq!(

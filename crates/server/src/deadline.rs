@@ -71,18 +71,29 @@ impl CallDeadline {
 /// deadline (as stamped by [`DeadlineLayer`], else read from the header
 /// now) less its margin, capped at `max_wait` from now.
 pub fn wait_deadline<T>(request: &tonic::Request<T>, max_wait: Duration) -> (Instant, WaitBound) {
-    let now = Instant::now();
-    let call = request
+    wait_from_now(call_deadline(request), max_wait)
+}
+
+/// The call's deadline, as stamped by [`DeadlineLayer`], else read from
+/// the header now; `None`: the call has none.
+pub fn call_deadline<T>(request: &tonic::Request<T>) -> Option<CallDeadline> {
+    request
         .extensions()
         .get::<CallDeadline>()
         .copied()
         .or_else(|| {
             grpc_timeout(request.metadata()).map(|timeout| CallDeadline {
-                arrived: now,
+                arrived: Instant::now(),
                 timeout,
             })
-        });
-    bound_wait(call, now, max_wait)
+        })
+}
+
+/// When a wait that starts now must give up, and why then: `call`'s
+/// deadline less its margin, capped at `max_wait` from now. A stream
+/// (`Lookup`) bounds each of its waits so, with the deadline it read once.
+pub fn wait_from_now(call: Option<CallDeadline>, max_wait: Duration) -> (Instant, WaitBound) {
+    bound_wait(call, Instant::now(), max_wait)
 }
 
 /// [`wait_deadline`] for a layer below [`DeadlineLayer`], which sees the

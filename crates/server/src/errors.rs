@@ -40,8 +40,8 @@ pub enum RequestError {
     },
     /// A batch has more keys than the configured limit.
     #[error(
-        "a BatchGet may hold at most {max} keys (the server's `max_batch_keys`); this one \
-         holds {len}: split it"
+        "a BatchGet, or one Lookup request, may hold at most {max} keys (the server's \
+         `max_batch_keys`); this one holds {len}: split it"
     )]
     TooManyKeys {
         /// The keys in the batch.
@@ -114,8 +114,8 @@ pub enum AdmissionError {
     },
     /// Too many long polls are open.
     #[error(
-        "the server is overloaded: {max} long polls (WaitFor and Watch) are already open; \
-         retry with backoff"
+        "the server is overloaded: {max} long polls (WaitFor, Watch and Lookup streams) are \
+         already open; retry with backoff"
     )]
     LongPolls {
         /// The cap on open long polls.

@@ -60,6 +60,7 @@ pub mod config;
 pub mod deadline;
 pub mod end_on_stop;
 pub mod errors;
+pub mod lookup;
 pub mod methods;
 pub mod metrics;
 pub mod metrics_endpoint;
@@ -70,6 +71,7 @@ pub mod service;
 pub mod status;
 pub mod tls;
 pub mod transport_errors;
+pub mod wait;
 pub mod watch;
 pub mod wire;
 
@@ -465,9 +467,14 @@ async fn run(
             .send_compressed(Gzip),
         stopping.clone(),
     );
+    let admission = Arc::new(admission::Admission::new(
+        &config.admission,
+        config.limits.max_wait,
+    ));
     let data = UuidMapServer::new(service::DataService::new(
         durable.clone(),
         config.limits.clone(),
+        Arc::clone(&admission),
         stopping,
     ))
     .max_decoding_message_size(max_message)
@@ -476,10 +483,6 @@ async fn run(
     let admin = UuidMapAdminServer::new(admin::AdminService::new(durable))
         .accept_compressed(Gzip)
         .send_compressed(Gzip);
-    let admission = Arc::new(admission::Admission::new(
-        &config.admission,
-        config.limits.max_wait,
-    ));
     let incoming = incoming(listener);
     tracing::info!(
         %addr,

@@ -57,7 +57,7 @@ pub enum AdmitAs {
     Free,
     /// A permit of this class.
     Permit(Class),
-    /// A long-poll slot (WaitFor, Watch).
+    /// A long-poll slot (WaitFor, Watch, a Lookup stream).
     LongPoll,
 }
 
@@ -139,9 +139,12 @@ const R: Option<Role> = Some(Role::Read);
 const W: Option<Role> = Some(Role::Write);
 
 /// Every RPC the server serves.
-pub const METHODS: [Method; 16] = [
+pub const METHODS: [Method; 17] = [
     rpc(DATA, "Get", "Get", READ, R, false),
     rpc(DATA, "BatchGet", "BatchGet", READ, R, false),
+    // The stream is a long poll; each request takes read permits by its
+    // keys, inside the service (`lookup`).
+    rpc(DATA, "Lookup", "Lookup", AdmitAs::LongPoll, R, true),
     rpc(DATA, "Put", "Put", WRITE, W, false),
     rpc(DATA, "Delete", "Delete", WRITE, W, false),
     rpc(DATA, "CompareAndSet", "CompareAndSet", WRITE, W, false),
@@ -246,7 +249,7 @@ mod tests {
     #[test]
     fn reads_need_a_read_token_writes_a_write_token_and_probes_none() {
         for name in [
-            "Get", "BatchGet", "Scan", "WaitFor", "Watch", "Stats", "Ping",
+            "Get", "BatchGet", "Lookup", "Scan", "WaitFor", "Watch", "Stats", "Ping",
         ] {
             assert_eq!(method(&format!("/{DATA}/{name}")).1.role, R, "{name}");
         }

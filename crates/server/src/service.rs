@@ -11,14 +11,17 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
+use super::admission::Admission;
 use super::config::Limits;
-use super::deadline::wait_deadline;
+use super::deadline::{call_deadline, wait_deadline};
 use super::errors::RequestError;
+use super::lookup::{LookupStream, Lookups};
 use super::proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
 use super::scan;
-use super::status::{stopping_wait, wait_timed_out, write_error};
+use super::status::write_error;
+use super::wait;
 use super::wire::{bytes_of, key, optional_uuid, pack_values, packed_keys, uuid};
 use uuidmap_engine::writer::{DurableIndex, WriteError, WriteOp};
 
@@ -27,21 +30,27 @@ use uuidmap_engine::writer::{DurableIndex, WriteError, WriteOp};
 pub struct DataService {
     durable: Arc<DurableIndex>,
     limits: Limits,
+    /// Admits each request of a `Lookup` stream (the stream itself is
+    /// admitted by the layer).
+    admission: Arc<Admission>,
     /// Becomes `true` when the server starts stopping: waits end at once.
     stopping: watch::Receiver<bool>,
 }
 
 impl DataService {
-    /// A service over `durable`, enforcing `limits`; its waits end when
-    /// `stopping` becomes `true`.
+    /// A service over `durable`, enforcing `limits`, admitting the
+    /// requests of `Lookup` streams through `admission`; its waits end
+    /// when `stopping` becomes `true`.
     pub fn new(
         durable: Arc<DurableIndex>,
         limits: Limits,
+        admission: Arc<Admission>,
         stopping: watch::Receiver<bool>,
     ) -> Self {
         DataService {
             durable,
             limits,
+            admission,
             stopping,
         }
     }
@@ -49,20 +58,12 @@ impl DataService {
     /// Waits until `lsn` is applied (0: no wait), bounded by the call's
     /// deadline and the server's maximum wait. Returns the applied LSN.
     async fn wait_applied<T>(&self, request: &Request<T>, lsn: u64) -> Result<u64, Status> {
-        let watermark = self.durable.watermark();
-        let current = watermark.current();
+        let current = self.durable.watermark().current();
         if current >= lsn {
             return Ok(current);
         }
-        let (deadline, bound) = wait_deadline(request, self.limits.max_wait);
-        let mut stopping = self.stopping.clone();
-        tokio::select! {
-            waited = watermark.wait_for(lsn, Some(deadline)) => {
-                waited.map_err(|e| wait_timed_out(e, bound))
-            }
-            // Err: the server is gone, which is stopping too.
-            _ = stopping.wait_for(|s| *s) => Err(stopping_wait(lsn, watermark.current())),
-        }
+        let bound = wait_deadline(request, self.limits.max_wait);
+        wait::applied(&self.durable, &self.stopping, lsn, bound).await
     }
 
     async fn submit(&self, ops: Vec<WriteOp>) -> Result<u64, WriteError> {
@@ -120,6 +121,23 @@ impl UuidMap for DataService {
             found,
             applied_lsn,
         }))
+    }
+
+    type LookupStream = LookupStream;
+
+    /// See `server::lookup`.
+    async fn lookup(
+        &self,
+        request: Request<Streaming<pb::LookupRequest>>,
+    ) -> Result<Response<Self::LookupStream>, Status> {
+        let lookups = Lookups::new(
+            Arc::clone(&self.durable),
+            Arc::clone(&self.admission),
+            &self.limits,
+            call_deadline(&request),
+            self.stopping.clone(),
+        );
+        Ok(Response::new(lookups.start(request.into_inner())))
     }
 
     async fn put(

@@ -5,7 +5,8 @@
 //!   "decoded message length too large" (or, for a gzip body that inflates
 //!   past it, RESOURCE_EXHAUSTED). The request is what is wrong, so the
 //!   answer is INVALID_ARGUMENT, and it names the limit the caller passed
-//!   (`--max-batch-keys` for BatchGet, `--max-write-ops` for Write,
+//!   (`--max-batch-keys` for BatchGet and each Lookup request,
+//!   `--max-write-ops` for Write,
 //!   `--max-filter-values` for Scan) with the size that was sent.
 //! - **A gzip body that does not inflate, or a frame whose compression flag
 //!   is neither 0 nor 1**: INTERNAL from tonic (which blames the server);
@@ -20,7 +21,9 @@
 //! request past them meets the decoder.
 //!
 //! Only trailers-only answers (status in the headers, as tonic sends these)
-//! are looked at; a normal answer passes untouched, with no allocation.
+//! are looked at; a normal answer passes untouched, with no allocation. A
+//! request *stream*'s decoding errors reach its handler instead, which
+//! words them with [`in_stream`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -61,7 +64,8 @@ pub fn decoder_limit(limits: &Limits) -> usize {
 struct Wording {
     limits: Limits,
     decoder_limit: usize,
-    catalog: Arc<Catalog>,
+    /// `None` inside a request stream, where no method can be unknown.
+    catalog: Option<Arc<Catalog>>,
 }
 
 /// The layer.
@@ -78,7 +82,7 @@ impl TransportErrorsLayer {
             wording: Arc::new(Wording {
                 limits,
                 decoder_limit,
-                catalog,
+                catalog: Some(catalog),
             }),
         }
     }
@@ -188,9 +192,23 @@ fn reword(code: Code, message: &str, path: &str, wording: &Wording) -> Option<St
                  with a compression flag of 0 or 1"
             )))
         }
-        Code::Unimplemented if message.is_empty() => Some(unknown_method(path, &wording.catalog)),
+        Code::Unimplemented if message.is_empty() => {
+            Some(unknown_method(path, wording.catalog.as_deref()?))
+        }
         _ => None,
     }
+}
+
+/// An error of a request stream as its handler reads it (`Lookup`), worded
+/// as this layer words a unary call's: tonic hands a message it cannot
+/// decode to the handler, inside the stream, where no layer sees it.
+pub fn in_stream(status: Status, path: &str, limits: &Limits) -> Status {
+    let wording = Wording {
+        limits: limits.clone(),
+        decoder_limit: decoder_limit(limits),
+        catalog: None,
+    };
+    reword(status.code(), status.message(), path, &wording).unwrap_or(status)
 }
 
 /// INVALID_ARGUMENT for a request over the decoder's limit.
@@ -202,8 +220,9 @@ fn too_large(found: Option<u64>, path: &str, wording: &Wording) -> Status {
     let limits = &wording.limits;
     let limit = wording.decoder_limit;
     let advice = match path {
-        "/uuidmap.v1.UuidMap/BatchGet" => format!(
-            "a BatchGet may hold at most {} keys (the server's `max_batch_keys`): split it",
+        "/uuidmap.v1.UuidMap/BatchGet" | "/uuidmap.v1.UuidMap/Lookup" => format!(
+            "a BatchGet, or one Lookup request, may hold at most {} keys (the server's \
+             `max_batch_keys`): split it",
             limits.max_batch_keys
         ),
         "/uuidmap.v1.UuidMap/Write" => format!(
@@ -281,7 +300,7 @@ mod tests {
         Wording {
             decoder_limit: decoder_limit(&limits),
             limits,
-            catalog: Arc::new(Catalog::of_server()),
+            catalog: Some(Arc::new(Catalog::of_server())),
         }
     }
 
@@ -309,6 +328,12 @@ mod tests {
                 min_lsn: u64::MAX,
             };
             assert!(batch.encoded_len() <= limit, "{limits:?}");
+            let lookup = pb::LookupRequest {
+                id: u64::MAX,
+                keys: vec![0x7f; limits.max_batch_keys * 16].into(),
+                min_lsn: u64::MAX,
+            };
+            assert!(lookup.encoded_len() <= limit, "{limits:?}");
             let cas = pb::WriteOp {
                 op: Some(pb::write_op::Op::CompareAndSet(pb::CompareAndSetOp {
                     key: max_key.clone().into(),

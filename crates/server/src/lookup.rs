@@ -1,0 +1,227 @@
+//! `Lookup`: many batches of lookups on one bidirectional stream.
+//!
+//! # Protocol
+//!
+//! Each request is an id of the client's choosing, packed keys and an
+//! optional `min_lsn`; each answer is the id, packed values, the `found`
+//! bitmap and the applied LSN, exactly as a `BatchGet` of the same keys
+//! would answer. A request that cannot be answered (bad keys, too many,
+//! shed by admission, its wait reached its bound) gets an answer with
+//! `error` set to the status a `BatchGet` would have got, and the stream
+//! goes on: one caller's bad batch does not fail the others that a client
+//! multiplexes on the stream. The stream itself ends:
+//!
+//! - OK, once the client has half-closed and every request is answered;
+//! - UNAVAILABLE, when the server starts stopping;
+//! - with the transport's status, worded as for a unary call, when a
+//!   request cannot be read (INVALID_ARGUMENT: not protobuf, over the
+//!   message limit, bad gzip);
+//! - when the client goes away (the task ends at its next step).
+//!
+//! # Order
+//!
+//! A request whose `min_lsn` is applied when it is read (the usual case)
+//! is answered at once, in the order read. One that must wait is handed to
+//! a task of its own, which answers when the LSN is applied or its bound
+//! passes; the requests behind it do not wait for it, so answers may come
+//! out of order. At most [`MAX_WAITING`] requests of a stream wait at once;
+//! beyond that the stream reads no further request until one is done. Each
+//! wait is bounded by the stream's deadline (`grpc-timeout`, less its
+//! margin) and the server's `max_wait`, counted from when the request is
+//! read.
+//!
+//! # Admission
+//!
+//! The stream is a long poll (admission's `max_long_polls`): open, it costs
+//! no CPU. Its work is admitted per request, by keys: each piece of at most
+//! [`KEYS_PER_PERMIT`] keys takes a read permit, one after the other, in the
+//! same newest-first queue as `Get` and `BatchGet`, and gives it back before
+//! the next piece. So a stream costs admission what the `BatchGet`s it
+//! replaces would, a large request cannot hold many permits, and a
+//! shed piece is answered RESOURCE_EXHAUSTED (or DEADLINE_EXCEEDED after
+//! waiting) for its request alone. No permit is held while a request waits
+//! for its LSN, nor while its answer waits for the client.
+//!
+//! # Backpressure
+//!
+//! Answers reach the response through a channel of [`CHANNEL_ANSWERS`]: a
+//! client that stops reading its answers stops the stream from reading its
+//! requests, instead of the server buffering either.
+
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+use uuid::Uuid;
+
+use super::admission::Admission;
+use super::config::Limits;
+use super::deadline::{CallDeadline, wait_from_now};
+use super::proto::v1 as pb;
+use super::status::stopping_stream;
+use super::transport_errors;
+use super::wait;
+use super::wire::{pack_values, packed_keys};
+use uuidmap_engine::writer::DurableIndex;
+
+/// Keys looked up under one read permit: about the work of one small
+/// `BatchGet` (tens of microseconds), so that a permit is never held long.
+pub const KEYS_PER_PERMIT: usize = 1024;
+/// Requests of one stream that may wait for their `min_lsn` at once.
+pub const MAX_WAITING: usize = 256;
+/// Answers waiting for the client.
+const CHANNEL_ANSWERS: usize = 16;
+/// The RPC's path, for the wording of transport errors.
+const PATH: &str = "/uuidmap.v1.UuidMap/Lookup";
+
+/// The response stream.
+pub type LookupStream = ReceiverStream<Result<pb::LookupResponse, Status>>;
+
+/// What a stream's requests are answered from; its waiting requests each
+/// hold a clone.
+#[derive(Clone)]
+pub struct Lookups {
+    durable: Arc<DurableIndex>,
+    admission: Arc<Admission>,
+    limits: Limits,
+    /// The stream's own deadline, if it has one.
+    call: Option<CallDeadline>,
+    stopping: watch::Receiver<bool>,
+}
+
+type Answers = mpsc::Sender<Result<pb::LookupResponse, Status>>;
+
+impl Lookups {
+    /// The lookups of one stream over `durable`, admitted by `admission`,
+    /// within `limits`; `call` is the stream's deadline, and the stream
+    /// ends when `stopping` becomes `true`.
+    pub fn new(
+        durable: Arc<DurableIndex>,
+        admission: Arc<Admission>,
+        limits: &Limits,
+        call: Option<CallDeadline>,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Lookups {
+            durable,
+            admission,
+            limits: limits.clone(),
+            call,
+            stopping,
+        }
+    }
+
+    /// Serves `requests` on a task of their own; the answers are the
+    /// returned stream.
+    pub fn start(self, requests: Streaming<pb::LookupRequest>) -> LookupStream {
+        let (answers, rx) = mpsc::channel(CHANNEL_ANSWERS);
+        tokio::spawn(self.serve(requests, answers));
+        ReceiverStream::new(rx)
+    }
+
+    /// Reads the requests in order until the client half-closes, goes
+    /// away, or the server stops (module docs).
+    async fn serve(self, mut requests: Streaming<pb::LookupRequest>, answers: Answers) {
+        let waiting = Arc::new(Semaphore::new(MAX_WAITING));
+        let mut stopping = self.stopping.clone();
+        loop {
+            let next = tokio::select! {
+                biased;
+                // Err: the server is gone, which is stopping too.
+                _ = stopping.wait_for(|s| *s) => None,
+                () = answers.closed() => return,
+                next = requests.message() => Some(next),
+            };
+            let Some(next) = next else {
+                let _ = answers.send(Err(stopping_stream())).await;
+                return;
+            };
+            let request = match next {
+                Ok(Some(request)) => request,
+                // Half-closed: the waiting requests hold their own senders,
+                // so the response ends after the last of them answers.
+                Ok(None) => return,
+                Err(status) => {
+                    let status = transport_errors::in_stream(status, PATH, &self.limits);
+                    let _ = answers.send(Err(status)).await;
+                    return;
+                }
+            };
+            let id = request.id;
+            let keys = match packed_keys("keys", &request.keys, self.limits.max_batch_keys) {
+                Ok(keys) => keys,
+                Err(e) => {
+                    if answers.send(Ok(refused(id, e.into()))).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let applied = self.durable.watermark().current();
+            if applied < request.min_lsn {
+                let Ok(slot) = Arc::clone(&waiting).acquire_owned().await else {
+                    return; // never closed
+                };
+                let (lookups, answers) = (self.clone(), answers.clone());
+                tokio::spawn(async move {
+                    let answer = lookups.after_wait(id, keys, request.min_lsn).await;
+                    let _ = answers.send(Ok(answer)).await;
+                    drop(slot);
+                });
+                continue;
+            }
+            let answer = self.answer(id, &keys, applied).await;
+            if answers.send(Ok(answer)).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The answer to a request that first waits until `min_lsn` is applied.
+    async fn after_wait(&self, id: u64, keys: Vec<Uuid>, min_lsn: u64) -> pb::LookupResponse {
+        let bound = wait_from_now(self.call, self.limits.max_wait);
+        match wait::applied(&self.durable, &self.stopping, min_lsn, bound).await {
+            Ok(applied) => self.answer(id, &keys, applied).await,
+            Err(status) => refused(id, status),
+        }
+    }
+
+    /// Looks `keys` up, a read permit per [`KEYS_PER_PERMIT`] keys;
+    /// `applied_lsn` was read before the first lookup.
+    async fn answer(&self, id: u64, keys: &[Uuid], applied_lsn: u64) -> pb::LookupResponse {
+        let mut found = vec![None; keys.len()];
+        let index = self.durable.index();
+        let pieces = keys.chunks(KEYS_PER_PERMIT);
+        for (keys, found) in pieces.zip(found.chunks_mut(KEYS_PER_PERMIT)) {
+            let bound = wait_from_now(self.call, self.limits.max_wait);
+            let permit = match self.admission.read_permit(bound).await {
+                Ok(permit) => permit,
+                Err(e) => return refused(id, Status::from(&e)),
+            };
+            index.get_many(keys, found);
+            drop(permit);
+        }
+        let (values, found) = pack_values(&found);
+        pb::LookupResponse {
+            id,
+            values,
+            found,
+            applied_lsn,
+            error: None,
+        }
+    }
+}
+
+/// The answer to a request that gets none: the status a `BatchGet` would
+/// have got.
+fn refused(id: u64, status: Status) -> pb::LookupResponse {
+    pb::LookupResponse {
+        id,
+        error: Some(pb::LookupError {
+            code: status.code() as i32 as u32,
+            message: status.message().to_string(),
+        }),
+        ..Default::default()
+    }
+}
