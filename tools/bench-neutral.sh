@@ -24,7 +24,14 @@
 # (streams in flight, default 1,16,64), UUIDMAP_BENCH_CONNS (h2load
 # connections / redis-benchmark clients, default 4),
 # UUIDMAP_BENCH_BATCH (default 100,1000), UUIDMAP_BENCH_RUNS (default 3;
-# the median and the range are printed).
+# the median and the range are printed), UUIDMAP_BENCH_ROWS (which groups
+# of rows: default get,batch,lookup).
+#
+# The lookup rows (issue 14, item 2) compare the streaming Lookup with the
+# unary calls it replaces, by keys/s: each h2load "request" is one Lookup
+# stream whose body holds UUIDMAP_BENCH_LOOKUP_REQUESTS (default 100)
+# requests of b keys (b = 1 and each batch size), and the script checks
+# first that such a stream answers every request (curl, counting answers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -34,6 +41,8 @@ callers=${UUIDMAP_BENCH_CALLERS:-1,16,64}
 conns=${UUIDMAP_BENCH_CONNS:-4}
 batches=${UUIDMAP_BENCH_BATCH:-100,1000}
 runs=${UUIDMAP_BENCH_RUNS:-3}
+rows=${UUIDMAP_BENCH_ROWS:-get,batch,lookup}
+per_stream=${UUIDMAP_BENCH_LOOKUP_REQUESTS:-100}
 
 . tools/install-redis.sh
 if ! command -v h2load >/dev/null; then
@@ -88,15 +97,20 @@ status=$(curl -s --http2-prior-knowledge -H 'content-type: application/grpc' -H 
   tr -d '\r' | awk -F': ' '$1 == "grpc-status" {print $2}')
 [ "$status" = 0 ] || { echo "Get answered grpc-status '$status', not 0" >&2; exit 1; }
 
-h2row() { # label path body streams
-  local rates=() c=$((conns < $4 ? conns : $4))
+h2row() { # label path body streams [keys per request, for a keys/s column]
+  local rates=() c=$((conns < $4 ? conns : $4)) keys=${5:-}
   for ((r = 0; r < runs; r++)); do
     rates+=("$(h2load -n "$requests" -c "$c" -m $(( ($4 + c - 1) / c )) -d "$3" \
       -H 'content-type: application/grpc' -H 'te: trailers' \
       "http://127.0.0.1:$gport/uuidmap.v1.UuidMap/$2" |
       awk '/^finished in/ {gsub(",", "", $4); print $4}')")
   done
-  echo "| $1 | h2load, $c conns | $(printf '%s\n' "${rates[@]}" | median_range) |"
+  if [ -n "$keys" ]; then
+    echo "| $1 | h2load, $c conns | $(printf '%s\n' "${rates[@]}" | median_range) |" \
+      "$(printf '%s\n' "${rates[@]}" | awk -v k="$keys" '{print $1 * k}' | median_range) |"
+  else
+    echo "| $1 | h2load, $c conns | $(printf '%s\n' "${rates[@]}" | median_range) | |"
+  fi
 }
 rrow() { # label pipeline clients
   local rates=()
@@ -104,22 +118,66 @@ rrow() { # label pipeline clients
     rates+=("$(redis-benchmark -p "$rport" -n "$requests" -c "$3" -P "$2" --csv GET bench-key |
       awk -F'","' '!/^"test"/ {gsub("\"", "", $2); print $2; exit}')")
   done
-  echo "| $1 | redis-benchmark | $(printf '%s\n' "${rates[@]}" | median_range) |"
+  echo "| $1 | redis-benchmark | $(printf '%s\n' "${rates[@]}" | median_range) | |"
 }
 
 echo
 echo "## Neutral clients, $n entries, $requests requests a row, median (range) of $runs runs"
 echo
-echo "| case | client | requests/s |"
-echo "| --- | --- | ---: |"
+echo "| case | client | requests (streams) /s | keys/s |"
+echo "| --- | --- | ---: | ---: |"
 IFS=, read -ra cs <<<"$callers"
-for c in "${cs[@]}"; do
-  h2row "uuidmap Get, $c in flight" Get "$work/get.bin" "$c"
-  rrow "Redis GET, $c clients" 1 "$c"
-done
 IFS=, read -ra bs <<<"$batches"
-for b in "${bs[@]}"; do
-  python3 tools/grpc-body.py batchget "$mid" "$b" "$work/batch.bin"
-  h2row "uuidmap BatchGet of $b, 16 in flight (rows x$b = keys/s)" BatchGet "$work/batch.bin" 16
-  rrow "Redis GET -P 16, 16 clients (one key per request)" 16 16
-done
+if [[ ,$rows, == *,get,* ]]; then
+  for c in "${cs[@]}"; do
+    h2row "uuidmap Get, $c in flight" Get "$work/get.bin" "$c" 1
+    rrow "Redis GET, $c clients" 1 "$c"
+  done
+fi
+if [[ ,$rows, == *,batch,* ]]; then
+  for b in "${bs[@]}"; do
+    python3 tools/grpc-body.py batchget "$mid" "$b" "$work/batch.bin"
+    h2row "uuidmap BatchGet of $b, 16 in flight" BatchGet "$work/batch.bin" 16 "$b"
+    rrow "Redis GET -P 16, 16 clients (one key per request)" 16 16
+  done
+fi
+if [[ ,$rows, == *,lookup,* ]]; then
+  for b in 1 "${bs[@]}"; do
+    python3 tools/grpc-body.py lookup "$mid" "$b" "$per_stream" "$work/lookup.bin"
+    # One stream, checked: it ends OK with one answer per request, and no
+    # answer carries an error (field 5 of LookupResponse).
+    curl -s --http2-prior-knowledge -H 'content-type: application/grpc' -H 'te: trailers' \
+      --data-binary @"$work/lookup.bin" -D "$work/lookup.h" -o "$work/lookup.out" \
+      "http://127.0.0.1:$gport/uuidmap.v1.UuidMap/Lookup"
+    answers=$(python3 - "$work/lookup.out" <<'PY'
+import struct, sys
+def varint(b, i):
+    n = s = 0
+    while True:
+        n |= (b[i] & 0x7F) << s; s += 7; i += 1
+        if b[i - 1] < 0x80:
+            return n, i
+d = open(sys.argv[1], "rb").read(); i = ok = 0
+while i < len(d):
+    end = i + 5 + struct.unpack(">I", d[i + 1:i + 5])[0]; i += 5; error = False
+    while i < end:
+        tag, i = varint(d, i)
+        if tag & 7 == 0:
+            _, i = varint(d, i)
+        else:
+            n, i = varint(d, i); i += n
+        error |= tag >> 3 == 5
+    ok += not error
+print(ok)
+PY
+)
+    status=$(tr -d '\r' <"$work/lookup.h" | awk -F': ' '$1 == "grpc-status" {print $2}')
+    [ "$status" = 0 ] && [ "$answers" = "$per_stream" ] || {
+      echo "a Lookup stream of $per_stream requests: $answers answered without error," \
+        "grpc-status '$status'" >&2
+      exit 1
+    }
+    h2row "uuidmap Lookup, streams of $per_stream requests of $b keys, 16 streams in flight" \
+      Lookup "$work/lookup.bin" 16 $((per_stream * b))
+  done
+fi

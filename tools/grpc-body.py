@@ -12,6 +12,8 @@ Keys are deterministic: key i is the MD5 of "k<i>", value i the MD5 of
 
   grpc-body.py get I OUT              GetRequest for key I
   grpc-body.py batchget START N OUT   BatchGetRequest for keys START..START+N
+  grpc-body.py lookup START N M OUT   M LookupRequests (ids 0..M) for keys
+                                      START..START+N each: one Lookup stream's body
   grpc-body.py write START N OUT      WriteRequest putting keys START..START+N
   grpc-body.py resp START N OUT       RESP `SET key value` commands (raw
                                       16-byte keys and values) for redis-cli --pipe
@@ -48,6 +50,11 @@ def field_bytes(number, data):
     return varint(number << 3 | 2) + varint(len(data)) + data
 
 
+def field_varint(number, n):
+    # Wire type 0 (varint).
+    return varint(number << 3) + varint(n)
+
+
 def frame(message):
     return struct.pack(">BI", 0, len(message)) + message
 
@@ -65,6 +72,13 @@ def main(argv):
         keys = b"".join(key(i) for i in range(start, start + n))
         body = frame(field_bytes(1, keys))
         out = argv[4]
+    elif cmd == "lookup":
+        start, n, m = int(argv[2]), int(argv[3]), int(argv[4])
+        keys = b"".join(key(i) for i in range(start, start + n))
+        body = b"".join(
+            frame((field_varint(1, j) if j else b"") + field_bytes(2, keys)) for j in range(m)
+        )
+        out = argv[5]
     elif cmd == "write":
         start, n = int(argv[2]), int(argv[3])
         ops = bytearray()

@@ -16,7 +16,9 @@ use uuid::Uuid;
 use uuidmap::server::ServeConfig;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
-use uuidmap_testkit::server::{MAX_BATCH_KEYS, TestServer, b, config, put_op, spread_key, u};
+use uuidmap_testkit::server::{
+    MAX_BATCH_KEYS, TestServer, b, config, put_op, sample, scrape, spread_key, u,
+};
 
 type Client = UuidMapClient<Channel>;
 
@@ -384,5 +386,33 @@ async fn a_request_too_large_to_decode_ends_the_stream_with_invalid_argument() {
             .contains(&format!("at most {MAX_BATCH_KEYS} keys")),
         "{status:?}"
     );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_and_keys_are_counted_in_metrics_and_the_stream_as_one_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let server = TestServer::start_with(cfg).await;
+    let mut c = server.client().await;
+    let before = scrape(&server).await;
+    let stream = Stream::open(&mut c).await.unwrap();
+    stream.send(1, &[u(1), u(2), u(3)], 0).await;
+    stream.send(2, &[u(4); 5], 0).await;
+    stream.send_raw(3, vec![0; 15], 0).await;
+    assert_eq!(stream.finish().await.len(), 3);
+    let after = scrape(&server).await;
+    // The series are process-wide (tests run side by side): only this
+    // test's server has metrics on, so only it adds to them.
+    let delta = |name, labels: &[(&str, &str)]| {
+        sample(&after, name, labels).unwrap_or(0.0) - sample(&before, name, labels).unwrap_or(0.0)
+    };
+    let requests = "uuidmap_lookup_requests_total";
+    assert_eq!(delta(requests, &[("code", "OK")]), 2.0, "{after}");
+    assert_eq!(delta(requests, &[("code", "INVALID_ARGUMENT")]), 1.0);
+    assert_eq!(delta("uuidmap_lookup_keys_total", &[]), 8.0);
+    let calls = &[("rpc", "Lookup"), ("code", "OK")];
+    assert_eq!(delta("uuidmap_rpc_requests_total", calls), 1.0);
     server.stop().await.unwrap();
 }

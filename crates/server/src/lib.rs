@@ -475,6 +475,7 @@ async fn run(
         durable.clone(),
         config.limits.clone(),
         Arc::clone(&admission),
+        lookup::LookupMetrics::register(metrics_on),
         stopping,
     ))
     .max_decoding_message_size(max_message)

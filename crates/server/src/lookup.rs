@@ -50,14 +50,16 @@
 
 use std::sync::Arc;
 
+use metrics::Counter;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Status, Streaming};
+use tonic::{Code, Status, Streaming};
 use uuid::Uuid;
 
 use super::admission::Admission;
 use super::config::Limits;
 use super::deadline::{CallDeadline, wait_from_now};
+use super::metrics::CODES;
 use super::proto::v1 as pb;
 use super::status::stopping_stream;
 use super::transport_errors;
@@ -78,12 +80,74 @@ const PATH: &str = "/uuidmap.v1.UuidMap/Lookup";
 /// The response stream.
 pub type LookupStream = ReceiverStream<Result<pb::LookupResponse, Status>>;
 
+/// `uuidmap_lookup_requests_total{code}`.
+const REQUESTS: &str = "uuidmap_lookup_requests_total";
+/// `uuidmap_lookup_keys_total`.
+const KEYS: &str = "uuidmap_lookup_keys_total";
+/// The codes a request's answer can have: OK, or its `error`'s.
+const REQUEST_CODES: [Code; 5] = [
+    Code::Ok,
+    Code::InvalidArgument,
+    Code::DeadlineExceeded,
+    Code::ResourceExhausted,
+    Code::Unavailable,
+];
+
+/// The per-request series of `Lookup` (the stream itself is one call of
+/// `uuidmap_rpc_*`): see `metrics` for their names. Registered once, when
+/// the server starts; counting is an atomic add.
+#[derive(Clone)]
+pub struct LookupMetrics {
+    /// By code, one per [`REQUEST_CODES`].
+    requests: [(Code, Counter); 5],
+    keys: Counter,
+    on: bool,
+}
+
+impl LookupMetrics {
+    /// The handles, from the recorder installed now; when `on` is false,
+    /// handles that count nothing (a server without metrics must not add
+    /// to the series of another in the same process).
+    pub fn register(on: bool) -> Self {
+        let counter = |name: &'static str, code: Option<Code>| match (on, code) {
+            (false, _) => Counter::noop(),
+            (true, None) => metrics::counter!(name),
+            (true, Some(code)) => metrics::counter!(name, "code" => CODES[code as usize]),
+        };
+        LookupMetrics {
+            requests: REQUEST_CODES.map(|c| (c, counter(REQUESTS, Some(c)))),
+            keys: counter(KEYS, None),
+            on,
+        }
+    }
+
+    /// Counts one answered request.
+    fn answered(&self, answer: &pb::LookupResponse, keys: usize) {
+        let code = answer
+            .error
+            .as_ref()
+            .map_or(Code::Ok, |e| Code::from_i32(e.code as i32));
+        match self.requests.iter().find(|(c, _)| *c == code) {
+            Some((_, counter)) => counter.increment(1),
+            // No other code is made here; should one be, count it anyway.
+            None if self.on => {
+                metrics::counter!(REQUESTS, "code" => CODES[code as usize]).increment(1);
+            }
+            None => {}
+        }
+        if answer.error.is_none() {
+            self.keys.increment(keys as u64);
+        }
+    }
+}
+
 /// What a stream's requests are answered from; its waiting requests each
 /// hold a clone.
 #[derive(Clone)]
 pub struct Lookups {
     durable: Arc<DurableIndex>,
     admission: Arc<Admission>,
+    metrics: LookupMetrics,
     limits: Limits,
     /// The stream's own deadline, if it has one.
     call: Option<CallDeadline>,
@@ -94,11 +158,12 @@ type Answers = mpsc::Sender<Result<pb::LookupResponse, Status>>;
 
 impl Lookups {
     /// The lookups of one stream over `durable`, admitted by `admission`,
-    /// within `limits`; `call` is the stream's deadline, and the stream
+    /// counted in `metrics`, within `limits`; `call` is the stream's deadline, and the stream
     /// ends when `stopping` becomes `true`.
     pub fn new(
         durable: Arc<DurableIndex>,
         admission: Arc<Admission>,
+        metrics: LookupMetrics,
         limits: &Limits,
         call: Option<CallDeadline>,
         stopping: watch::Receiver<bool>,
@@ -106,6 +171,7 @@ impl Lookups {
         Lookups {
             durable,
             admission,
+            metrics,
             limits: limits.clone(),
             call,
             stopping,
@@ -152,7 +218,7 @@ impl Lookups {
             let keys = match packed_keys("keys", &request.keys, self.limits.max_batch_keys) {
                 Ok(keys) => keys,
                 Err(e) => {
-                    if answers.send(Ok(refused(id, e.into()))).await.is_err() {
+                    if !self.reply(&answers, refused(id, e.into()), 0).await {
                         return;
                     }
                     continue;
@@ -165,24 +231,31 @@ impl Lookups {
                 };
                 let (lookups, answers) = (self.clone(), answers.clone());
                 tokio::spawn(async move {
-                    let answer = lookups.after_wait(id, keys, request.min_lsn).await;
-                    let _ = answers.send(Ok(answer)).await;
+                    let answer = lookups.after_wait(id, &keys, request.min_lsn).await;
+                    lookups.reply(&answers, answer, keys.len()).await;
                     drop(slot);
                 });
                 continue;
             }
             let answer = self.answer(id, &keys, applied).await;
-            if answers.send(Ok(answer)).await.is_err() {
+            if !self.reply(&answers, answer, keys.len()).await {
                 return;
             }
         }
     }
 
+    /// Counts `answer` (to a request of `keys` keys) and sends it; `false`
+    /// if the client has gone away.
+    async fn reply(&self, answers: &Answers, answer: pb::LookupResponse, keys: usize) -> bool {
+        self.metrics.answered(&answer, keys);
+        answers.send(Ok(answer)).await.is_ok()
+    }
+
     /// The answer to a request that first waits until `min_lsn` is applied.
-    async fn after_wait(&self, id: u64, keys: Vec<Uuid>, min_lsn: u64) -> pb::LookupResponse {
+    async fn after_wait(&self, id: u64, keys: &[Uuid], min_lsn: u64) -> pb::LookupResponse {
         let bound = wait_from_now(self.call, self.limits.max_wait);
         match wait::applied(&self.durable, &self.stopping, min_lsn, bound).await {
-            Ok(applied) => self.answer(id, &keys, applied).await,
+            Ok(applied) => self.answer(id, keys, applied).await,
             Err(status) => refused(id, status),
         }
     }

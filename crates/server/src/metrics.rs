@@ -8,6 +8,8 @@
 //! | --- | --- | --- | --- |
 //! | `uuidmap_rpc_requests_total` | counter | `rpc`, `code` | calls finished |
 //! | `uuidmap_rpc_duration_seconds` | histogram | `rpc` | call duration, 25 µs … 10 s |
+//! | `uuidmap_lookup_requests_total` | counter | `code` | requests answered on `Lookup` streams (`OK`, or the code of the request's `error`) |
+//! | `uuidmap_lookup_keys_total` | counter | | keys looked up on `Lookup` streams |
 //! | `uuidmap_entries` | gauge | | entries in the index |
 //! | `uuidmap_applied_lsn` | gauge | | every write up to it is visible |
 //! | `uuidmap_wal_bytes` | counter | | WAL bytes written since start |
@@ -35,7 +37,7 @@
 //! `INVALID_ARGUMENT`, `UNAUTHENTICATED`, …, as in the gRPC spec), read from
 //! the `grpc-status` of the response headers (errors of unary calls are
 //! "trailers-only") or else of the trailers. A call is recorded once, when
-//! its status is known: so a stream (`Scan`, `Watch`) is counted and timed
+//! its status is known: so a stream (`Scan`, `Watch`, `Lookup`) is counted and timed
 //! when it *ends*, and its duration is the stream's whole life; a call whose
 //! response the client abandons before the status is `CANCELLED`.
 //!
@@ -149,7 +151,7 @@ fn rpc_label(rpc: usize) -> &'static str {
 }
 
 /// gRPC status code names, indexed by code (the gRPC spec's names).
-const CODES: [&str; 17] = [
+pub(crate) const CODES: [&str; 17] = [
     "OK",
     "CANCELLED",
     "UNKNOWN",

@@ -17,7 +17,7 @@ use super::admission::Admission;
 use super::config::Limits;
 use super::deadline::{call_deadline, wait_deadline};
 use super::errors::RequestError;
-use super::lookup::{LookupStream, Lookups};
+use super::lookup::{LookupMetrics, LookupStream, Lookups};
 use super::proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
 use super::scan;
 use super::status::write_error;
@@ -33,24 +33,28 @@ pub struct DataService {
     /// Admits each request of a `Lookup` stream (the stream itself is
     /// admitted by the layer).
     admission: Arc<Admission>,
+    /// The per-request series of `Lookup`, registered at start.
+    lookup_metrics: LookupMetrics,
     /// Becomes `true` when the server starts stopping: waits end at once.
     stopping: watch::Receiver<bool>,
 }
 
 impl DataService {
     /// A service over `durable`, enforcing `limits`, admitting the
-    /// requests of `Lookup` streams through `admission`; its waits end
-    /// when `stopping` becomes `true`.
+    /// requests of `Lookup` streams through `admission` and counting them
+    /// in `lookup_metrics`; its waits end when `stopping` becomes `true`.
     pub fn new(
         durable: Arc<DurableIndex>,
         limits: Limits,
         admission: Arc<Admission>,
+        lookup_metrics: LookupMetrics,
         stopping: watch::Receiver<bool>,
     ) -> Self {
         DataService {
             durable,
             limits,
             admission,
+            lookup_metrics,
             stopping,
         }
     }
@@ -133,6 +137,7 @@ impl UuidMap for DataService {
         let lookups = Lookups::new(
             Arc::clone(&self.durable),
             Arc::clone(&self.admission),
+            self.lookup_metrics.clone(),
             &self.limits,
             call_deadline(&request),
             self.stopping.clone(),
