@@ -45,15 +45,8 @@ N64=${N64:-200000}
 MODES=${MODES:-"always never"}
 PREALLOCATE=${PREALLOCATE:-on}
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else false; fi
-}
 . tools/install-redis.sh
-if ! command -v h2load >/dev/null; then
-  echo "== installing h2load (Debian package nghttp2-client)"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client
-fi
+. tools/install-h2load.sh
 for tool in h2load redis-server redis-benchmark; do
   command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 2; }
 done

@@ -32,6 +32,8 @@
 # stream whose body holds UUIDMAP_BENCH_LOOKUP_REQUESTS (default 100)
 # requests of b keys (b = 1 and each batch size), and the script checks
 # first that such a stream answers every request (curl, counting answers).
+# A row runs min(20000, 2000000 / b) streams (UUIDMAP_BENCH_REQUESTS does
+# not apply to it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -45,12 +47,7 @@ rows=${UUIDMAP_BENCH_ROWS:-get,batch,lookup}
 per_stream=${UUIDMAP_BENCH_LOOKUP_REQUESTS:-100}
 
 . tools/install-redis.sh
-if ! command -v h2load >/dev/null; then
-  echo "== installing nghttp2-client (Debian package)"
-  as_root=(); [ "$(id -u)" -eq 0 ] || as_root=(sudo)
-  "${as_root[@]}" apt-get update -qq
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client
-fi
+. tools/install-h2load.sh
 
 cargo build --release --bin uuidmap >&2
 bin=$root/target/release/uuidmap
@@ -177,7 +174,11 @@ PY
         "grpc-status '$status'" >&2
       exit 1
     }
-    h2row "uuidmap Lookup, streams of $per_stream requests of $b keys, 16 streams in flight" \
+    # Streams per row: about as many keys as 20,000 streams of 100 keys,
+    # and never more streams than that.
+    streams=$((2000000 / b < 20000 ? 2000000 / b : 20000))
+    requests=$streams h2row \
+      "uuidmap Lookup, $streams streams of $per_stream requests of $b keys, 16 streams in flight" \
       Lookup "$work/lookup.bin" 16 $((per_stream * b))
   done
 fi

@@ -25,11 +25,7 @@ WRITERS=${WRITERS:-"-c1 -m1"}
 PREALLOCATE=${PREALLOCATE:-on}
 FSYNC=${FSYNC:-always}
 
-if ! command -v h2load >/dev/null; then
-  echo "== installing h2load (Debian package nghttp2-client)"
-  if [ "$(id -u)" -eq 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client
-  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client; fi
-fi
+. tools/install-h2load.sh
 cargo build --release --bin uuidmap >/dev/null 2>&1 || cargo build --release --bin uuidmap
 uuidmap=target/release/uuidmap
 
