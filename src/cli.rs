@@ -21,8 +21,7 @@ use prost::bytes::Bytes;
 use uuid::Uuid;
 
 use uuidmap::Key;
-use uuidmap_client::{Client, ClientError, ClientOptions, DEFAULT_SERVER};
-use uuidmap_proto::v1 as pb;
+use uuidmap_client::{Client, ClientError, ClientOptions, DEFAULT_SERVER, ScanOptions};
 
 /// Exit code: done (`get`: found).
 pub const EXIT_OK: i32 = 0;
@@ -223,7 +222,7 @@ impl ClientCommand {
 async fn execute(command: ClientCommand) -> Result<i32, CliError> {
     match command {
         ClientCommand::Get { key, connect } => {
-            let mut c = Client::connect(&connect.options()).await?;
+            let c = Client::connect(&connect.options()).await?;
             match c.get(key.uuid()).await? {
                 Some(value) => {
                     println!("{value}");
@@ -240,17 +239,17 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
             value,
             connect,
         } => {
-            let mut c = Client::connect(&connect.options()).await?;
+            let c = Client::connect(&connect.options()).await?;
             println!("lsn {}", c.put(key.uuid(), value).await?);
             Ok(EXIT_OK)
         }
         ClientCommand::Del { key, connect } => {
-            let mut c = Client::connect(&connect.options()).await?;
+            let c = Client::connect(&connect.options()).await?;
             println!("lsn {}", c.delete(key.uuid()).await?);
             Ok(EXIT_OK)
         }
         ClientCommand::Stats { connect } => {
-            let mut c = Client::connect(&connect.options()).await?;
+            let c = Client::connect(&connect.options()).await?;
             let s = c.stats().await?;
             let mut fields = vec![
                 ("entries", s.entries.to_string()),
@@ -299,7 +298,7 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
             Ok(EXIT_OK)
         }
         ClientCommand::Snapshot { connect } => {
-            let mut c = Client::connect(&connect.options()).await?;
+            let c = Client::connect(&connect.options()).await?;
             let s = c.snapshot().await?;
             print_fields(&[
                 ("path", s.path),
@@ -316,29 +315,23 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
 }
 
 async fn scan(args: ScanArgs) -> Result<i32, CliError> {
-    let mut client = Client::connect(&args.connect.options()).await?;
+    let client = Client::connect(&args.connect.options()).await?;
     let (split, splits) = args.split.unwrap_or((0, 1));
-    let progress = progress_bar(&mut client, &args, splits).await;
-    let request = pb::ScanRequest {
+    let progress = progress_bar(&client, &args, splits).await;
+    let options = ScanOptions {
         cursor: args.cursor.clone().unwrap_or_default(),
         split,
         splits,
-        values: args
-            .values
-            .iter()
-            .flat_map(|v| *v.as_bytes())
-            .collect::<Vec<u8>>()
-            .into(),
+        values: args.values.clone(),
         limit: args.limit.unwrap_or(0),
-        min_lsn: 0,
     };
-    let mut cursor = request.cursor.clone();
-    let mut stream = client.scan(request).await?;
+    let mut cursor = options.cursor.clone();
+    let mut stream = client.scan(options);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut printed = 0u64;
     loop {
-        let page = match stream.next().await {
+        let page = match stream.next_page().await {
             Ok(Some(page)) => page,
             Ok(None) => break,
             Err(source) => {
@@ -397,7 +390,7 @@ fn flush(out: &mut impl Write) -> Result<(), CliError> {
 /// A bar on stderr when it is a terminal (with the expected total when the
 /// scan is unfiltered: the entry count over the splits, capped by the
 /// limit); hidden otherwise.
-async fn progress_bar(client: &mut Client, args: &ScanArgs, splits: u32) -> ProgressBar {
+async fn progress_bar(client: &Client, args: &ScanArgs, splits: u32) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }

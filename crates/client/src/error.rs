@@ -1,7 +1,122 @@
 //! `ClientError`: what went wrong talking to a server, in words that say
-//! what to check.
+//! what to check, and [`RetryClass`]: whether trying again can help.
+//!
+//! Every failure has exactly one class ([`ClientError::retry_class`]):
+//!
+//! | class | failures | retried |
+//! | --- | --- | --- |
+//! | [`RetryClass::Fast`] | connection refused or not made; the stream refused before the server read it (`REFUSED_STREAM`); `UNAVAILABLE` sent by the server (stopping, or its disk failed: nothing was applied) | always, fast backoff |
+//! | [`RetryClass::Slow`] | `RESOURCE_EXHAUSTED` (admission shed the call: it was not run) | always, slow backoff |
+//! | [`RetryClass::Conditional`] | `DEADLINE_EXCEEDED`, a transport failure once the request may have been sent, `UNKNOWN`, `INTERNAL`, `CANCELLED` by the server or the network | only an idempotent call |
+//! | [`RetryClass::Final`] | every other code (`INVALID_ARGUMENT`, `UNAUTHENTICATED`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, ...), a compare-and-set that found another value, bad options, a malformed answer | never |
+//!
+//! A conditional failure of a write leaves its outcome unknown: the write
+//! may or may not have been applied. Only a call marked idempotent (reads
+//! always are) is sent again after one.
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+/// Whether, and how, a failed call may be tried again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RetryClass {
+    /// Nothing was done and nothing says the server is busy: retry soon
+    /// (on another endpoint if this one is down).
+    Fast,
+    /// The server shed the call to protect itself: retry, slowly.
+    Slow,
+    /// The call may have been done: retry only if doing it twice is the
+    /// same as doing it once.
+    Conditional,
+    /// Trying again gives the same answer.
+    Final,
+}
+
+impl RetryClass {
+    /// Whether a call that failed so may be sent again; `idempotent` says
+    /// whether sending it twice is the same as sending it once.
+    pub fn allows_retry(self, idempotent: bool) -> bool {
+        match self {
+            RetryClass::Fast | RetryClass::Slow => true,
+            RetryClass::Conditional => idempotent,
+            RetryClass::Final => false,
+        }
+    }
+
+    /// The class of a gRPC status: its code, and for a status tonic made
+    /// from a transport failure (it has a source), whether the request
+    /// can have reached the server.
+    pub fn of_status(status: &tonic::Status) -> RetryClass {
+        use tonic::Code::*;
+        match status.code() {
+            ResourceExhausted => RetryClass::Slow,
+            Unavailable | Unknown | Internal | Cancelled
+                if std::error::Error::source(status).is_some() =>
+            {
+                if never_sent(status) {
+                    RetryClass::Fast
+                } else {
+                    RetryClass::Conditional
+                }
+            }
+            Unavailable => RetryClass::Fast,
+            DeadlineExceeded | Unknown | Internal | Cancelled => RetryClass::Conditional,
+            Ok | InvalidArgument | NotFound | AlreadyExists | PermissionDenied
+            | FailedPrecondition | Aborted | OutOfRange | Unimplemented | DataLoss
+            | Unauthenticated => RetryClass::Final,
+        }
+    }
+}
+
+/// Whether `status` is tonic's own "Timeout expired": the deadline the
+/// client sent passed with no answer.
+pub(crate) fn is_local_timeout(status: &tonic::Status) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = cause {
+        if e.downcast_ref::<tonic::TimeoutExpired>().is_some() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// Whether a transport failure happened before the request left: the
+/// connection was never made, or HTTP/2 refused the stream (which, by the
+/// protocol, the server has not processed).
+fn never_sent(status: &tonic::Status) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::AddrNotAvailable
+                    | std::io::ErrorKind::HostUnreachable
+                    | std::io::ErrorKind::NetworkUnreachable
+            )
+        {
+            return true;
+        }
+        if e.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        if let Some(h2) = e.downcast_ref::<h2::Error>()
+            && h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+        {
+            return true;
+        }
+        // hyper-util's connector names its failures so; its error type is
+        // private.
+        if e.to_string().starts_with("tcp connect error") {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
 
 /// A failed client operation.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +194,57 @@ pub enum ClientError {
         /// What is wrong with the answer.
         why: String,
     },
+    /// No answer came within the call's deadline (after `attempts`
+    /// attempts); a write's outcome is unknown.
+    #[error("{rpc}: no answer within the call's deadline of {timeout:?} ({attempts} attempt(s)){}", last_error(.last))]
+    DeadlineExceeded {
+        /// The RPC called.
+        rpc: &'static str,
+        /// The call's timeout.
+        timeout: Duration,
+        /// Attempts made.
+        attempts: u32,
+        /// The last attempt's failure, if one failed before the deadline.
+        last: Option<Box<ClientError>>,
+    },
+    /// A compare-and-set found another value, and changed nothing.
+    #[error("compare-and-set of {key} changed nothing: the entry is {}", entry(.current))]
+    CasMismatch {
+        /// The key.
+        key: Uuid,
+        /// Its value when the compare-and-set was decided (`None`: no
+        /// entry).
+        current: Option<Uuid>,
+    },
+    /// A compare-and-set whose outcome is unknown (its answer was lost), so
+    /// it was not sent again; `current` is the key's value read afterwards.
+    /// Decide again from it: if it is the value you set, the
+    /// compare-and-set was most likely applied (or another writer set the
+    /// same value).
+    #[error(
+        "compare-and-set of {key} may or may not have been applied ({cause}); the entry is now {}",
+        entry(.current)
+    )]
+    Undetermined {
+        /// The key.
+        key: Uuid,
+        /// Its value read after the failure (`None`: no entry).
+        current: Option<Uuid>,
+        /// Why the outcome is unknown.
+        cause: Box<ClientError>,
+    },
+    /// The client was built without an endpoint.
+    #[error("no server to call: give the client at least one endpoint")]
+    NoEndpoints,
+}
+
+fn last_error(last: &Option<Box<ClientError>>) -> String {
+    last.as_ref()
+        .map_or(String::new(), |e| format!("; the last attempt failed: {e}"))
+}
+
+fn entry(current: &Option<Uuid>) -> String {
+    current.map_or("absent".to_string(), |v| format!("{v}"))
 }
 
 impl ClientError {
@@ -95,6 +261,34 @@ impl ClientError {
             ClientError::Status { status, .. } => Some(status),
             _ => None,
         }
+    }
+
+    /// Whether, and how, the call may be tried again (see the module doc).
+    pub fn retry_class(&self) -> RetryClass {
+        match self {
+            ClientError::Status { status, .. } => RetryClass::of_status(status),
+            // Nothing listened or the connection could not be made: the
+            // request never left.
+            ClientError::Refused { .. } | ClientError::Connect { .. } => RetryClass::Fast,
+            ClientError::DeadlineExceeded { .. } => RetryClass::Conditional,
+            ClientError::BadServer { .. }
+            | ClientError::TlsWithoutHttps { .. }
+            | ClientError::NoTlsCa { .. }
+            | ClientError::HalfClientIdentity
+            | ClientError::ReadFile { .. }
+            | ClientError::BadToken
+            | ClientError::BadResponse { .. }
+            | ClientError::CasMismatch { .. }
+            | ClientError::Undetermined { .. }
+            | ClientError::NoEndpoints => RetryClass::Final,
+        }
+    }
+
+    /// Whether the failure may pass if the call is tried again (any class
+    /// but [`RetryClass::Final`]; a [`RetryClass::Conditional`] one only
+    /// for an idempotent call: see [`RetryClass::allows_retry`]).
+    pub fn is_transient(&self) -> bool {
+        self.retry_class() != RetryClass::Final
     }
 }
 
@@ -120,5 +314,111 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         Unavailable => "UNAVAILABLE",
         DataLoss => "DATA_LOSS",
         Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    /// Every code as the server sends it (no transport source), with the
+    /// class and whether an idempotent and a non-idempotent call retry.
+    #[test]
+    fn every_code_has_one_class_and_idempotence_decides_only_conditional_ones() {
+        use RetryClass::*;
+        let table = [
+            (Code::Ok, Final),
+            (Code::Cancelled, Conditional),
+            (Code::Unknown, Conditional),
+            (Code::InvalidArgument, Final),
+            (Code::DeadlineExceeded, Conditional),
+            (Code::NotFound, Final),
+            (Code::AlreadyExists, Final),
+            (Code::PermissionDenied, Final),
+            (Code::ResourceExhausted, Slow),
+            (Code::FailedPrecondition, Final),
+            (Code::Aborted, Final),
+            (Code::OutOfRange, Final),
+            (Code::Unimplemented, Final),
+            (Code::Internal, Conditional),
+            (Code::Unavailable, Fast),
+            (Code::DataLoss, Final),
+            (Code::Unauthenticated, Final),
+        ];
+        assert_eq!(table.len(), 17, "every gRPC code");
+        for (code, class) in table {
+            let e = ClientError::Status {
+                rpc: "Get",
+                status: tonic::Status::new(code, "from the server"),
+            };
+            assert_eq!(e.retry_class(), class, "{code:?}");
+            assert_eq!(e.is_transient(), class != Final, "{code:?}");
+            let (idempotent, not) = match class {
+                Fast | Slow => (true, true),
+                Conditional => (true, false),
+                Final => (false, false),
+            };
+            assert_eq!(class.allows_retry(true), idempotent, "{code:?} idempotent");
+            assert_eq!(class.allows_retry(false), not, "{code:?} not idempotent");
+        }
+    }
+
+    fn transport(code: Code, source: impl std::error::Error + Send + Sync + 'static) -> RetryClass {
+        let mut status = tonic::Status::new(code, "transport");
+        status.set_source(std::sync::Arc::new(source));
+        RetryClass::of_status(&status)
+    }
+
+    #[test]
+    fn a_transport_failure_is_fast_only_when_the_request_cannot_have_left() {
+        use std::io::{Error, ErrorKind};
+        assert_eq!(
+            transport(Code::Unavailable, Error::from(ErrorKind::ConnectionRefused)),
+            RetryClass::Fast
+        );
+        assert_eq!(
+            transport(
+                Code::Unavailable,
+                h2::Error::from(h2::Reason::REFUSED_STREAM)
+            ),
+            RetryClass::Fast
+        );
+        // A reset or a broken pipe once connected: the request may have
+        // been read, so the outcome is unknown.
+        assert_eq!(
+            transport(Code::Unavailable, Error::from(ErrorKind::ConnectionReset)),
+            RetryClass::Conditional
+        );
+        assert_eq!(
+            transport(Code::Unknown, h2::Error::from(h2::Reason::INTERNAL_ERROR)),
+            RetryClass::Conditional
+        );
+        assert_eq!(
+            transport(Code::Cancelled, h2::Error::from(h2::Reason::CANCEL)),
+            RetryClass::Conditional
+        );
+    }
+
+    #[test]
+    fn client_side_failures_are_classed_too() {
+        let refused = ClientError::Refused {
+            server: "http://127.0.0.1:1".into(),
+        };
+        assert_eq!(refused.retry_class(), RetryClass::Fast);
+        let late = ClientError::DeadlineExceeded {
+            rpc: "Put",
+            timeout: Duration::from_millis(5),
+            attempts: 1,
+            last: None,
+        };
+        assert_eq!(late.retry_class(), RetryClass::Conditional);
+        let mismatch = ClientError::CasMismatch {
+            key: Uuid::from_u128(1),
+            current: None,
+        };
+        assert_eq!(mismatch.retry_class(), RetryClass::Final);
+        assert!(!mismatch.is_transient());
+        assert!(mismatch.to_string().contains("absent"), "{mismatch}");
     }
 }

@@ -5,13 +5,15 @@
 //! the one deterministic data generator of the tests and benches
 //! ([`data`], splitmix64); and the end-to-end tests' server rig
 //! ([`server`]: a real server on a loopback port, raw gRPC calls, metrics
-//! scraping, throw-away certificates). The product's crates never depend on
+//! scraping, throw-away certificates), and a TCP proxy that cuts, swallows
+//! and blackholes on command ([`proxy`]). The product's crates never depend on
 //! it; their tests do.
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod crashtest;
 pub mod data;
+pub mod proxy;
 pub mod server;
 pub mod sim_io;
 

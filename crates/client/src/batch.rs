@@ -1,0 +1,290 @@
+//! Auto-batching of [`crate::Client::get`]: concurrent gets on one client
+//! share `Lookup` requests.
+//!
+//! A client has a few *lanes* (4 by default). A lane is a task that owns
+//! one `Lookup` stream and has at most one request on it at a time. A get
+//! goes to the next lane in turn (a queue, lock-free); the lane takes
+//! everything queued, up to the cap on keys, sends it as one request, and
+//! hands each caller its value when the answer comes. So a get on an idle
+//! lane goes out at once, and gets that arrive while a lane's request is
+//! out join its next one: batches grow with load, and there is no timer to
+//! add latency when there is none.
+//!
+//! A failure is handed to every caller of the batch, with its class; each
+//! caller's own retry loop decides what to do with it. A lane whose stream
+//! failed opens a new one for its next batch, on the next healthy
+//! endpoint. A caller that gave up (its deadline passed) is dropped from
+//! the next batch.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tonic::metadata::{Ascii, MetadataValue};
+use uuid::Uuid;
+use uuidmap_proto::v1 as pb;
+
+use crate::client::{Failure, endpoint_failure, request, unpack_values};
+use crate::endpoints::Endpoints;
+use crate::error::ClientError;
+use pb::uuid_map_client::UuidMapClient;
+
+/// A get waiting in a lane.
+struct Pending {
+    key: Uuid,
+    min_lsn: u64,
+    reply: oneshot::Sender<Result<Option<Uuid>, Failure>>,
+}
+
+/// The lanes of one client.
+#[derive(Debug)]
+pub(crate) struct Lanes {
+    queues: Vec<mpsc::UnboundedSender<Pending>>,
+    next: AtomicUsize,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("key", &self.key).finish()
+    }
+}
+
+impl Lanes {
+    /// `n` lanes, each a task (spawned on the current runtime) that ends
+    /// when the client is dropped.
+    pub(crate) fn new(
+        n: usize,
+        max_keys: usize,
+        endpoints: Arc<Endpoints>,
+        token: Option<MetadataValue<Ascii>>,
+        answer_timeout: Duration,
+    ) -> Lanes {
+        let queues = (0..n)
+            .map(|_| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let lane = Lane {
+                    queue: rx,
+                    max_keys,
+                    endpoints: Arc::clone(&endpoints),
+                    token: token.clone(),
+                    answer_timeout,
+                    stream: None,
+                    next_id: 0,
+                };
+                tokio::spawn(lane.run());
+                tx
+            })
+            .collect();
+        Lanes {
+            queues,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// One get through the next lane; `remaining` bounds the wait.
+    pub(crate) async fn get(
+        &self,
+        key: Uuid,
+        min_lsn: u64,
+        remaining: Duration,
+    ) -> Result<Option<Uuid>, Failure> {
+        let (reply, answer) = oneshot::channel();
+        let lane = self.next.fetch_add(1, Relaxed) % self.queues.len();
+        let gone = || Failure {
+            error: ClientError::Status {
+                rpc: "Lookup",
+                status: tonic::Status::cancelled("the client is shutting down"),
+            },
+            endpoint: None,
+        };
+        self.queues[lane]
+            .send(Pending {
+                key,
+                min_lsn,
+                reply,
+            })
+            .map_err(|_| gone())?;
+        match tokio::time::timeout(remaining, answer).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(gone()),
+            Err(_) => Err(Failure {
+                error: ClientError::DeadlineExceeded {
+                    rpc: "Lookup",
+                    timeout: remaining,
+                    attempts: 1,
+                    last: None,
+                },
+                endpoint: None,
+            }),
+        }
+    }
+}
+
+/// An open `Lookup` stream.
+struct Stream {
+    endpoint: usize,
+    requests: mpsc::Sender<pb::LookupRequest>,
+    answers: tonic::Streaming<pb::LookupResponse>,
+}
+
+struct Lane {
+    queue: mpsc::UnboundedReceiver<Pending>,
+    max_keys: usize,
+    endpoints: Arc<Endpoints>,
+    token: Option<MetadataValue<Ascii>>,
+    /// How long an answer may take before the stream is given up.
+    answer_timeout: Duration,
+    stream: Option<Stream>,
+    next_id: u64,
+}
+
+impl Lane {
+    async fn run(mut self) {
+        let mut batch = Vec::new();
+        while let Some(first) = self.queue.recv().await {
+            batch.push(first);
+            while batch.len() < self.max_keys {
+                match self.queue.try_recv() {
+                    Ok(p) => batch.push(p),
+                    Err(_) => break,
+                }
+            }
+            batch.retain(|p| !p.reply.is_closed());
+            if batch.is_empty() {
+                continue;
+            }
+            match self.lookup(&batch).await {
+                Ok(values) => {
+                    for (p, v) in batch.drain(..).zip(values) {
+                        let _ = p.reply.send(Ok(v));
+                    }
+                }
+                Err((error, endpoint)) => {
+                    for p in batch.drain(..) {
+                        let _ = p.reply.send(Err(Failure {
+                            error: clone_error(&error),
+                            endpoint,
+                        }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One request for `batch`'s keys on the lane's stream (opened first
+    /// if need be).
+    async fn lookup(
+        &mut self,
+        batch: &[Pending],
+    ) -> Result<Vec<Option<Uuid>>, (ClientError, Option<usize>)> {
+        if self.stream.is_none() {
+            self.stream = Some(self.open().await?);
+        }
+        let stream = self.stream.as_mut().expect("opened");
+        let endpoint = stream.endpoint;
+        self.next_id += 1;
+        let id = self.next_id;
+        let request = pb::LookupRequest {
+            id,
+            keys: batch
+                .iter()
+                .flat_map(|p| *p.key.as_bytes())
+                .collect::<Vec<u8>>()
+                .into(),
+            min_lsn: batch.iter().map(|p| p.min_lsn).max().unwrap_or(0),
+        };
+        let sent = stream.requests.send(request).await.is_ok();
+        let answer = if sent {
+            tokio::time::timeout(self.answer_timeout, stream.answers.message()).await
+        } else {
+            Ok(Ok(None))
+        };
+        let answer = match answer {
+            Ok(Ok(Some(answer))) if answer.id == id => answer,
+            other => {
+                // The stream is broken (or answered out of turn): give it up.
+                self.stream = None;
+                let status = match other {
+                    Ok(Err(status)) => status,
+                    Err(_) => tonic::Status::deadline_exceeded(format!(
+                        "no answer to a Lookup request within {:?}",
+                        self.answer_timeout
+                    )),
+                    Ok(Ok(Some(a))) => tonic::Status::internal(format!(
+                        "a Lookup answer for request {} came while {id} was the only one out",
+                        a.id
+                    )),
+                    Ok(Ok(None)) => tonic::Status::unavailable("the Lookup stream ended"),
+                };
+                let failure = endpoint_failure(&self.endpoints, endpoint, "Lookup", status);
+                return Err((failure.error, failure.endpoint));
+            }
+        };
+        if let Some(e) = answer.error {
+            let status = tonic::Status::new(tonic::Code::from_i32(e.code as i32), e.message);
+            return Err((
+                ClientError::Status {
+                    rpc: "Lookup",
+                    status,
+                },
+                Some(endpoint),
+            ));
+        }
+        self.endpoints.succeeded(endpoint);
+        unpack_values("Lookup", batch.len(), &answer.values, &answer.found)
+            .map_err(|e| (e, Some(endpoint)))
+    }
+
+    async fn open(&mut self) -> Result<Stream, (ClientError, Option<usize>)> {
+        let i = self.endpoints.pick(None);
+        let (requests, rx) = mpsc::channel(1);
+        // A stream has no deadline: each request's answer is bounded
+        // instead (`answer_timeout`).
+        let r = request(
+            &self.token,
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+            None,
+        );
+        let opened = tokio::time::timeout(
+            self.answer_timeout,
+            UuidMapClient::new(self.endpoints.get(i).channel.clone()).lookup(r),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(tonic::Status::deadline_exceeded(
+                "the Lookup stream did not open in time",
+            ))
+        });
+        match opened {
+            Ok(answers) => Ok(Stream {
+                endpoint: i,
+                requests,
+                answers: answers.into_inner(),
+            }),
+            Err(status) => {
+                let failure = endpoint_failure(&self.endpoints, i, "Lookup", status);
+                Err((failure.error, failure.endpoint))
+            }
+        }
+    }
+}
+
+/// A copy of a batch's error for each of its callers (a status keeps its
+/// code, message and source).
+fn clone_error(e: &ClientError) -> ClientError {
+    match e {
+        ClientError::Status { rpc, status } => ClientError::Status {
+            rpc,
+            status: status.clone(),
+        },
+        ClientError::BadResponse { rpc, why } => ClientError::BadResponse {
+            rpc,
+            why: why.clone(),
+        },
+        other => ClientError::BadResponse {
+            rpc: "Lookup",
+            why: other.to_string(),
+        },
+    }
+}

@@ -1,0 +1,345 @@
+//! [`ClientBuilder`]: the servers, security, deadlines and retry settings
+//! of a [`Client`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use uuidmap_proto::error_chain::error_chain;
+
+use crate::budget::{RetryBudget, RetryBudgetConfig};
+use crate::client::{Client, Shared};
+use crate::endpoints::{self, Endpoints};
+use crate::error::ClientError;
+use crate::retry::RetryPolicy;
+
+/// Builds a [`Client`]; start from [`Client::builder`].
+#[derive(Clone, Debug)]
+pub struct ClientBuilder {
+    endpoints: Vec<String>,
+    token: Option<String>,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    timeout: Duration,
+    connect_timeout: Duration,
+    retry: RetryPolicy,
+    budget: RetryBudgetConfig,
+    read_your_writes: bool,
+    health_interval: Duration,
+    batch_lanes: usize,
+    max_batch_keys: usize,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            endpoints: Vec::new(),
+            token: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+            budget: RetryBudgetConfig::default(),
+            read_your_writes: true,
+            health_interval: Duration::from_secs(1),
+            batch_lanes: 4,
+            max_batch_keys: 4096,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// The servers to call (`http://host:port` or `https://host:port`;
+    /// a host may be a DNS name, resolved at each connection). Replaces
+    /// any given before.
+    pub fn endpoints<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.endpoints = urls.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// A bearer token sent with every call.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// The PEM of the CA that signed the servers' certificates (https).
+    pub fn tls_ca(mut self, pem: impl Into<PathBuf>) -> Self {
+        self.tls_ca = Some(pem.into());
+        self
+    }
+
+    /// A client certificate and its key (PEM), for servers that require
+    /// one (mTLS).
+    pub fn tls_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls_cert = Some(cert.into());
+        self.tls_key = Some(key.into());
+        self
+    }
+
+    /// A client certificate or key given alone (an error at build, named
+    /// as such): what `ClientOptions` carries.
+    pub(crate) fn tls_identity_parts(
+        mut self,
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+    ) -> Self {
+        self.tls_cert = cert;
+        self.tls_key = key;
+        self
+    }
+
+    /// The default deadline of a call, retries included (10 s). Sent to the
+    /// server as `grpc-timeout`; override per call with
+    /// [`Client::with_timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The bound of one connection attempt (5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How failed calls are retried ([`RetryPolicy::default`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// The retry budget ([`RetryBudgetConfig::default`]).
+    pub fn retry_budget(mut self, budget: RetryBudgetConfig) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Whether reads wait for this client's own writes (on by default):
+    /// each read carries the highest LSN the client has written as its
+    /// `min_lsn`.
+    pub fn read_your_writes(mut self, on: bool) -> Self {
+        self.read_your_writes = on;
+        self
+    }
+
+    /// How often pessimized endpoints are probed (1 s).
+    pub fn health_interval(mut self, interval: Duration) -> Self {
+        self.health_interval = interval;
+        self
+    }
+
+    /// Auto-batching of [`Client::get`]: how many batches may be in flight
+    /// at once (4), and the most keys in one (4096).
+    pub fn batching(mut self, lanes: usize, max_keys: usize) -> Self {
+        self.batch_lanes = lanes.max(1);
+        self.max_batch_keys = max_keys.max(1);
+        self
+    }
+
+    /// The client. Connections are made when first needed, so a server
+    /// that is down is not an error here; use [`ClientBuilder::connect`] to
+    /// find out at once. Must be called within a tokio runtime (the health
+    /// prober is a task).
+    pub fn build(self) -> Result<Client, ClientError> {
+        self.make(None)
+    }
+
+    /// The client, once a connection to at least one endpoint is made: an
+    /// error names the first endpoint's failure when none can be reached.
+    pub async fn connect(self) -> Result<Client, ClientError> {
+        let mut first_error = None;
+        let mut connected = Vec::new();
+        for url in &self.endpoints {
+            let endpoint = self.endpoint(url)?;
+            match endpoint.connect().await {
+                Ok(channel) => connected.push((url.clone(), channel)),
+                Err(e) => {
+                    first_error.get_or_insert_with(|| connect_error(url, &e));
+                }
+            }
+        }
+        if connected.is_empty() {
+            return Err(first_error.unwrap_or(ClientError::NoEndpoints));
+        }
+        self.make(Some(connected))
+    }
+
+    fn make(self, connected: Option<Vec<(String, Channel)>>) -> Result<Client, ClientError> {
+        if self.endpoints.is_empty() {
+            return Err(ClientError::NoEndpoints);
+        }
+        let token = self
+            .token
+            .as_deref()
+            .map(|t| MetadataValue::<Ascii>::try_from(format!("Bearer {t}")))
+            .transpose()
+            .map_err(|_| ClientError::BadToken)?;
+        let mut list = Vec::with_capacity(self.endpoints.len());
+        for url in &self.endpoints {
+            let ready = connected
+                .as_ref()
+                .and_then(|c| c.iter().find(|(u, _)| u == url))
+                .map(|(_, ch)| ch.clone());
+            let channel = match ready {
+                Some(channel) => channel,
+                None => self.endpoint(url)?.connect_lazy(),
+            };
+            list.push((url.clone(), channel));
+        }
+        let endpoints = Arc::new(Endpoints::new(list));
+        tokio::spawn(endpoints::probe(
+            Arc::downgrade(&endpoints),
+            self.health_interval,
+            self.connect_timeout,
+        ));
+        Ok(Client::new(Shared::new(
+            endpoints,
+            token,
+            self.timeout,
+            self.retry,
+            RetryBudget::new(self.budget),
+            self.read_your_writes,
+            self.batch_lanes,
+            self.max_batch_keys,
+        )))
+    }
+
+    /// The tonic endpoint for `url`, with the product's windows and this
+    /// builder's TLS.
+    fn endpoint(&self, url: &str) -> Result<Endpoint, ClientError> {
+        let endpoint =
+            Endpoint::from_shared(url.to_string()).map_err(|e| ClientError::BadServer {
+                server: url.to_string(),
+                why: e.to_string(),
+            })?;
+        let https = endpoint.uri().scheme_str() == Some("https");
+        let mut endpoint = endpoint
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            .initial_connection_window_size(16 << 20)
+            .initial_stream_window_size(4 << 20);
+        if let Some(tls) = self.tls_config(url, https)? {
+            endpoint = endpoint.tls_config(tls).map_err(|e| ClientError::Connect {
+                server: url.to_string(),
+                why: error_chain(&e),
+            })?;
+        }
+        Ok(endpoint)
+    }
+
+    /// The TLS configuration the options ask for, checked against the
+    /// scheme.
+    fn tls_config(&self, url: &str, https: bool) -> Result<Option<ClientTlsConfig>, ClientError> {
+        let any_tls_option =
+            self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_key.is_some();
+        if !https {
+            if any_tls_option {
+                return Err(ClientError::TlsWithoutHttps {
+                    server: url.to_string(),
+                });
+            }
+            return Ok(None);
+        }
+        let Some(ca) = &self.tls_ca else {
+            return Err(ClientError::NoTlsCa {
+                server: url.to_string(),
+            });
+        };
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(read_pem(ClientError::TLS_CA, ca)?));
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                tls = tls.identity(Identity::from_pem(
+                    read_pem(ClientError::CLIENT_CERT, cert)?,
+                    read_pem(ClientError::CLIENT_KEY, key)?,
+                ));
+            }
+            (None, None) => {}
+            _ => return Err(ClientError::HalfClientIdentity),
+        }
+        Ok(Some(tls))
+    }
+}
+
+fn read_pem(what: &'static str, path: &std::path::Path) -> Result<Vec<u8>, ClientError> {
+    std::fs::read(path).map_err(|source| ClientError::ReadFile {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Names a refused connection plainly; otherwise the whole cause.
+fn connect_error(server: &str, e: &tonic::transport::Error) -> ClientError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return ClientError::Refused {
+                server: server.to_string(),
+            };
+        }
+        source = cause.source();
+    }
+    ClientError::Connect {
+        server: server.to_string(),
+        why: error_chain(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_options_must_fit_the_scheme() {
+        let b = ClientBuilder::default().tls_ca("ca.pem");
+        let e = b
+            .tls_config("http://127.0.0.1:1", false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not https://"), "{e}");
+        let b = ClientBuilder::default();
+        let e = b
+            .tls_config("https://127.0.0.1:1", true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no CA certificate") && !e.contains("--"), "{e}");
+        let b = ClientBuilder::default().tls_ca("ca.pem");
+        let b = ClientBuilder {
+            tls_cert: Some("c.pem".into()),
+            ..b
+        };
+        let e = b.tls_config("https://127.0.0.1:1", true);
+        // The CA is read first; it does not exist here.
+        assert!(e.unwrap_err().to_string().contains("ca.pem"));
+    }
+
+    #[tokio::test]
+    async fn a_client_needs_an_endpoint_and_a_printable_token() {
+        let e = ClientBuilder::default().build().unwrap_err();
+        assert!(matches!(e, ClientError::NoEndpoints), "{e}");
+        let e = ClientBuilder::default()
+            .endpoints(["http://127.0.0.1:1"])
+            .token("line\nbreak")
+            .build()
+            .unwrap_err();
+        assert!(matches!(e, ClientError::BadToken), "{e}");
+        let e = ClientBuilder::default()
+            .endpoints(["not a url"])
+            .build()
+            .unwrap_err();
+        assert!(matches!(e, ClientError::BadServer { .. }), "{e}");
+    }
+}

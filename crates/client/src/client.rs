@@ -1,0 +1,686 @@
+//! [`Client`]: the calls, each run through one retry loop ([`Client::run`]).
+//!
+//! The loop, for every call:
+//! 1. The call's deadline is fixed once: now + its timeout. Every attempt
+//!    carries what is left of it as `grpc-timeout`, and the loop never
+//!    sleeps or sends past it.
+//! 2. An attempt goes to an endpoint ([`crate::endpoints`]); a failure that
+//!    says the endpoint is unreachable pessimizes it, and the retry goes
+//!    elsewhere.
+//! 3. A failure is retried only if its class allows it for this call (see
+//!    [`crate::error`]): reads always, Put/Delete/Write after an unknown
+//!    outcome only when marked idempotent ([`Client::idempotent`]),
+//!    CompareAndSet never after an unknown outcome (it reads the key and
+//!    answers [`ClientError::Undetermined`]).
+//! 4. Before retry n it waits the backoff of the failure's class, and takes
+//!    a token from the retry budget; with none left, or with attempts or
+//!    time used up, the last failure is the answer.
+//!
+//! Counted in the `metrics` crate's recorder, when the application installs
+//! one: `uuidmap_client_calls_total{rpc}`, `uuidmap_client_retries_total{rpc,class}`,
+//! `uuidmap_client_budget_exhausted_total`, `uuidmap_client_pessimized_total`;
+//! each retry is logged at debug (`tracing`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use prost::bytes::Bytes;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::Channel;
+use uuid::Uuid;
+use uuidmap_proto::v1 as pb;
+
+use crate::batch::Lanes;
+use crate::budget::RetryBudget;
+use crate::endpoints::Endpoints;
+use crate::error::{ClientError, RetryClass};
+use crate::retry::RetryPolicy;
+use crate::scan::{ScanOptions, ScanStream};
+use pb::uuid_map_admin_client::UuidMapAdminClient;
+use pb::uuid_map_client::UuidMapClient;
+
+/// What every clone of a client shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) endpoints: Arc<Endpoints>,
+    pub(crate) token: Option<MetadataValue<Ascii>>,
+    pub(crate) timeout: Duration,
+    retry: RetryPolicy,
+    budget: RetryBudget,
+    read_your_writes: bool,
+    /// The highest LSN this client has written.
+    written: AtomicU64,
+    lanes: Lanes,
+    counters: Counters,
+}
+
+/// What a client has done so far ([`Client::counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientCounters {
+    /// Calls made (a batched get counts once).
+    pub calls: u64,
+    /// Attempts of those calls (the first ones included).
+    pub attempts: u64,
+    /// Retries refused because the retry budget was spent.
+    pub budget_refusals: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    calls: AtomicU64,
+    attempts: AtomicU64,
+    budget_refusals: AtomicU64,
+}
+
+impl Shared {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        endpoints: Arc<Endpoints>,
+        token: Option<MetadataValue<Ascii>>,
+        timeout: Duration,
+        retry: RetryPolicy,
+        budget: RetryBudget,
+        read_your_writes: bool,
+        lanes: usize,
+        max_batch_keys: usize,
+    ) -> Shared {
+        Shared {
+            lanes: Lanes::new(
+                lanes,
+                max_batch_keys,
+                Arc::clone(&endpoints),
+                token.clone(),
+                timeout,
+            ),
+            endpoints,
+            token,
+            timeout,
+            retry,
+            budget,
+            read_your_writes,
+            written: AtomicU64::new(0),
+            counters: Counters::default(),
+        }
+    }
+}
+
+/// A client of a uuidmap server or replica group. Cheap to clone: clones
+/// share connections, the retry budget and the read-your-writes LSN.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), uuidmap_client::ClientError> {
+/// use uuid::Uuid;
+/// use uuidmap_client::Client;
+///
+/// let client = Client::builder()
+///     .endpoints(["http://10.0.0.1:7878", "http://10.0.0.2:7878"])
+///     .build()?;
+/// let file = Uuid::new_v4();
+/// client.put(file, Uuid::new_v4()).await?;
+/// // Read-your-writes: this read waits for the put above.
+/// assert!(client.get(file).await?.is_some());
+/// // Retried after a lost answer, because setting a value twice is safe here.
+/// client.idempotent().put(file, Uuid::nil()).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Client {
+    shared: Arc<Shared>,
+    timeout: Option<Duration>,
+    idempotent: bool,
+}
+
+/// A failed attempt, and the endpoint it failed on.
+pub(crate) struct Failure {
+    pub(crate) error: ClientError,
+    pub(crate) endpoint: Option<usize>,
+}
+
+impl Client {
+    pub(crate) fn new(shared: Shared) -> Client {
+        Client {
+            shared: Arc::new(shared),
+            timeout: None,
+            idempotent: false,
+        }
+    }
+
+    /// A builder; give it at least one endpoint.
+    pub fn builder() -> crate::ClientBuilder {
+        crate::ClientBuilder::default()
+    }
+
+    /// This client with another deadline for its calls.
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        Client {
+            timeout: Some(timeout),
+            ..self.clone()
+        }
+    }
+
+    /// This client with its writes marked idempotent: a Put, Delete or
+    /// Write whose outcome is unknown (its answer was lost) is sent again.
+    /// Right when doing the write twice is the same as doing it once, for
+    /// example when no one else writes these keys meanwhile.
+    pub fn idempotent(&self) -> Client {
+        Client {
+            idempotent: true,
+            ..self.clone()
+        }
+    }
+
+    /// The highest LSN this client has written (0: none yet).
+    pub fn written_lsn(&self) -> u64 {
+        self.shared.written.load(Relaxed)
+    }
+
+    /// What this client (and its clones) has done so far.
+    pub fn counters(&self) -> ClientCounters {
+        let c = &self.shared.counters;
+        ClientCounters {
+            calls: c.calls.load(Relaxed),
+            attempts: c.attempts.load(Relaxed),
+            budget_refusals: c.budget_refusals.load(Relaxed),
+        }
+    }
+
+    /// Whether endpoint `i` (in the builder's order) is pessimized now.
+    pub fn is_pessimized(&self, i: usize) -> bool {
+        self.shared.endpoints.is_pessimized(i)
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(self.shared.timeout)
+    }
+
+    /// The `min_lsn` of a read.
+    pub(crate) fn min_lsn(&self) -> u64 {
+        if self.shared.read_your_writes {
+            self.shared.written.load(Relaxed)
+        } else {
+            0
+        }
+    }
+
+    fn wrote(&self, lsn: u64) -> u64 {
+        self.shared.written.fetch_max(lsn, Relaxed);
+        lsn
+    }
+
+    /// A request with the token and `remaining` as its deadline.
+    pub(crate) fn request<T>(&self, message: T, remaining: Duration) -> tonic::Request<T> {
+        request(&self.shared.token, message, Some(remaining))
+    }
+
+    /// A request with the token and no deadline (a stream's).
+    pub(crate) fn stream_request<T>(&self, message: T) -> tonic::Request<T> {
+        request(&self.shared.token, message, None)
+    }
+
+    /// Whether a failure allows retry number `retry` of a read (the budget
+    /// paying for it).
+    pub(crate) async fn may_retry(&self, error: &ClientError, retry: u32) -> bool {
+        error.retry_class().allows_retry(true)
+            && retry < self.shared.retry.max_attempts
+            && (self.shared.budget.withdraw()
+                || self.wait_for_budget(Instant::now() + self.timeout()).await)
+    }
+
+    /// Waits the backoff of `error`'s class before retry number `retry`.
+    pub(crate) async fn backoff(&self, error: &ClientError, retry: u32) {
+        if let Some(b) = self.shared.retry.backoff(error.retry_class()) {
+            tokio::time::sleep(b.delay(retry)).await;
+        }
+    }
+
+    /// Runs `attempt` under the retry loop (see the module doc).
+    /// `attempt` gets the time left and the endpoint to avoid (the last
+    /// one that failed).
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        idempotent: bool,
+        mut attempt: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(Duration, Option<usize>) -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let shared = &self.shared;
+        let timeout = self.timeout();
+        let deadline = Instant::now() + timeout;
+        shared.budget.deposit();
+        shared.counters.calls.fetch_add(1, Relaxed);
+        metrics::counter!("uuidmap_client_calls_total", "rpc" => rpc).increment(1);
+        let mut attempts = 0;
+        let mut avoid = None;
+        let mut last: Option<ClientError> = None;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(ClientError::DeadlineExceeded {
+                    rpc,
+                    timeout,
+                    attempts,
+                    last: last.map(Box::new),
+                });
+            }
+            attempts += 1;
+            shared.counters.attempts.fetch_add(1, Relaxed);
+            let failure = match tokio::time::timeout(remaining, attempt(remaining, avoid)).await {
+                Ok(Ok(answer)) => return Ok(answer),
+                Ok(Err(failure)) => failure,
+                Err(_) => {
+                    return Err(ClientError::DeadlineExceeded {
+                        rpc,
+                        timeout,
+                        attempts,
+                        last: last.map(Box::new),
+                    });
+                }
+            };
+            let error = failure.error;
+            if Instant::now() >= deadline {
+                let last = match error {
+                    ClientError::DeadlineExceeded { .. } => last,
+                    other => Some(other),
+                };
+                return Err(ClientError::DeadlineExceeded {
+                    rpc,
+                    timeout,
+                    attempts,
+                    last: last.map(Box::new),
+                });
+            }
+            let class = error.retry_class();
+            avoid = failure.endpoint;
+            if !class.allows_retry(idempotent) || attempts >= shared.retry.max_attempts {
+                return Err(error);
+            }
+            let delay = shared
+                .retry
+                .backoff(class)
+                .map_or(Duration::ZERO, |b| b.delay(attempts));
+            if Instant::now() + delay >= deadline {
+                return Err(error);
+            }
+            if !shared.budget.withdraw() {
+                metrics::counter!("uuidmap_client_budget_exhausted_total").increment(1);
+                shared.counters.budget_refusals.fetch_add(1, Relaxed);
+                if !self.wait_for_budget(deadline).await {
+                    tracing::debug!(rpc, %error, "not retried: the retry budget is spent");
+                    return Err(error);
+                }
+            }
+            tracing::debug!(rpc, attempt = attempts, ?class, ?delay, %error, "retrying");
+            metrics::counter!(
+                "uuidmap_client_retries_total",
+                "rpc" => rpc,
+                "class" => class_label(class)
+            )
+            .increment(1);
+            tokio::time::sleep(delay).await;
+            last = Some(error);
+        }
+    }
+
+    /// Waits for a token of the retry budget until `deadline`; false if
+    /// none came in time.
+    async fn wait_for_budget(&self, deadline: Instant) -> bool {
+        let budget = &self.shared.budget;
+        loop {
+            let Some(wait) = budget.time_to_token() else {
+                return false;
+            };
+            // A little past the token's time, so that it has accrued.
+            let wake = Instant::now() + wait + Duration::from_millis(1);
+            if wake >= deadline {
+                return false;
+            }
+            tokio::time::sleep_until(wake.into()).await;
+            if budget.withdraw() {
+                return true;
+            }
+        }
+    }
+
+    /// [`Client::run`] for a unary call on an endpoint's channel:
+    /// `call` gets the channel and the time left.
+    async fn unary<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        idempotent: bool,
+        mut call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
+        let endpoints = &self.shared.endpoints;
+        self.run(rpc, idempotent, |remaining, avoid| {
+            let i = endpoints.pick(avoid);
+            let answer = call(endpoints.get(i).channel.clone(), remaining);
+            async move {
+                match answer.await {
+                    Ok(answer) => {
+                        endpoints.succeeded(i);
+                        Ok(answer)
+                    }
+                    Err(status) => Err(endpoint_failure(endpoints, i, rpc, status)),
+                }
+            }
+        })
+        .await
+    }
+
+    /// The value of `key`, or `None`. Concurrent gets on one client are
+    /// batched: a get goes out at once when a lane is idle, and otherwise
+    /// joins the next batch (one `Lookup` request per batch, on a stream
+    /// per lane).
+    pub async fn get(&self, key: Uuid) -> Result<Option<Uuid>, ClientError> {
+        let min_lsn = self.min_lsn();
+        let lanes = &self.shared.lanes;
+        self.run("Lookup", true, |remaining, _| {
+            lanes.get(key, min_lsn, remaining)
+        })
+        .await
+    }
+
+    /// The value of `key` through one unary `Get` call (no batching).
+    pub async fn get_unary(&self, key: Uuid) -> Result<Option<Uuid>, ClientError> {
+        let message = pb::GetRequest {
+            key: bytes_of(key),
+            min_lsn: self.min_lsn(),
+        };
+        let answer = self
+            .unary("Get", true, |channel, remaining| {
+                let r = self.request(message.clone(), remaining);
+                async move { UuidMapClient::new(channel).get(r).await }
+            })
+            .await?
+            .into_inner();
+        answer.value.map(|v| uuid_of("Get", &v)).transpose()
+    }
+
+    /// The values of `keys`, in their order (`None`: no entry), in one
+    /// `BatchGet` call.
+    pub async fn get_many(&self, keys: &[Uuid]) -> Result<Vec<Option<Uuid>>, ClientError> {
+        let message = pb::BatchGetRequest {
+            keys: keys
+                .iter()
+                .flat_map(|k| *k.as_bytes())
+                .collect::<Vec<u8>>()
+                .into(),
+            min_lsn: self.min_lsn(),
+        };
+        let answer = self
+            .unary("BatchGet", true, |channel, remaining| {
+                let r = self.request(message.clone(), remaining);
+                async move { UuidMapClient::new(channel).batch_get(r).await }
+            })
+            .await?
+            .into_inner();
+        unpack_values("BatchGet", keys.len(), &answer.values, &answer.found)
+    }
+
+    /// Sets `key` to `value`; the write's LSN. Not sent again after an
+    /// unknown outcome unless the client is [`Client::idempotent`].
+    pub async fn put(&self, key: Uuid, value: Uuid) -> Result<u64, ClientError> {
+        let message = pb::PutRequest {
+            key: bytes_of(key),
+            value: bytes_of(value),
+        };
+        let lsn = self
+            .unary("Put", self.idempotent, |channel, remaining| {
+                let r = self.request(message.clone(), remaining);
+                async move { UuidMapClient::new(channel).put(r).await }
+            })
+            .await?
+            .into_inner()
+            .lsn;
+        Ok(self.wrote(lsn))
+    }
+
+    /// Removes `key` (whether or not present); the write's LSN. Retried as
+    /// [`Client::put`] is.
+    pub async fn delete(&self, key: Uuid) -> Result<u64, ClientError> {
+        let message = pb::DeleteRequest { key: bytes_of(key) };
+        let lsn = self
+            .unary("Delete", self.idempotent, |channel, remaining| {
+                let r = self.request(message.clone(), remaining);
+                async move { UuidMapClient::new(channel).delete(r).await }
+            })
+            .await?
+            .into_inner()
+            .lsn;
+        Ok(self.wrote(lsn))
+    }
+
+    /// Sets `key` to `new` (`None`: removes it) only if its value is
+    /// `expected` (`None`: no entry); the change's LSN.
+    ///
+    /// A value other than `expected` is [`ClientError::CasMismatch`], with
+    /// the value found. A compare-and-set is never sent twice after an
+    /// unknown outcome: the client reads the key back (waiting for its own
+    /// writes) and answers [`ClientError::Undetermined`] with what it found.
+    pub async fn compare_and_set(
+        &self,
+        key: Uuid,
+        expected: Option<Uuid>,
+        new: Option<Uuid>,
+    ) -> Result<u64, ClientError> {
+        let message = pb::CompareAndSetRequest {
+            key: bytes_of(key),
+            expected: expected.map(bytes_of),
+            new_value: new.map(bytes_of),
+        };
+        let answer = self
+            .unary("CompareAndSet", false, |channel, remaining| {
+                let r = self.request(message.clone(), remaining);
+                async move { UuidMapClient::new(channel).compare_and_set(r).await }
+            })
+            .await;
+        match answer {
+            Ok(answer) => {
+                let answer = answer.into_inner();
+                if answer.applied {
+                    Ok(self.wrote(answer.lsn))
+                } else {
+                    Err(ClientError::CasMismatch {
+                        key,
+                        current: answer
+                            .current
+                            .map(|v| uuid_of("CompareAndSet", &v))
+                            .transpose()?,
+                    })
+                }
+            }
+            Err(cause) if cause.retry_class() == RetryClass::Conditional => {
+                // The outcome is unknown: read what is there now, with the
+                // client's default deadline (this call's may be spent).
+                match self.with_timeout(self.shared.timeout).get_unary(key).await {
+                    Ok(current) => Err(ClientError::Undetermined {
+                        key,
+                        current,
+                        cause: Box::new(cause),
+                    }),
+                    Err(_) => Err(cause),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until the server has applied `lsn`; the applied LSN then.
+    pub async fn wait_for(&self, lsn: u64) -> Result<u64, ClientError> {
+        Ok(self
+            .unary("WaitFor", true, |channel, remaining| {
+                let r = self.request(pb::WaitForRequest { lsn }, remaining);
+                async move { UuidMapClient::new(channel).wait_for(r).await }
+            })
+            .await?
+            .into_inner()
+            .applied_lsn)
+    }
+
+    /// The server's figures.
+    pub async fn stats(&self) -> Result<pb::StatsResponse, ClientError> {
+        Ok(self
+            .unary("Stats", true, |channel, remaining| {
+                let r = self.request(pb::StatsRequest {}, remaining);
+                async move { UuidMapClient::new(channel).stats(r).await }
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Takes a snapshot now; answers once it is durable. (Taking a second
+    /// one is harmless, so it is retried.)
+    pub async fn snapshot(&self) -> Result<pb::SnapshotResponse, ClientError> {
+        Ok(self
+            .unary("Snapshot", true, |channel, remaining| {
+                let r = self.request(pb::SnapshotRequest {}, remaining);
+                async move { UuidMapAdminClient::new(channel).snapshot(r).await }
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Does nothing on the server: a round trip.
+    pub async fn ping(&self) -> Result<(), ClientError> {
+        self.unary("Ping", true, |channel, remaining| {
+            let r = self.request(pb::PingRequest {}, remaining);
+            async move { UuidMapClient::new(channel).ping(r).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The entries, page by page; resumed from the last cursor after a
+    /// transient failure (on another endpoint if need be), so no entry is
+    /// given twice and none is skipped. Each page has the call's deadline;
+    /// the whole scan has none.
+    pub fn scan(&self, options: ScanOptions) -> ScanStream {
+        ScanStream::new(self.clone(), options)
+    }
+
+    pub(crate) fn endpoints(&self) -> &Arc<Endpoints> {
+        &self.shared.endpoints
+    }
+}
+
+/// A request with `token` and `remaining` (if any) as its deadline.
+pub(crate) fn request<T>(
+    token: &Option<MetadataValue<Ascii>>,
+    message: T,
+    remaining: Option<Duration>,
+) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
+    if let Some(remaining) = remaining {
+        r.set_timeout(remaining);
+    }
+    if let Some(token) = token {
+        r.metadata_mut().insert("authorization", token.clone());
+    }
+    r
+}
+
+/// A failed call on endpoint `i`, noted on the endpoint.
+pub(crate) fn endpoint_failure(
+    endpoints: &Endpoints,
+    i: usize,
+    rpc: &'static str,
+    status: tonic::Status,
+) -> Failure {
+    if crate::error::is_local_timeout(&status) {
+        // tonic's own enforcement of the deadline sent: no answer in time,
+        // which says nothing about whether the endpoint is reachable.
+        return Failure {
+            error: ClientError::DeadlineExceeded {
+                rpc,
+                timeout: Duration::ZERO,
+                attempts: 1,
+                last: None,
+            },
+            endpoint: Some(i),
+        };
+    }
+    let from_transport = std::error::Error::source(&status).is_some();
+    let error = ClientError::Status { rpc, status };
+    endpoints.failed(i, error.retry_class(), from_transport);
+    Failure {
+        error,
+        endpoint: Some(i),
+    }
+}
+
+fn class_label(class: RetryClass) -> &'static str {
+    match class {
+        RetryClass::Fast => "fast",
+        RetryClass::Slow => "slow",
+        RetryClass::Conditional => "conditional",
+        RetryClass::Final => "final",
+    }
+}
+
+pub(crate) fn bytes_of(u: Uuid) -> Bytes {
+    Bytes::copy_from_slice(u.as_bytes())
+}
+
+pub(crate) fn uuid_of(rpc: &'static str, bytes: &[u8]) -> Result<Uuid, ClientError> {
+    <[u8; 16]>::try_from(bytes)
+        .map(Uuid::from_bytes)
+        .map_err(|_| ClientError::BadResponse {
+            rpc,
+            why: format!("a UUID of {} bytes", bytes.len()),
+        })
+}
+
+/// `n` packed values and their found bits as options.
+pub(crate) fn unpack_values(
+    rpc: &'static str,
+    n: usize,
+    values: &[u8],
+    found: &[u8],
+) -> Result<Vec<Option<Uuid>>, ClientError> {
+    if values.len() != n * 16 || found.len() != n.div_ceil(8) {
+        return Err(ClientError::BadResponse {
+            rpc,
+            why: format!(
+                "{n} keys were asked for, but the answer has {} bytes of values and {} of \
+                 found bits",
+                values.len(),
+                found.len()
+            ),
+        });
+    }
+    Ok(values
+        .chunks_exact(16)
+        .enumerate()
+        .map(|(i, v)| {
+            (found[i / 8] >> (i % 8) & 1 == 1)
+                .then(|| Uuid::from_bytes(v.try_into().expect("16 bytes")))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_unpack_by_their_found_bits_and_a_short_answer_is_an_error() {
+        let mut values = Vec::new();
+        for v in [5u128, 0, 7] {
+            values.extend_from_slice(Uuid::from_u128(v).as_bytes());
+        }
+        let got = unpack_values("BatchGet", 3, &values, &[0b101]).unwrap();
+        assert_eq!(
+            got,
+            [Some(Uuid::from_u128(5)), None, Some(Uuid::from_u128(7))]
+        );
+        let e = unpack_values("BatchGet", 4, &values, &[0b101]).unwrap_err();
+        assert!(e.to_string().contains("4 keys"), "{e}");
+    }
+}

@@ -1,0 +1,254 @@
+//! [`ScanStream`]: a scan that resumes itself.
+//!
+//! Each message of a scan carries a cursor that resumes after its entries.
+//! The stream remembers the last one; when the scan fails with a failure
+//! that allows a retry (a scan only reads, so every transient one does), it
+//! opens a new scan from that cursor, on the next healthy endpoint, after
+//! the backoff of the failure's class and with a token of the retry budget.
+//! So the entries come once each: none twice, none skipped (entries
+//! written during the scan may or may not appear, as the server's Scan
+//! says). A limit counts entries across resumptions.
+
+use futures_util::Stream;
+use prost::bytes::Bytes;
+use uuid::Uuid;
+use uuidmap_proto::v1 as pb;
+
+use crate::client::{Client, endpoint_failure, uuid_of};
+use crate::error::ClientError;
+use pb::uuid_map_client::UuidMapClient;
+
+/// What to scan.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanOptions {
+    /// Split `split` of `splits` (0 of 1: the whole index).
+    pub split: u32,
+    /// How many splits the index is cut into (0 means 1).
+    pub splits: u32,
+    /// Only entries with one of these values (empty: all).
+    pub values: Vec<Uuid>,
+    /// Stop after this many entries (0: no limit).
+    pub limit: u64,
+    /// Resume after this cursor (empty: from the start).
+    pub cursor: Bytes,
+}
+
+/// One message of a scan: entries and where to resume after them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanPage {
+    /// (key, value) pairs.
+    pub entries: Vec<(Uuid, Uuid)>,
+    /// Resumes after these entries; empty when the split is done.
+    pub cursor: Bytes,
+}
+
+/// The pages of a scan; see the module doc.
+pub struct ScanStream {
+    client: Client,
+    options: ScanOptions,
+    /// Entries given so far.
+    delivered: u64,
+    done: bool,
+    open: Option<(usize, tonic::Streaming<pb::ScanResponse>)>,
+    /// Failures since the last page.
+    failures: u32,
+}
+
+impl ScanStream {
+    pub(crate) fn new(client: Client, options: ScanOptions) -> ScanStream {
+        ScanStream {
+            client,
+            options,
+            delivered: 0,
+            done: false,
+            open: None,
+            failures: 0,
+        }
+    }
+
+    /// The cursor that resumes after the entries given so far.
+    pub fn cursor(&self) -> &Bytes {
+        &self.options.cursor
+    }
+
+    /// The next page; `None` when the scan is done.
+    pub async fn next_page(&mut self) -> Result<Option<ScanPage>, ClientError> {
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            let (endpoint, stream) = match self.open.take() {
+                Some(open) => open,
+                None => self.start().await?,
+            };
+            let page_timeout = self.client.timeout();
+            let message = match tokio::time::timeout(page_timeout, stream_message(stream)).await {
+                Ok((Ok(message), stream)) => {
+                    self.open = Some((endpoint, stream));
+                    message
+                }
+                Ok((Err(status), _)) => {
+                    let failure =
+                        endpoint_failure(self.client.endpoints(), endpoint, "Scan", status);
+                    self.failed(failure.error).await?;
+                    continue;
+                }
+                Err(_) => {
+                    let error = ClientError::DeadlineExceeded {
+                        rpc: "Scan",
+                        timeout: page_timeout,
+                        attempts: 1,
+                        last: None,
+                    };
+                    self.failed(error).await?;
+                    continue;
+                }
+            };
+            let Some(message) = message else {
+                self.done = true;
+                return Ok(None);
+            };
+            self.failures = 0;
+            let entries = unpack_entries(&message.entries)?;
+            self.delivered += entries.len() as u64;
+            self.options.cursor = message.cursor.clone();
+            if message.cursor.is_empty()
+                || (self.options.limit > 0 && self.delivered >= self.options.limit)
+            {
+                self.done = true;
+                self.open = None;
+            }
+            return Ok(Some(ScanPage {
+                entries,
+                cursor: message.cursor,
+            }));
+        }
+    }
+
+    /// The entries one by one, as a [`Stream`].
+    pub fn entries(self) -> impl Stream<Item = Result<(Uuid, Uuid), ClientError>> {
+        futures_util::stream::unfold(
+            (self, Vec::new().into_iter()),
+            |(mut scan, mut page)| async move {
+                loop {
+                    if let Some(entry) = page.next() {
+                        return Some((Ok(entry), (scan, page)));
+                    }
+                    match scan.next_page().await {
+                        Ok(Some(next)) => page = next.entries.into_iter(),
+                        Ok(None) => return None,
+                        Err(e) => {
+                            scan.done = true;
+                            return Some((Err(e), (scan, page)));
+                        }
+                    }
+                }
+            },
+        )
+    }
+
+    /// Opens the scan from the cursor (through the retry loop).
+    async fn start(&mut self) -> Result<(usize, tonic::Streaming<pb::ScanResponse>), ClientError> {
+        let request = pb::ScanRequest {
+            cursor: self.options.cursor.clone(),
+            split: self.options.split,
+            splits: self.options.splits,
+            values: self
+                .options
+                .values
+                .iter()
+                .flat_map(|v| *v.as_bytes())
+                .collect::<Vec<u8>>()
+                .into(),
+            limit: if self.options.limit > 0 {
+                self.options.limit - self.delivered
+            } else {
+                0
+            },
+            min_lsn: self.client.min_lsn(),
+        };
+        let client = &self.client;
+        let endpoints = client.endpoints();
+        client
+            .run("Scan", true, |_remaining, avoid| {
+                let i = endpoints.pick(avoid);
+                // The scan itself has no deadline; opening it does (the
+                // retry loop bounds this attempt by what is left).
+                let r = client.stream_request(request.clone());
+                let channel = endpoints.get(i).channel.clone();
+                async move {
+                    match UuidMapClient::new(channel).scan(r).await {
+                        Ok(stream) => Ok((i, stream.into_inner())),
+                        Err(status) => Err(endpoint_failure(endpoints, i, "Scan", status)),
+                    }
+                }
+            })
+            .await
+    }
+
+    /// A failure of an open scan: waits to resume, or gives up with it.
+    async fn failed(&mut self, error: ClientError) -> Result<(), ClientError> {
+        self.open = None;
+        self.failures += 1;
+        if !self.client.may_retry(&error, self.failures).await {
+            self.done = true;
+            return Err(error);
+        }
+        tracing::debug!(%error, cursor = ?self.options.cursor, "resuming the scan");
+        self.client.backoff(&error, self.failures).await;
+        Ok(())
+    }
+}
+
+/// The next message, with the stream handed back.
+async fn stream_message(
+    mut stream: tonic::Streaming<pb::ScanResponse>,
+) -> (
+    Result<Option<pb::ScanResponse>, tonic::Status>,
+    tonic::Streaming<pb::ScanResponse>,
+) {
+    let message = stream.message().await;
+    (message, stream)
+}
+
+/// Packed entries (n×32 bytes: key then value) as pairs.
+pub fn unpack_entries(packed: &[u8]) -> Result<Vec<(Uuid, Uuid)>, ClientError> {
+    if !packed.len().is_multiple_of(32) {
+        return Err(ClientError::BadResponse {
+            rpc: "Scan",
+            why: format!(
+                "entries must be whole 32-byte entries, but they are {} bytes long",
+                packed.len()
+            ),
+        });
+    }
+    packed
+        .chunks_exact(32)
+        .map(|e| Ok((uuid_of("Scan", &e[..16])?, uuid_of("Scan", &e[16..])?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_entries_unpack_in_order_and_a_partial_entry_is_an_error() {
+        let mut packed = Vec::new();
+        for (k, v) in [(1u128, 10u128), (2, 20)] {
+            packed.extend_from_slice(Uuid::from_u128(k).as_bytes());
+            packed.extend_from_slice(Uuid::from_u128(v).as_bytes());
+        }
+        let e = unpack_entries(&packed).unwrap();
+        assert_eq!(
+            e,
+            vec![
+                (Uuid::from_u128(1), Uuid::from_u128(10)),
+                (Uuid::from_u128(2), Uuid::from_u128(20))
+            ]
+        );
+        packed.pop();
+        let err = unpack_entries(&packed).unwrap_err().to_string();
+        assert!(err.contains("63 bytes"), "{err}");
+    }
+}

@@ -1,0 +1,79 @@
+//! Auto-batching: concurrent gets share Lookup requests, each caller gets
+//! its own answer, and a lone get is not held back.
+
+use std::time::{Duration, Instant};
+
+use uuidmap_server::config::ServeConfig;
+use uuidmap_testkit::server::{TestServer, config, sample, scrape};
+
+use super::{key, quick, url};
+
+fn with_metrics(dir: &std::path::Path) -> ServeConfig {
+    let mut c = config(dir);
+    c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_gets_share_lookup_requests_and_each_gets_its_own_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with(with_metrics(dir.path())).await;
+    let client = quick([url(server.addr)]).build().unwrap();
+    for i in 0..500 {
+        client.put(key(i), key(i + 1000)).await.unwrap();
+    }
+    let before = scrape(&server).await;
+    let requests = |text: &str| {
+        sample(text, "uuidmap_lookup_requests_total", &[("code", "OK")]).unwrap_or(0.0)
+    };
+    let keys = |text: &str| sample(text, "uuidmap_lookup_keys_total", &[]).unwrap_or(0.0);
+    let tasks: Vec<_> = (0..64)
+        .map(|t| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for round in 0..50u64 {
+                    let i = (t * 50 + round) % 600;
+                    let want = (i < 500).then(|| key(i + 1000));
+                    assert_eq!(client.get(key(i)).await.unwrap(), want, "key {i}");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let after = scrape(&server).await;
+    let sent = requests(&after) - requests(&before);
+    let looked_up = keys(&after) - keys(&before);
+    assert_eq!(looked_up, 64.0 * 50.0, "every get was looked up once");
+    assert!(
+        sent < looked_up / 2.0,
+        "{sent} Lookup requests for {looked_up} gets: barely batched"
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_get_is_not_held_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let client = quick([url(server.addr)]).build().unwrap();
+    client.put(key(1), key(2)).await.unwrap();
+    // Warm the lanes' streams.
+    for _ in 0..8 {
+        client.get(key(1)).await.unwrap();
+    }
+    let start = Instant::now();
+    for _ in 0..100 {
+        client.get(key(1)).await.unwrap();
+    }
+    // No timer: 100 lone gets take 100 round trips (about 10 ms here). The
+    // bound is loose because the machine is shared; a batching window of
+    // 10 ms would still cross it.
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    server.stop().await.unwrap();
+}

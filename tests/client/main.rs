@@ -1,0 +1,49 @@
+//! End-to-end tests of the client SDK (`uuidmap_client`) against real
+//! servers: failover between endpoints, the retry budget, deadlines,
+//! overload, auto-batching, and what a broken network does to scans and
+//! compare-and-sets (through `uuidmap_testkit::proxy::FaultProxy`); and a
+//! server process killed with SIGKILL and restarted under load.
+
+mod batching;
+mod chaos;
+mod faults;
+mod retries;
+#[path = "../serve_child/mod.rs"]
+mod serve_child;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use uuid::Uuid;
+use uuidmap_client::{Backoff, Client, ClientBuilder, Jitter, RetryPolicy};
+
+/// An address where nothing listens (a port just freed).
+fn dead_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+fn url(addr: SocketAddr) -> String {
+    format!("http://{addr}")
+}
+
+fn key(i: u64) -> Uuid {
+    Uuid::from_u128(0xc1_0000_0000_0000_0000_0000_0000_0000 | u128::from(i + 1))
+}
+
+/// A builder with quick retries (1-4 ms), for tests that count them.
+fn quick(endpoints: impl IntoIterator<Item = String>) -> ClientBuilder {
+    let fast = Backoff {
+        base: Duration::from_millis(1),
+        cap: Duration::from_millis(4),
+        jitter: Jitter::Full,
+    };
+    Client::builder().endpoints(endpoints).retry(RetryPolicy {
+        fast,
+        slow: Backoff {
+            jitter: Jitter::Equal,
+            ..fast
+        },
+        max_attempts: 100,
+    })
+}

@@ -1,0 +1,135 @@
+//! Failover, the retry budget, and deadlines.
+
+use std::time::{Duration, Instant};
+
+use uuidmap_client::{ClientError, RetryBudgetConfig, RetryClass};
+use uuidmap_testkit::proxy::FaultProxy;
+use uuidmap_testkit::server::TestServer;
+
+use super::{dead_addr, key, quick, url};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_of_two_endpoints_dead_every_call_succeeds_and_the_dead_one_costs_one_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let client = quick([url(dead_addr()), url(server.addr)]).build().unwrap();
+    client.put(key(1), key(2)).await.unwrap();
+    for _ in 0..200 {
+        assert_eq!(client.get_unary(key(1)).await.unwrap(), Some(key(2)));
+    }
+    for _ in 0..50 {
+        assert_eq!(client.get(key(1)).await.unwrap(), Some(key(2)));
+    }
+    let c = client.counters();
+    assert!(client.is_pessimized(0), "the dead endpoint is pessimized");
+    assert!(!client.is_pessimized(1));
+    // One call (at most one per batching lane) found the dead endpoint;
+    // every other went straight to the live one.
+    assert!(
+        c.attempts <= c.calls + 1 + 4,
+        "{} attempts for {} calls",
+        c.attempts,
+        c.calls
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_endpoint_dead_the_budget_caps_retries_per_second() {
+    let budget = RetryBudgetConfig {
+        burst: 5,
+        per_second: 10.0,
+        per_call: 0.0,
+    };
+    let client = quick([url(dead_addr()), url(dead_addr())])
+        .retry_budget(budget)
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let callers: Vec<_> = (0..16)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                while start.elapsed() < Duration::from_secs(2) {
+                    // Refused at once, or (waiting for the budget) at the
+                    // deadline, naming the refusal.
+                    let e = client.get_unary(super::key(1)).await.unwrap_err();
+                    assert!(e.is_transient(), "{e}");
+                    assert!(e.to_string().contains("connect"), "{e}");
+                }
+            })
+        })
+        .collect();
+    for c in callers {
+        c.await.unwrap();
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let c = client.counters();
+    let retries = c.attempts - c.calls;
+    let cap = 5.0 + 10.0 * elapsed + 2.0;
+    assert!(
+        (retries as f64) <= cap,
+        "{retries} retries in {elapsed:.2} s (cap {cap:.0}); {} calls",
+        c.calls
+    );
+    assert!(c.budget_refusals > 0, "the budget refused some: {c:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_to_a_server_that_never_answers_returns_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let proxy = FaultProxy::start(server.addr).await;
+    proxy.blackhole(true);
+    let timeout = Duration::from_millis(300);
+    let client = quick([proxy.url()]).timeout(timeout).build().unwrap();
+    for call in ["get", "get_unary", "put", "stats"] {
+        let start = Instant::now();
+        let e = match call {
+            "get" => client.get(key(1)).await.map(|_| ()),
+            "get_unary" => client.get_unary(key(1)).await.map(|_| ()),
+            "put" => client.put(key(1), key(2)).await.map(|_| ()),
+            _ => client.stats().await.map(|_| ()),
+        }
+        .unwrap_err();
+        let took = start.elapsed();
+        assert!(
+            took >= timeout - Duration::from_millis(5)
+                && took < timeout + Duration::from_millis(150),
+            "{call} returned after {took:?}"
+        );
+        assert_eq!(e.retry_class(), RetryClass::Conditional, "{call}: {e}");
+        assert!(e.to_string().contains("deadline"), "{call}: {e}");
+    }
+    // A shorter deadline for one call.
+    let start = Instant::now();
+    let _ = client
+        .with_timeout(Duration::from_millis(50))
+        .stats()
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(proxy);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_error_is_not_retried_and_says_what_was_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let client = quick([url(server.addr)]).build().unwrap();
+    let e = client.put(uuid::Uuid::nil(), key(1)).await.unwrap_err();
+    assert_eq!(e.retry_class(), RetryClass::Final);
+    assert!(
+        matches!(&e, ClientError::Status { status, .. } if status.code() == tonic::Code::InvalidArgument),
+        "{e}"
+    );
+    let c = client.counters();
+    assert_eq!(c.attempts, c.calls, "no retry of a final error");
+    server.stop().await.unwrap();
+}
