@@ -77,3 +77,39 @@ async fn a_lone_get_is_not_held_back() {
     );
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_of_many_keys_share_requests_up_to_the_cap_and_keep_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    // 2 lanes of at most 100 keys: lookups of 30-70 keys must be split
+    // across requests whole (a caller's keys never straddle two).
+    let client = quick([url(server.addr)]).batching(2, 100).build().unwrap();
+    for i in 0..300 {
+        client.put(key(i), key(i + 5000)).await.unwrap();
+    }
+    let tasks: Vec<_> = (0..16u64)
+        .map(|t| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for round in 0..20u64 {
+                    let n = 30 + (t * 7 + round * 3) % 41;
+                    let keys: Vec<_> = (0..n)
+                        .map(|j| key((t * 31 + round * 17 + j * 5) % 400))
+                        .collect();
+                    let values = client.lookup(&keys).await.unwrap();
+                    assert_eq!(values.len(), keys.len());
+                    for (k, v) in keys.iter().zip(values) {
+                        let i = (k.as_u128() & 0xffff_ffff) as u64 - 1;
+                        assert_eq!(v, (i < 300).then(|| key(i + 5000)), "key {i}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(client.lookup(&[]).await.unwrap(), Vec::new());
+    server.stop().await.unwrap();
+}

@@ -30,11 +30,11 @@ use crate::endpoints::Endpoints;
 use crate::error::ClientError;
 use pb::uuid_map_client::UuidMapClient;
 
-/// A get waiting in a lane.
+/// A get (or a caller's own batch of keys) waiting in a lane.
 struct Pending {
-    key: Uuid,
+    keys: Vec<Uuid>,
     min_lsn: u64,
-    reply: oneshot::Sender<Result<Option<Uuid>, Failure>>,
+    reply: oneshot::Sender<Result<Vec<Option<Uuid>>, Failure>>,
 }
 
 /// The lanes of one client.
@@ -46,7 +46,9 @@ pub(crate) struct Lanes {
 
 impl std::fmt::Debug for Pending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pending").field("key", &self.key).finish()
+        f.debug_struct("Pending")
+            .field("keys", &self.keys.len())
+            .finish()
     }
 }
 
@@ -71,6 +73,7 @@ impl Lanes {
                     answer_timeout,
                     stream: None,
                     next_id: 0,
+                    carry: None,
                 };
                 tokio::spawn(lane.run());
                 tx
@@ -82,13 +85,14 @@ impl Lanes {
         }
     }
 
-    /// One get through the next lane; `remaining` bounds the wait.
+    /// The values of `keys` through the next lane, in one request with
+    /// whatever else is queued there; `remaining` bounds the wait.
     pub(crate) async fn get(
         &self,
-        key: Uuid,
+        keys: Vec<Uuid>,
         min_lsn: u64,
         remaining: Duration,
-    ) -> Result<Option<Uuid>, Failure> {
+    ) -> Result<Vec<Option<Uuid>>, Failure> {
         let (reply, answer) = oneshot::channel();
         let lane = self.next.fetch_add(1, Relaxed) % self.queues.len();
         let gone = || Failure {
@@ -100,7 +104,7 @@ impl Lanes {
         };
         self.queues[lane]
             .send(Pending {
-                key,
+                keys,
                 min_lsn,
                 reply,
             })
@@ -137,16 +141,34 @@ struct Lane {
     answer_timeout: Duration,
     stream: Option<Stream>,
     next_id: u64,
+    /// A caller's keys that did not fit in the last batch: the next one
+    /// starts with them.
+    carry: Option<Pending>,
 }
 
 impl Lane {
     async fn run(mut self) {
         let mut batch = Vec::new();
-        while let Some(first) = self.queue.recv().await {
+        loop {
+            let first = match self.carry.take() {
+                Some(p) => p,
+                None => match self.queue.recv().await {
+                    Some(p) => p,
+                    None => return,
+                },
+            };
+            let mut keys = first.keys.len();
             batch.push(first);
-            while batch.len() < self.max_keys {
+            while keys < self.max_keys {
                 match self.queue.try_recv() {
-                    Ok(p) => batch.push(p),
+                    Ok(p) if keys + p.keys.len() > self.max_keys => {
+                        self.carry = Some(p);
+                        break;
+                    }
+                    Ok(p) => {
+                        keys += p.keys.len();
+                        batch.push(p);
+                    }
                     Err(_) => break,
                 }
             }
@@ -156,8 +178,11 @@ impl Lane {
             }
             match self.lookup(&batch).await {
                 Ok(values) => {
-                    for (p, v) in batch.drain(..).zip(values) {
-                        let _ = p.reply.send(Ok(v));
+                    // Each caller's values, in the order of its keys.
+                    let mut rest = values.into_iter();
+                    for p in batch.drain(..) {
+                        let mine: Vec<Option<Uuid>> = rest.by_ref().take(p.keys.len()).collect();
+                        let _ = p.reply.send(Ok(mine));
                     }
                 }
                 Err((error, endpoint)) => {
@@ -185,11 +210,12 @@ impl Lane {
         let endpoint = stream.endpoint;
         self.next_id += 1;
         let id = self.next_id;
+        let n: usize = batch.iter().map(|p| p.keys.len()).sum();
         let request = pb::LookupRequest {
             id,
             keys: batch
                 .iter()
-                .flat_map(|p| *p.key.as_bytes())
+                .flat_map(|p| p.keys.iter().flat_map(|k| *k.as_bytes()))
                 .collect::<Vec<u8>>()
                 .into(),
             min_lsn: batch.iter().map(|p| p.min_lsn).max().unwrap_or(0),
@@ -232,8 +258,7 @@ impl Lane {
             ));
         }
         self.endpoints.succeeded(endpoint);
-        unpack_values("Lookup", batch.len(), &answer.values, &answer.found)
-            .map_err(|e| (e, Some(endpoint)))
+        unpack_values("Lookup", n, &answer.values, &answer.found).map_err(|e| (e, Some(endpoint)))
     }
 
     async fn open(&mut self) -> Result<Stream, (ClientError, Option<usize>)> {

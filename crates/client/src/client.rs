@@ -381,8 +381,26 @@ impl Client {
     pub async fn get(&self, key: Uuid) -> Result<Option<Uuid>, ClientError> {
         let min_lsn = self.min_lsn();
         let lanes = &self.shared.lanes;
+        let mut values = self
+            .run("Lookup", true, |remaining, _| {
+                lanes.get(vec![key], min_lsn, remaining)
+            })
+            .await?;
+        Ok(values.pop().flatten())
+    }
+
+    /// The values of `keys`, in their order (`None`: no entry), through
+    /// the `Lookup` streams: one request (shared with concurrent gets),
+    /// without the per-call cost of a unary `BatchGet`. More keys than the
+    /// server's batch limit (65536 by default) are refused by the server.
+    pub async fn lookup(&self, keys: &[Uuid]) -> Result<Vec<Option<Uuid>>, ClientError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let min_lsn = self.min_lsn();
+        let lanes = &self.shared.lanes;
         self.run("Lookup", true, |remaining, _| {
-            lanes.get(key, min_lsn, remaining)
+            lanes.get(keys.to_vec(), min_lsn, remaining)
         })
         .await
     }
