@@ -55,7 +55,7 @@ pub struct ConnectArgs {
 }
 
 impl ConnectArgs {
-    fn options(&self) -> ClientOptions {
+    pub fn options(&self) -> ClientOptions {
         ClientOptions {
             server: self.server.clone(),
             token: self.token.clone(),
@@ -114,6 +114,9 @@ pub enum ClientCommand {
         #[command(flatten)]
         connect: ConnectArgs,
     },
+    /// Load the server and measure it: calls/s, keys/s, latency
+    /// percentiles, every answer checked; the last line is JSON.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `uuidmap scan`.
@@ -163,7 +166,7 @@ pub fn run(command: ClientCommand) -> i32 {
 
 /// What a client command can fail with.
 #[derive(Debug, thiserror::Error)]
-enum CliError {
+pub enum CliError {
     #[error("{0}{hint}", hint = flag_hint(.0))]
     Client(#[from] ClientError),
     #[error("cannot write the output: {0}")]
@@ -215,6 +218,7 @@ impl ClientCommand {
             ClientCommand::Scan(_) => "scan",
             ClientCommand::Stats { .. } => "stats",
             ClientCommand::Snapshot { .. } => "snapshot",
+            ClientCommand::Bench(_) => "bench",
         }
     }
 }
@@ -311,6 +315,7 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
             Ok(EXIT_OK)
         }
         ClientCommand::Scan(args) => scan(args).await,
+        ClientCommand::Bench(args) => crate::bench::run(args).await,
     }
 }
 

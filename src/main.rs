@@ -17,6 +17,7 @@
 //! - `get`, `put`, `del`, `scan`, `stats`, `snapshot`: a client of a
 //!   running server (`cli.rs`; exit codes there).
 
+mod bench;
 mod cli;
 
 use std::time::Instant;

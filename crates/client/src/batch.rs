@@ -296,7 +296,8 @@ impl Lane {
 }
 
 /// A copy of a batch's error for each of its callers (a status keeps its
-/// code, message and source).
+/// code, message and source). A lane's failures are of the kinds matched
+/// here; any other is passed on in words, as a final error.
 fn clone_error(e: &ClientError) -> ClientError {
     match e {
         ClientError::Status { rpc, status } => ClientError::Status {
@@ -306,6 +307,24 @@ fn clone_error(e: &ClientError) -> ClientError {
         ClientError::BadResponse { rpc, why } => ClientError::BadResponse {
             rpc,
             why: why.clone(),
+        },
+        ClientError::Refused { server } => ClientError::Refused {
+            server: server.clone(),
+        },
+        ClientError::Connect { server, why } => ClientError::Connect {
+            server: server.clone(),
+            why: why.clone(),
+        },
+        ClientError::DeadlineExceeded {
+            rpc,
+            timeout,
+            attempts,
+            last,
+        } => ClientError::DeadlineExceeded {
+            rpc,
+            timeout: *timeout,
+            attempts: *attempts,
+            last: last.as_deref().map(clone_error).map(Box::new),
         },
         other => ClientError::BadResponse {
             rpc: "Lookup",

@@ -625,7 +625,21 @@ pub(crate) fn endpoint_failure(
         };
     }
     let from_transport = std::error::Error::source(&status).is_some();
-    let error = ClientError::Status { rpc, status };
+    let error = match crate::error::connect_failure(&status) {
+        // The connection was not made: say to what, and why.
+        Some(refused) => {
+            let server = endpoints.get(i).url.clone();
+            if refused {
+                ClientError::Refused { server }
+            } else {
+                ClientError::Connect {
+                    server,
+                    why: uuidmap_proto::error_chain::error_chain(&status),
+                }
+            }
+        }
+        None => ClientError::Status { rpc, status },
+    };
     endpoints.failed(i, error.retry_class(), from_transport);
     Failure {
         error,

@@ -83,6 +83,25 @@ pub(crate) fn is_local_timeout(status: &tonic::Status) -> bool {
     false
 }
 
+/// For a status made from a failure to connect (tonic's `ConnectError`):
+/// `Some(true)` if the connection was refused, `Some(false)` for any other
+/// reason; `None` for every other status.
+pub(crate) fn connect_failure(status: &tonic::Status) -> Option<bool> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    let mut connect = false;
+    while let Some(e) = cause {
+        connect |= e.downcast_ref::<tonic::ConnectError>().is_some();
+        if connect
+            && let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return Some(true);
+        }
+        cause = e.source();
+    }
+    connect.then_some(false)
+}
+
 /// Whether a transport failure happened before the request left: the
 /// connection was never made, or HTTP/2 refused the stream (which, by the
 /// protocol, the server has not processed).
