@@ -1,8 +1,10 @@
 //! End-to-end tests of the client SDK (`uuidmap_client`) against real
 //! servers: failover between endpoints, the retry budget, deadlines,
-//! overload, auto-batching, and what a broken network does to scans and
-//! compare-and-sets (through `uuidmap_testkit::proxy::FaultProxy`); and a
-//! server process killed with SIGKILL and restarted under load.
+//! overload (`retries`); auto-batching (`batching`); what a broken network
+//! does to scans, puts and compare-and-sets (`faults`, through
+//! `uuidmap_testkit::proxy::FaultProxy`); watches that resume, the
+//! follower's recipe and Write batches (`streams`); and a server process
+//! killed with SIGKILL and restarted under load (`chaos`).
 
 mod batching;
 mod chaos;
@@ -10,6 +12,7 @@ mod faults;
 mod retries;
 #[path = "../serve_child/mod.rs"]
 mod serve_child;
+mod streams;
 
 use std::net::SocketAddr;
 use std::time::Duration;

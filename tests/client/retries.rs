@@ -133,3 +133,40 @@ async fn a_final_error_is_not_retried_and_says_what_was_wrong() {
     assert_eq!(c.attempts, c.calls, "no retry of a final error");
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_overload_the_slow_backoff_gets_every_read_through_within_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = uuidmap_testkit::server::config(dir.path());
+    // One read at a time and one waiting: 32 callers overload it.
+    config.admission.read_permits = 1;
+    config.admission.read_queue = 1;
+    let server = TestServer::start_with(config).await;
+    let client = uuidmap_client::Client::builder()
+        .endpoints([url(server.addr)])
+        .timeout(Duration::from_secs(20))
+        .retry(uuidmap_client::RetryPolicy {
+            max_attempts: 1000,
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    client.put(key(1), key(2)).await.unwrap();
+    let callers: Vec<_> = (0..32)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    assert_eq!(client.get_unary(key(1)).await.unwrap(), Some(key(2)));
+                }
+            })
+        })
+        .collect();
+    for c in callers {
+        c.await.unwrap();
+    }
+    let c = client.counters();
+    // Some calls were shed and retried; none failed.
+    assert!(c.attempts > c.calls, "the server shed nothing: {c:?}");
+    server.stop().await.unwrap();
+}

@@ -226,6 +226,10 @@ impl ClientBuilder {
         let mut endpoint = endpoint
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)
+            // Finds a dead connection under a stream that waits (a watch).
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true)
             .initial_connection_window_size(16 << 20)
             .initial_stream_window_size(4 << 20);
         if let Some(tls) = self.tls_config(url, https)? {

@@ -37,6 +37,7 @@ use crate::endpoints::Endpoints;
 use crate::error::{ClientError, RetryClass};
 use crate::retry::RetryPolicy;
 use crate::scan::{ScanOptions, ScanStream};
+use crate::watch::{FollowStream, WatchStream};
 use pb::uuid_map_admin_client::UuidMapAdminClient;
 use pb::uuid_map_client::UuidMapClient;
 
@@ -530,6 +531,42 @@ impl Client {
         }
     }
 
+    /// Applies `ops` in order, all or none, at one LSN (returned). If a
+    /// compare-and-set among them finds another value, nothing is applied
+    /// and the answer is [`ClientError::WriteMismatch`]. Retried as
+    /// [`Client::put`] is: after a lost answer only when the client is
+    /// [`Client::idempotent`].
+    pub async fn write(&self, ops: &[WriteOp]) -> Result<u64, ClientError> {
+        let message = pb::WriteRequest {
+            ops: ops.iter().copied().map(WriteOp::to_proto).collect(),
+        };
+        let answer = self
+            .unary("Write", self.idempotent, |channel, remaining| {
+                let r = self.request(message.clone(), remaining);
+                async move { UuidMapClient::new(channel).write(r).await }
+            })
+            .await?
+            .into_inner();
+        if answer.applied {
+            return Ok(self.wrote(answer.lsn));
+        }
+        let op = answer.failed_op as usize;
+        let key = match ops.get(op) {
+            Some(WriteOp::CompareAndSet { key, .. }) => *key,
+            _ => {
+                return Err(ClientError::BadResponse {
+                    rpc: "Write",
+                    why: format!("operation {op} is named as the failed compare-and-set"),
+                });
+            }
+        };
+        Err(ClientError::WriteMismatch {
+            op,
+            key,
+            current: answer.current.map(|v| uuid_of("Write", &v)).transpose()?,
+        })
+    }
+
     /// Waits until the server has applied `lsn`; the applied LSN then.
     pub async fn wait_for(&self, lsn: u64) -> Result<u64, ClientError> {
         Ok(self
@@ -583,8 +620,70 @@ impl Client {
         ScanStream::new(self.clone(), options)
     }
 
+    /// Every write batch after `after_lsn`, in LSN order, resumed after
+    /// the last one delivered when the stream breaks.
+    pub fn watch(&self, after_lsn: u64) -> WatchStream {
+        WatchStream::new(self.clone(), after_lsn)
+    }
+
+    /// A scan then a watch from the scan's applied LSN, started over when
+    /// the server no longer keeps the changes the watch needs: what a
+    /// process that mirrors the index (or the part of it `options`
+    /// selects) needs, in one stream.
+    pub fn scan_then_watch(&self, options: ScanOptions) -> FollowStream {
+        FollowStream::new(self.clone(), options)
+    }
+
     pub(crate) fn endpoints(&self) -> &Arc<Endpoints> {
         &self.shared.endpoints
+    }
+}
+
+/// One operation of a [`Client::write`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Sets `key` to `value`.
+    Put {
+        /// The key.
+        key: Uuid,
+        /// Its new value.
+        value: Uuid,
+    },
+    /// Removes `key` (whether or not present).
+    Delete {
+        /// The key.
+        key: Uuid,
+    },
+    /// Sets `key` to `new` (`None`: removes it) only if it is `expected`
+    /// (`None`: no entry); sees the effect of the earlier operations.
+    CompareAndSet {
+        /// The key.
+        key: Uuid,
+        /// The value it must have.
+        expected: Option<Uuid>,
+        /// The value to set.
+        new: Option<Uuid>,
+    },
+}
+
+impl WriteOp {
+    fn to_proto(self) -> pb::WriteOp {
+        use pb::write_op::Op;
+        let op = match self {
+            WriteOp::Put { key, value } => Op::Put(pb::PutOp {
+                key: bytes_of(key),
+                value: bytes_of(value),
+            }),
+            WriteOp::Delete { key } => Op::Delete(pb::DeleteOp { key: bytes_of(key) }),
+            WriteOp::CompareAndSet { key, expected, new } => {
+                Op::CompareAndSet(pb::CompareAndSetOp {
+                    key: bytes_of(key),
+                    expected: expected.map(bytes_of),
+                    new_value: new.map(bytes_of),
+                })
+            }
+        };
+        pb::WriteOp { op: Some(op) }
     }
 }
 

@@ -235,6 +235,21 @@ pub enum ClientError {
         /// entry).
         current: Option<Uuid>,
     },
+    /// A `Write` whose compare-and-set number `op` found another value:
+    /// nothing of the batch was applied.
+    #[error(
+        "the Write changed nothing: its operation {op}, a compare-and-set of {key}, found the \
+         entry {}",
+        entry(.current)
+    )]
+    WriteMismatch {
+        /// The failed operation's index in the batch.
+        op: usize,
+        /// Its key.
+        key: Uuid,
+        /// Its value at the batch's turn (`None`: no entry).
+        current: Option<Uuid>,
+    },
     /// A compare-and-set whose outcome is unknown (its answer was lost), so
     /// it was not sent again; `current` is the key's value read afterwards.
     /// Decide again from it: if it is the value you set, the
@@ -251,6 +266,18 @@ pub enum ClientError {
         current: Option<Uuid>,
         /// Why the outcome is unknown.
         cause: Box<ClientError>,
+    },
+    /// A watch asked for changes the server no longer keeps (a snapshot
+    /// covered them and their WAL files were removed).
+    #[error(
+        "the changes after LSN {after} are no longer kept: rescan, then watch from the scan's \
+         applied LSN (Client::scan_then_watch does both); the server said: {why}"
+    )]
+    NotRetained {
+        /// The last LSN the watch had.
+        after: u64,
+        /// The server's words.
+        why: String,
     },
     /// The client was built without an endpoint.
     #[error("no server to call: give the client at least one endpoint")]
@@ -298,7 +325,9 @@ impl ClientError {
             | ClientError::BadToken
             | ClientError::BadResponse { .. }
             | ClientError::CasMismatch { .. }
+            | ClientError::WriteMismatch { .. }
             | ClientError::Undetermined { .. }
+            | ClientError::NotRetained { .. }
             | ClientError::NoEndpoints => RetryClass::Final,
         }
     }

@@ -42,7 +42,8 @@
 //!   reads the key and answers [`ClientError::Undetermined`].
 //! - **Auto-batching**: concurrent [`Client::get`]s share `Lookup` requests,
 //!   with no timer.
-//! - **Resumable scans** ([`Client::scan`]).
+//! - **Resumable scans and watches** ([`Client::scan`], [`Client::watch`],
+//!   and the follower's recipe, [`Client::scan_then_watch`]).
 //! - **Read-your-writes**: reads carry the highest LSN the client wrote as
 //!   `min_lsn` (on by default).
 //! - **Deadlines**: every call has one (10 s unless set), sent as
@@ -53,7 +54,8 @@
 //!
 //! - `builder`: [`ClientBuilder`]; `client`: [`Client`] and the retry loop;
 //!   `endpoints`: health and pessimization; `batch`: auto-batching;
-//!   `scan`: [`ScanStream`]; `retry`: backoffs; `budget`: the retry
+//!   `scan`: [`ScanStream`]; `watch`: [`WatchStream`], [`FollowStream`];
+//!   `retry`: backoffs; `budget`: the retry
 //!   budget; `error`: [`ClientError`] and [`RetryClass`].
 
 #![warn(missing_docs, unreachable_pub)]
@@ -66,16 +68,18 @@ mod endpoints;
 pub mod error;
 mod retry;
 mod scan;
+mod watch;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use budget::{RetryBudget, RetryBudgetConfig};
 pub use builder::ClientBuilder;
-pub use client::{Client, ClientCounters};
+pub use client::{Client, ClientCounters, WriteOp};
 pub use error::{ClientError, RetryClass};
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use scan::{ScanOptions, ScanPage, ScanStream, unpack_entries};
+pub use watch::{Follow, FollowStream, WatchBatch, WatchStream};
 
 /// The default server address.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";

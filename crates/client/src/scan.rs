@@ -40,6 +40,10 @@ pub struct ScanPage {
     pub entries: Vec<(Uuid, Uuid)>,
     /// Resumes after these entries; empty when the split is done.
     pub cursor: Bytes,
+    /// The applied LSN when this scan began (its first call, before any
+    /// resumption): a watch after it sees every change the scan may have
+    /// missed.
+    pub applied_lsn: u64,
 }
 
 /// The pages of a scan; see the module doc.
@@ -52,6 +56,8 @@ pub struct ScanStream {
     open: Option<(usize, tonic::Streaming<pb::ScanResponse>)>,
     /// Failures since the last page.
     failures: u32,
+    /// The first call's applied LSN.
+    applied_lsn: Option<u64>,
 }
 
 impl ScanStream {
@@ -63,7 +69,13 @@ impl ScanStream {
             done: false,
             open: None,
             failures: 0,
+            applied_lsn: None,
         }
+    }
+
+    /// The applied LSN when the scan began (`None` before its first page).
+    pub fn applied_lsn(&self) -> Option<u64> {
+        self.applied_lsn
     }
 
     /// The cursor that resumes after the entries given so far.
@@ -109,6 +121,7 @@ impl ScanStream {
                 return Ok(None);
             };
             self.failures = 0;
+            let applied_lsn = *self.applied_lsn.get_or_insert(message.applied_lsn);
             let entries = unpack_entries(&message.entries)?;
             self.delivered += entries.len() as u64;
             self.options.cursor = message.cursor.clone();
@@ -121,6 +134,7 @@ impl ScanStream {
             return Ok(Some(ScanPage {
                 entries,
                 cursor: message.cursor,
+                applied_lsn,
             }));
         }
     }

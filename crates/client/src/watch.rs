@@ -1,0 +1,243 @@
+//! [`WatchStream`]: the change stream that resumes itself, and
+//! [`FollowStream`]: the recipe for a follower, a scan then a watch.
+//!
+//! A watch delivers every write batch after an LSN, in LSN order. The
+//! stream remembers the last LSN it delivered; when the watch breaks with a
+//! transient failure (the server restarting, a cut connection), it watches
+//! again after that LSN, on the next healthy endpoint, with the backoff of
+//! the failure's class and a token of the retry budget. So no batch comes
+//! twice and none is skipped. When the server no longer keeps the changes
+//! after that LSN (a snapshot covered them), the stream fails with
+//! [`ClientError::NotRetained`]: rescan, then watch from the scan's
+//! applied LSN, which is what [`FollowStream`] does.
+//!
+//! A watch can be idle for as long as no one writes, so it has no
+//! deadline; a dead connection is found by HTTP/2 keepalive pings (every
+//! 10 s, 5 s to answer, set on every endpoint).
+
+use std::collections::VecDeque;
+
+use uuid::Uuid;
+use uuidmap_proto::v1 as pb;
+
+use crate::client::{Client, endpoint_failure, uuid_of};
+use crate::error::ClientError;
+use crate::scan::{ScanOptions, ScanStream};
+use pb::uuid_map_client::UuidMapClient;
+
+/// The changes of one write batch, in batch order (a compare-and-set
+/// appears as the put or delete it resulted in).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchBatch {
+    /// The batch's LSN.
+    pub lsn: u64,
+    /// (key, new value; `None`: removed).
+    pub changes: Vec<(Uuid, Option<Uuid>)>,
+}
+
+/// The batches after an LSN; see the module doc.
+pub struct WatchStream {
+    client: Client,
+    /// The last LSN delivered (or the one the watch started after).
+    after: u64,
+    open: Option<(usize, tonic::Streaming<pb::WatchResponse>)>,
+    buffered: VecDeque<WatchBatch>,
+    /// Failures since the last message.
+    failures: u32,
+}
+
+impl WatchStream {
+    pub(crate) fn new(client: Client, after_lsn: u64) -> WatchStream {
+        WatchStream {
+            client,
+            after: after_lsn,
+            open: None,
+            buffered: VecDeque::new(),
+            failures: 0,
+        }
+    }
+
+    /// The last LSN delivered (a new watch after it goes on from here).
+    pub fn last_lsn(&self) -> u64 {
+        self.after
+    }
+
+    /// The next batch; waits for one as long as it takes.
+    pub async fn next(&mut self) -> Result<WatchBatch, ClientError> {
+        loop {
+            if let Some(batch) = self.buffered.pop_front() {
+                self.after = batch.lsn;
+                return Ok(batch);
+            }
+            let (endpoint, mut stream) = match self.open.take() {
+                Some(open) => open,
+                None => self.start().await?,
+            };
+            match stream.message().await {
+                Ok(Some(message)) => {
+                    self.open = Some((endpoint, stream));
+                    self.failures = 0;
+                    for b in message.batches {
+                        // A batch already delivered cannot come again from
+                        // a watch after it; this guards the promise anyway.
+                        if b.lsn > self.after {
+                            self.buffered.push_back(batch_of(b)?);
+                        }
+                    }
+                }
+                Ok(None) => {
+                    // The server ended the stream without an error: watch
+                    // again.
+                    let error = ClientError::Status {
+                        rpc: "Watch",
+                        status: tonic::Status::unavailable("the change stream ended"),
+                    };
+                    self.failed(error).await?;
+                }
+                Err(status) => {
+                    let error = self.classify(endpoint, status);
+                    self.failed(error).await?;
+                }
+            }
+        }
+    }
+
+    async fn start(&mut self) -> Result<(usize, tonic::Streaming<pb::WatchResponse>), ClientError> {
+        let client = &self.client;
+        let endpoints = client.endpoints();
+        let after = self.after;
+        let opened = client
+            .run("Watch", true, |_remaining, avoid| {
+                let i = endpoints.pick(avoid);
+                let r = client.stream_request(pb::WatchRequest { after_lsn: after });
+                let channel = endpoints.get(i).channel.clone();
+                async move {
+                    match UuidMapClient::new(channel).watch(r).await {
+                        Ok(stream) => Ok((i, stream.into_inner())),
+                        Err(status) => Err(endpoint_failure(endpoints, i, "Watch", status)),
+                    }
+                }
+            })
+            .await;
+        match opened {
+            Err(ClientError::Status { status, .. })
+                if status.code() == tonic::Code::FailedPrecondition =>
+            {
+                Err(not_retained(after, &status))
+            }
+            other => other,
+        }
+    }
+
+    fn classify(&self, endpoint: usize, status: tonic::Status) -> ClientError {
+        if status.code() == tonic::Code::FailedPrecondition {
+            return not_retained(self.after, &status);
+        }
+        endpoint_failure(self.client.endpoints(), endpoint, "Watch", status).error
+    }
+
+    async fn failed(&mut self, error: ClientError) -> Result<(), ClientError> {
+        self.open = None;
+        self.failures += 1;
+        if !self.client.may_retry(&error, self.failures).await {
+            return Err(error);
+        }
+        tracing::debug!(%error, after = self.after, "watching again");
+        self.client.backoff(&error, self.failures).await;
+        Ok(())
+    }
+}
+
+fn not_retained(after: u64, status: &tonic::Status) -> ClientError {
+    ClientError::NotRetained {
+        after,
+        why: status.message().to_string(),
+    }
+}
+
+fn batch_of(b: pb::WatchBatch) -> Result<WatchBatch, ClientError> {
+    let changes = b
+        .changes
+        .into_iter()
+        .map(|c| {
+            Ok((
+                uuid_of("Watch", &c.key)?,
+                c.value.map(|v| uuid_of("Watch", &v)).transpose()?,
+            ))
+        })
+        .collect::<Result<_, ClientError>>()?;
+    Ok(WatchBatch {
+        lsn: b.lsn,
+        changes,
+    })
+}
+
+/// What a follower receives ([`Client::scan_then_watch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// Entries of the scan (the state to start from).
+    Entries(Vec<(Uuid, Uuid)>),
+    /// The scan is done; changes follow.
+    Scanned {
+        /// The LSN the watch starts after.
+        applied_lsn: u64,
+    },
+    /// A change batch, after the scan.
+    Batch(WatchBatch),
+    /// The server no longer kept the changes the watch needed: the
+    /// follower starts over (drop what it built; entries come again).
+    Restart,
+}
+
+/// The recipe for a follower: scan, then watch after the scan's applied
+/// LSN, and on [`ClientError::NotRetained`] start over.
+pub struct FollowStream {
+    client: Client,
+    options: ScanOptions,
+    phase: Phase,
+}
+
+enum Phase {
+    Scanning(ScanStream),
+    Watching(WatchStream),
+}
+
+impl FollowStream {
+    pub(crate) fn new(client: Client, options: ScanOptions) -> FollowStream {
+        let scan = client.scan(options.clone());
+        FollowStream {
+            client,
+            options,
+            phase: Phase::Scanning(scan),
+        }
+    }
+
+    /// The next thing to apply.
+    pub async fn next(&mut self) -> Result<Follow, ClientError> {
+        match &mut self.phase {
+            Phase::Scanning(scan) => match scan.next_page().await? {
+                Some(page) => Ok(Follow::Entries(page.entries)),
+                None => {
+                    let applied_lsn = match scan.applied_lsn() {
+                        Some(lsn) => lsn,
+                        // A scan with no message at all: watch from what
+                        // the server has applied now.
+                        None => self.client.stats().await?.applied_lsn,
+                    };
+                    self.phase = Phase::Watching(self.client.watch(applied_lsn));
+                    Ok(Follow::Scanned { applied_lsn })
+                }
+            },
+            Phase::Watching(watch) => match watch.next().await {
+                Ok(batch) => Ok(Follow::Batch(batch)),
+                Err(ClientError::NotRetained { .. }) => {
+                    let mut options = self.options.clone();
+                    options.cursor = Default::default();
+                    self.phase = Phase::Scanning(self.client.scan(options));
+                    Ok(Follow::Restart)
+                }
+                Err(e) => Err(e),
+            },
+        }
+    }
+}
