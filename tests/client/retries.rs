@@ -170,3 +170,60 @@ async fn under_overload_the_slow_backoff_gets_every_read_through_within_its_dead
     assert!(c.attempts > c.calls, "the server shed nothing: {c:?}");
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_flight_limit_queues_callers_and_refuses_past_its_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    // One call at a time: 32 callers all get through, waiting their turn.
+    let one = quick([url(server.addr)])
+        .max_in_flight(1, 64)
+        .build()
+        .unwrap();
+    one.put(key(1), key(2)).await.unwrap();
+    let callers: Vec<_> = (0..32)
+        .map(|_| {
+            let c = one.clone();
+            tokio::spawn(async move { c.get_unary(key(1)).await.unwrap() })
+        })
+        .collect();
+    for c in callers {
+        assert_eq!(c.await.unwrap(), Some(key(2)));
+    }
+
+    // Against a server that never answers: 2 in flight, 2 waiting, and the
+    // other 6 of 10 callers are refused at once.
+    let proxy = FaultProxy::start(server.addr).await;
+    proxy.blackhole(true);
+    let stuck = quick([proxy.url()])
+        .max_in_flight(2, 2)
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let callers: Vec<_> = (0..10)
+        .map(|_| {
+            let c = stuck.clone();
+            tokio::spawn(async move {
+                let e = c.stats().await.unwrap_err();
+                (e, start.elapsed())
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    let mut timed_out = 0;
+    for c in callers {
+        let (e, took) = c.await.unwrap();
+        match e {
+            ClientError::Overloaded { in_flight: 2, .. } => {
+                assert!(took < Duration::from_millis(400), "refused after {took:?}");
+                refused += 1;
+            }
+            ClientError::DeadlineExceeded { .. } => timed_out += 1,
+            other => panic!("{other}"),
+        }
+    }
+    assert_eq!((refused, timed_out), (6, 4));
+    drop(proxy);
+    server.stop().await.unwrap();
+}

@@ -31,6 +31,8 @@ pub struct ClientBuilder {
     health_interval: Duration,
     batch_lanes: usize,
     max_batch_keys: usize,
+    max_in_flight: usize,
+    max_waiting: usize,
 }
 
 impl Default for ClientBuilder {
@@ -49,6 +51,8 @@ impl Default for ClientBuilder {
             health_interval: Duration::from_secs(1),
             batch_lanes: 4,
             max_batch_keys: 4096,
+            max_in_flight: 1024,
+            max_waiting: 4096,
         }
     }
 }
@@ -146,6 +150,17 @@ impl ClientBuilder {
         self
     }
 
+    /// The most attempts in flight at once (1024), and the most callers
+    /// that wait for one (4096). A caller over the limit waits, newest
+    /// first (a LIFO queue: under overload the callers that have waited
+    /// longest are the likeliest to have given up), until its deadline;
+    /// one over both limits fails at once with [`ClientError::Overloaded`].
+    pub fn max_in_flight(mut self, calls: usize, waiting: usize) -> Self {
+        self.max_in_flight = calls.max(1);
+        self.max_waiting = waiting;
+        self
+    }
+
     /// The client. Connections are made when first needed, so a server
     /// that is down is not an error here; use [`ClientBuilder::connect`] to
     /// find out at once. Must be called within a tokio runtime (the health
@@ -211,6 +226,7 @@ impl ClientBuilder {
             self.read_your_writes,
             self.batch_lanes,
             self.max_batch_keys,
+            uuidmap_index::sync::LifoSemaphore::new(self.max_in_flight, self.max_waiting),
         )))
     }
 

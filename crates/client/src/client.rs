@@ -15,6 +15,9 @@
 //! 4. Before retry n it waits the backoff of the failure's class, and takes
 //!    a token from the retry budget; with none left, or with attempts or
 //!    time used up, the last failure is the answer.
+//! 5. Each attempt holds a permit of the client's in-flight limit (a
+//!    [`LifoSemaphore`]: excess callers wait newest first, until their
+//!    deadline); the permit is given back before any backoff.
 //!
 //! Counted in the `metrics` crate's recorder, when the application installs
 //! one: `uuidmap_client_calls_total{rpc}`, `uuidmap_client_retries_total{rpc,class}`,
@@ -29,6 +32,7 @@ use prost::bytes::Bytes;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 use uuid::Uuid;
+use uuidmap_index::sync::{AcquireError, LifoSemaphore};
 use uuidmap_proto::v1 as pb;
 
 use crate::batch::Lanes;
@@ -54,6 +58,9 @@ pub(crate) struct Shared {
     written: AtomicU64,
     lanes: Lanes,
     counters: Counters,
+    /// Attempts in flight (`ClientBuilder::max_in_flight`).
+    in_flight: LifoSemaphore,
+    in_flight_limit: usize,
 }
 
 /// What a client has done so far ([`Client::counters`]).
@@ -85,6 +92,7 @@ impl Shared {
         read_your_writes: bool,
         lanes: usize,
         max_batch_keys: usize,
+        in_flight: LifoSemaphore,
     ) -> Shared {
         Shared {
             lanes: Lanes::new(
@@ -102,6 +110,8 @@ impl Shared {
             read_your_writes,
             written: AtomicU64::new(0),
             counters: Counters::default(),
+            in_flight_limit: in_flight.available(),
+            in_flight,
         }
     }
 }
@@ -267,9 +277,33 @@ impl Client {
                     last: last.map(Box::new),
                 });
             }
+            let permit = match shared
+                .in_flight
+                .acquire(Some(tokio::time::Instant::from_std(deadline)))
+                .await
+            {
+                Ok(permit) => permit,
+                Err(AcquireError::DeadlineExceeded) => {
+                    return Err(ClientError::DeadlineExceeded {
+                        rpc,
+                        timeout,
+                        attempts,
+                        last: last.map(Box::new),
+                    });
+                }
+                Err(_) => {
+                    return Err(ClientError::Overloaded {
+                        rpc,
+                        in_flight: shared.in_flight_limit,
+                    });
+                }
+            };
+            let remaining = deadline.saturating_duration_since(Instant::now());
             attempts += 1;
             shared.counters.attempts.fetch_add(1, Relaxed);
-            let failure = match tokio::time::timeout(remaining, attempt(remaining, avoid)).await {
+            let outcome = tokio::time::timeout(remaining, attempt(remaining, avoid)).await;
+            drop(permit);
+            let failure = match outcome {
                 Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(failure)) => failure,
                 Err(_) => {

@@ -279,6 +279,18 @@ pub enum ClientError {
         /// The server's words.
         why: String,
     },
+    /// The client's limit on calls in flight was reached and its queue of
+    /// waiting callers was full.
+    #[error(
+        "{rpc} was not sent: this client already has {in_flight} calls in flight and its queue \
+         of waiting callers is full; raise ClientBuilder::max_in_flight or call less at once"
+    )]
+    Overloaded {
+        /// The RPC.
+        rpc: &'static str,
+        /// The limit on calls in flight.
+        in_flight: usize,
+    },
     /// The client was built without an endpoint.
     #[error("no server to call: give the client at least one endpoint")]
     NoEndpoints,
@@ -328,6 +340,7 @@ impl ClientError {
             | ClientError::WriteMismatch { .. }
             | ClientError::Undetermined { .. }
             | ClientError::NotRetained { .. }
+            | ClientError::Overloaded { .. }
             | ClientError::NoEndpoints => RetryClass::Final,
         }
     }

@@ -49,8 +49,12 @@
 //! - **Deadlines**: every call has one (10 s unless set), sent as
 //!   `grpc-timeout`, overridden per call with [`Client::with_timeout`].
 //!
-//! Layering: depends on the protocol crate (`uuidmap-proto`) only, never on
-//! the index, the engine or the server.
+//! - **A limit on calls in flight** (1024 unless set): excess callers wait,
+//!   newest first, until their deadline.
+//!
+//! Layering: depends on the protocol crate (`uuidmap-proto`), and on the
+//! index crate for its LIFO semaphore only; never on the engine or the
+//! server.
 //!
 //! - `builder`: [`ClientBuilder`]; `client`: [`Client`] and the retry loop;
 //!   `endpoints`: health and pessimization; `batch`: auto-batching;
