@@ -227,3 +227,54 @@ async fn the_in_flight_limit_queues_callers_and_refuses_past_its_queue() {
     drop(proxy);
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_grow_with_load_and_the_idle_ones_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let proxy = FaultProxy::start(server.addr).await;
+    let client = quick([proxy.url()])
+        .connections(uuidmap_client::PoolConfig {
+            connections: 3,
+            streams: 2,
+            idle_timeout: Duration::from_millis(200),
+        })
+        .health_interval(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    client.ping().await.unwrap();
+    assert_eq!(client.open_connections(0), 1);
+    // Six long calls at once (waits for an LSN that never comes, until
+    // their deadline): two on each of the three connections.
+    let applied = client.stats().await.unwrap().applied_lsn;
+    let waits: Vec<_> = (0..6)
+        .map(|_| {
+            let c = client.with_timeout(Duration::from_millis(300));
+            tokio::spawn(async move { c.wait_for(applied + 1_000).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(client.open_connections(0), 3);
+    for w in waits {
+        assert!(w.await.unwrap().is_err());
+    }
+    let made = proxy.connections();
+    assert_eq!(made, 3);
+    // One call at a time: always the top connection; the other two go idle
+    // and are closed.
+    let start = Instant::now();
+    while client.open_connections(0) > 1 {
+        client.ping().await.unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "idle connections never closed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        proxy.connections(),
+        made,
+        "no new connection for calls one at a time"
+    );
+    server.stop().await.unwrap();
+}

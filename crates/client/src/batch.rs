@@ -28,6 +28,7 @@ use uuidmap_proto::v1 as pb;
 use crate::client::{Failure, endpoint_failure, request, unpack_values};
 use crate::endpoints::Endpoints;
 use crate::error::ClientError;
+use crate::pool::Lease;
 use pb::uuid_map_client::UuidMapClient;
 
 /// A get (or a caller's own batch of keys) waiting in a lane.
@@ -128,6 +129,8 @@ impl Lanes {
 /// An open `Lookup` stream.
 struct Stream {
     endpoint: usize,
+    /// Counts the stream on its connection.
+    _lease: Lease,
     requests: mpsc::Sender<pb::LookupRequest>,
     answers: tonic::Streaming<pb::LookupResponse>,
 }
@@ -271,19 +274,19 @@ impl Lane {
             tokio_stream::wrappers::ReceiverStream::new(rx),
             None,
         );
-        let opened = tokio::time::timeout(
-            self.answer_timeout,
-            UuidMapClient::new(self.endpoints.get(i).channel.clone()).lookup(r),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(tonic::Status::deadline_exceeded(
-                "the Lookup stream did not open in time",
-            ))
-        });
+        let (channel, lease) = self.endpoints.get(i).pool.lease();
+        let opened =
+            tokio::time::timeout(self.answer_timeout, UuidMapClient::new(channel).lookup(r))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(tonic::Status::deadline_exceeded(
+                        "the Lookup stream did not open in time",
+                    ))
+                });
         match opened {
             Ok(answers) => Ok(Stream {
                 endpoint: i,
+                _lease: lease,
                 requests,
                 answers: answers.into_inner(),
             }),

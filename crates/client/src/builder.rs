@@ -13,6 +13,7 @@ use crate::budget::{RetryBudget, RetryBudgetConfig};
 use crate::client::{Client, Shared};
 use crate::endpoints::{self, Endpoints};
 use crate::error::ClientError;
+use crate::pool::{Pool, PoolConfig};
 use crate::retry::RetryPolicy;
 
 /// Builds a [`Client`]; start from [`Client::builder`].
@@ -33,6 +34,7 @@ pub struct ClientBuilder {
     max_batch_keys: usize,
     max_in_flight: usize,
     max_waiting: usize,
+    pool: PoolConfig,
 }
 
 impl Default for ClientBuilder {
@@ -53,6 +55,7 @@ impl Default for ClientBuilder {
             max_batch_keys: 4096,
             max_in_flight: 1024,
             max_waiting: 4096,
+            pool: PoolConfig::default(),
         }
     }
 }
@@ -161,6 +164,13 @@ impl ClientBuilder {
         self
     }
 
+    /// The connections to each endpoint ([`PoolConfig::default`]: 2 of 100
+    /// streams, idle ones closed after 60 s).
+    pub fn connections(mut self, pool: PoolConfig) -> Self {
+        self.pool = pool;
+        self
+    }
+
     /// The client. Connections are made when first needed, so a server
     /// that is down is not an error here; use [`ClientBuilder::connect`] to
     /// find out at once. Must be called within a tokio runtime (the health
@@ -205,17 +215,17 @@ impl ClientBuilder {
                 .as_ref()
                 .and_then(|c| c.iter().find(|(u, _)| u == url))
                 .map(|(_, ch)| ch.clone());
-            let channel = match ready {
-                Some(channel) => channel,
-                None => self.endpoint(url)?.connect_lazy(),
-            };
-            list.push((url.clone(), channel));
+            list.push((
+                url.clone(),
+                Pool::new(self.endpoint(url)?, self.pool, ready),
+            ));
         }
         let endpoints = Arc::new(Endpoints::new(list));
         tokio::spawn(endpoints::probe(
             Arc::downgrade(&endpoints),
             self.health_interval,
             self.connect_timeout,
+            self.pool.idle_timeout,
         ));
         Ok(Client::new(Shared::new(
             endpoints,

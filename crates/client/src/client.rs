@@ -196,6 +196,12 @@ impl Client {
         }
     }
 
+    /// How many connections to endpoint `i` (in the builder's order) are
+    /// open now.
+    pub fn open_connections(&self, i: usize) -> usize {
+        self.shared.endpoints.get(i).pool.open()
+    }
+
     /// Whether endpoint `i` (in the builder's order) is pessimized now.
     pub fn is_pessimized(&self, i: usize) -> bool {
         self.shared.endpoints.is_pessimized(i)
@@ -395,9 +401,12 @@ impl Client {
         let endpoints = &self.shared.endpoints;
         self.run(rpc, idempotent, |remaining, avoid| {
             let i = endpoints.pick(avoid);
-            let answer = call(endpoints.get(i).channel.clone(), remaining);
+            let (channel, lease) = endpoints.get(i).pool.lease();
+            let answer = call(channel, remaining);
             async move {
-                match answer.await {
+                let answer = answer.await;
+                drop(lease);
+                match answer {
                     Ok(answer) => {
                         endpoints.succeeded(i);
                         Ok(answer)

@@ -1,9 +1,9 @@
 //! The servers a client calls, and which of them to call next.
 //!
-//! Each endpoint is one server address with one HTTP/2 channel (tonic's,
-//! which connects when first used and reconnects after a failure; a DNS
-//! name is resolved again at each connection). Calls go round the healthy
-//! endpoints in turn.
+//! Each endpoint is one server address with a small pool of HTTP/2
+//! connections ([`crate::pool`]; tonic channels, which connect when first
+//! used and reconnect after a failure; a DNS name is resolved again at each
+//! connection). Calls go round the healthy endpoints in turn.
 //!
 //! A failure that says the server cannot be reached ([`RetryClass::Fast`]
 //! from the transport, or a transport failure after sending) *pessimizes*
@@ -16,25 +16,26 @@
 //! is found even between probes.
 //!
 //! Lock-free: the list is fixed when the client is built; the state of an
-//! endpoint is atomics.
+//! endpoint is atomics. The same task that probes also closes the pools'
+//! idle connections.
 
-use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::error::RetryClass;
+use crate::pool::Pool;
 
 /// One server.
 #[derive(Debug)]
 pub(crate) struct Endpoint {
     /// As given to the builder.
     pub(crate) url: String,
-    pub(crate) channel: Channel,
+    pub(crate) pool: Arc<Pool>,
     pessimized: AtomicBool,
     /// Microseconds from the list's start of the last pessimization.
     pessimized_at: AtomicU64,
@@ -50,13 +51,13 @@ pub(crate) struct Endpoints {
 }
 
 impl Endpoints {
-    pub(crate) fn new(list: Vec<(String, Channel)>) -> Endpoints {
+    pub(crate) fn new(list: Vec<(String, Pool)>) -> Endpoints {
         Endpoints {
             list: list
                 .into_iter()
-                .map(|(url, channel)| Endpoint {
+                .map(|(url, pool)| Endpoint {
                     url,
-                    channel,
+                    pool: Arc::new(pool),
                     pessimized: AtomicBool::new(false),
                     pessimized_at: AtomicU64::new(0),
                 })
@@ -132,19 +133,29 @@ impl Endpoints {
 
 /// Probes the pessimized endpoints every `interval` until the client is
 /// dropped; an endpoint that answers SERVING within `timeout` is healthy
-/// again.
-pub(crate) async fn probe(endpoints: Weak<Endpoints>, interval: Duration, timeout: Duration) {
+/// again. Also closes the connections idle for `idle_timeout`.
+pub(crate) async fn probe(
+    endpoints: Weak<Endpoints>,
+    interval: Duration,
+    timeout: Duration,
+    idle_timeout: Duration,
+) {
     loop {
         tokio::time::sleep(interval).await;
         let Some(endpoints) = endpoints.upgrade() else {
             return;
         };
         for i in 0..endpoints.len() {
+            let e = endpoints.get(i);
+            let closed = e.pool.close_idle(idle_timeout);
+            if closed > 0 {
+                tracing::debug!(endpoint = %e.url, closed, "idle connections closed");
+            }
             if !endpoints.is_pessimized(i) {
                 continue;
             }
-            let e = endpoints.get(i);
-            let mut health = HealthClient::new(e.channel.clone());
+            let (channel, _lease) = e.pool.lease();
+            let mut health = HealthClient::new(channel);
             let mut request = tonic::Request::new(HealthCheckRequest {
                 service: String::new(),
             });
@@ -175,8 +186,8 @@ mod tests {
             (0..n)
                 .map(|i| {
                     let url = format!("http://127.0.0.1:{}", 1 + i);
-                    let channel = Channel::from_shared(url.clone()).unwrap().connect_lazy();
-                    (url, channel)
+                    let endpoint = tonic::transport::Endpoint::from_shared(url.clone()).unwrap();
+                    (url, Pool::new(endpoint, Default::default(), None))
                 })
                 .collect(),
         )

@@ -32,7 +32,8 @@
 //! - **Endpoints** ([`endpoints`](crate::ClientBuilder::endpoints)): calls
 //!   go round the healthy servers; one that cannot be reached is
 //!   pessimized (skipped) and probed with `grpc.health.v1` until it serves
-//!   again.
+//!   again. Each has a small pool of HTTP/2 connections ([`PoolConfig`]):
+//!   the hot one first, more under load, idle ones closed.
 //! - **Retries** ([`RetryPolicy`], [`RetryBudget`]): every failure has a
 //!   class ([`ClientError::retry_class`]); reads are retried after any
 //!   transient failure, writes only when nothing was done (or when marked
@@ -57,7 +58,7 @@
 //! server.
 //!
 //! - `builder`: [`ClientBuilder`]; `client`: [`Client`] and the retry loop;
-//!   `endpoints`: health and pessimization; `batch`: auto-batching;
+//!   `endpoints`: health and pessimization; `pool`: the connections; `batch`: auto-batching;
 //!   `scan`: [`ScanStream`]; `watch`: [`WatchStream`], [`FollowStream`];
 //!   `retry`: backoffs; `budget`: the retry
 //!   budget; `error`: [`ClientError`] and [`RetryClass`].
@@ -70,6 +71,7 @@ mod builder;
 mod client;
 mod endpoints;
 pub mod error;
+mod pool;
 mod retry;
 mod scan;
 mod watch;
@@ -81,6 +83,7 @@ pub use budget::{RetryBudget, RetryBudgetConfig};
 pub use builder::ClientBuilder;
 pub use client::{Client, ClientCounters, WriteOp};
 pub use error::{ClientError, RetryClass};
+pub use pool::PoolConfig;
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use scan::{ScanOptions, ScanPage, ScanStream, unpack_entries};
 pub use watch::{Follow, FollowStream, WatchBatch, WatchStream};

@@ -16,6 +16,7 @@ use uuidmap_proto::v1 as pb;
 
 use crate::client::{Client, endpoint_failure, uuid_of};
 use crate::error::ClientError;
+use crate::pool::Lease;
 use pb::uuid_map_client::UuidMapClient;
 
 /// What to scan.
@@ -53,7 +54,7 @@ pub struct ScanStream {
     /// Entries given so far.
     delivered: u64,
     done: bool,
-    open: Option<(usize, tonic::Streaming<pb::ScanResponse>)>,
+    open: Option<(usize, tonic::Streaming<pb::ScanResponse>, Lease)>,
     /// Failures since the last page.
     failures: u32,
     /// The first call's applied LSN.
@@ -89,14 +90,14 @@ impl ScanStream {
             if self.done {
                 return Ok(None);
             }
-            let (endpoint, stream) = match self.open.take() {
+            let (endpoint, stream, lease) = match self.open.take() {
                 Some(open) => open,
                 None => self.start().await?,
             };
             let page_timeout = self.client.timeout();
             let message = match tokio::time::timeout(page_timeout, stream_message(stream)).await {
                 Ok((Ok(message), stream)) => {
-                    self.open = Some((endpoint, stream));
+                    self.open = Some((endpoint, stream, lease));
                     message
                 }
                 Ok((Err(status), _)) => {
@@ -162,7 +163,9 @@ impl ScanStream {
     }
 
     /// Opens the scan from the cursor (through the retry loop).
-    async fn start(&mut self) -> Result<(usize, tonic::Streaming<pb::ScanResponse>), ClientError> {
+    async fn start(
+        &mut self,
+    ) -> Result<(usize, tonic::Streaming<pb::ScanResponse>, Lease), ClientError> {
         let request = pb::ScanRequest {
             cursor: self.options.cursor.clone(),
             split: self.options.split,
@@ -189,10 +192,10 @@ impl ScanStream {
                 // The scan itself has no deadline; opening it does (the
                 // retry loop bounds this attempt by what is left).
                 let r = client.stream_request(request.clone());
-                let channel = endpoints.get(i).channel.clone();
+                let (channel, lease) = endpoints.get(i).pool.lease();
                 async move {
                     match UuidMapClient::new(channel).scan(r).await {
-                        Ok(stream) => Ok((i, stream.into_inner())),
+                        Ok(stream) => Ok((i, stream.into_inner(), lease)),
                         Err(status) => Err(endpoint_failure(endpoints, i, "Scan", status)),
                     }
                 }

@@ -22,6 +22,7 @@ use uuidmap_proto::v1 as pb;
 
 use crate::client::{Client, endpoint_failure, uuid_of};
 use crate::error::ClientError;
+use crate::pool::Lease;
 use crate::scan::{ScanOptions, ScanStream};
 use pb::uuid_map_client::UuidMapClient;
 
@@ -40,7 +41,7 @@ pub struct WatchStream {
     client: Client,
     /// The last LSN delivered (or the one the watch started after).
     after: u64,
-    open: Option<(usize, tonic::Streaming<pb::WatchResponse>)>,
+    open: Option<(usize, tonic::Streaming<pb::WatchResponse>, Lease)>,
     buffered: VecDeque<WatchBatch>,
     /// Failures since the last message.
     failures: u32,
@@ -69,13 +70,13 @@ impl WatchStream {
                 self.after = batch.lsn;
                 return Ok(batch);
             }
-            let (endpoint, mut stream) = match self.open.take() {
+            let (endpoint, mut stream, lease) = match self.open.take() {
                 Some(open) => open,
                 None => self.start().await?,
             };
             match stream.message().await {
                 Ok(Some(message)) => {
-                    self.open = Some((endpoint, stream));
+                    self.open = Some((endpoint, stream, lease));
                     self.failures = 0;
                     for b in message.batches {
                         // A batch already delivered cannot come again from
@@ -102,7 +103,9 @@ impl WatchStream {
         }
     }
 
-    async fn start(&mut self) -> Result<(usize, tonic::Streaming<pb::WatchResponse>), ClientError> {
+    async fn start(
+        &mut self,
+    ) -> Result<(usize, tonic::Streaming<pb::WatchResponse>, Lease), ClientError> {
         let client = &self.client;
         let endpoints = client.endpoints();
         let after = self.after;
@@ -110,10 +113,10 @@ impl WatchStream {
             .run("Watch", true, |_remaining, avoid| {
                 let i = endpoints.pick(avoid);
                 let r = client.stream_request(pb::WatchRequest { after_lsn: after });
-                let channel = endpoints.get(i).channel.clone();
+                let (channel, lease) = endpoints.get(i).pool.lease();
                 async move {
                     match UuidMapClient::new(channel).watch(r).await {
-                        Ok(stream) => Ok((i, stream.into_inner())),
+                        Ok(stream) => Ok((i, stream.into_inner(), lease)),
                         Err(status) => Err(endpoint_failure(endpoints, i, "Watch", status)),
                     }
                 }
