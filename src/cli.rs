@@ -227,7 +227,7 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
     match command {
         ClientCommand::Get { key, connect } => {
             let c = Client::connect(&connect.options()).await?;
-            match c.get(key.uuid()).await? {
+            match c.get_unary(key.uuid()).await? {
                 Some(value) => {
                     println!("{value}");
                     Ok(EXIT_OK)

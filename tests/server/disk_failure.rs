@@ -111,6 +111,12 @@ async fn a_full_disk_makes_writes_and_snapshots_unavailable_keeps_reads_and_reco
         assert!(acked < 10_000, "the disk never filled");
     };
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    // Nothing was logged: the outcome is known (not applied), so the
+    // answer carries no `uuidmap-outcome: unknown`.
+    assert!(
+        refused.metadata().get("uuidmap-outcome").is_none(),
+        "{refused:?}"
+    );
     assert!(
         refused.message().contains("disk is full"),
         "{}",
@@ -169,6 +175,36 @@ async fn a_disk_that_fails_every_call_makes_writes_unavailable_and_the_server_st
         }
         other => panic!("a stop whose final snapshot failed: {other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_marks_the_outcome_of_the_write_unknown() {
+    let io = SimIo::new();
+    let mut config = config(Path::new("/data"));
+    config.wal_preallocate = uuidmap::store::wal::Preallocate::Off;
+    config.fsync = uuidmap::writer::FsyncPolicy::Always;
+    let server = TestServer::start_on(config, Some(Arc::new(io.clone()))).await;
+    let mut c = server.client().await;
+    put(&mut c, 1).await.unwrap();
+    io.set_sync_failure_after(Some(0));
+    let failed = put(&mut c, 2).await.unwrap_err();
+    assert_eq!(failed.code(), Code::Unavailable, "{failed:?}");
+    assert!(
+        failed.message().contains("may or may not survive"),
+        "{failed:?}"
+    );
+    assert_eq!(
+        failed
+            .metadata()
+            .get("uuidmap-outcome")
+            .map(|v| v.to_str().unwrap()),
+        Some("unknown"),
+        "the batch may have reached the disk: a client must not resend it blindly"
+    );
+    drop(c);
+    // The server accepts no more writes; its stop may report the failed
+    // final snapshot.
+    let _ = server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,9 +5,9 @@
 //!
 //! | class | failures | retried |
 //! | --- | --- | --- |
-//! | [`RetryClass::Fast`] | connection refused or not made; the stream refused before the server read it (`REFUSED_STREAM`); `UNAVAILABLE` sent by the server (stopping, or its disk failed: nothing was applied) | always, fast backoff |
+//! | [`RetryClass::Fast`] | connection refused or not made; the stream refused before the server read it (`REFUSED_STREAM`); `UNAVAILABLE` sent by the server (stopping, or its disk full: nothing was applied) | always, fast backoff |
 //! | [`RetryClass::Slow`] | `RESOURCE_EXHAUSTED` (admission shed the call: it was not run) | always, slow backoff |
-//! | [`RetryClass::Conditional`] | `DEADLINE_EXCEEDED`, a transport failure once the request may have been sent, `UNKNOWN`, `INTERNAL`, `CANCELLED` by the server or the network | only an idempotent call |
+//! | [`RetryClass::Conditional`] | `DEADLINE_EXCEEDED`, a transport failure once the request may have been sent, `UNKNOWN`, `INTERNAL`, `CANCELLED` by the server or the network, `UNAVAILABLE` marked `uuidmap-outcome: unknown` (the server's WAL fsync failed with the write in flight) | only an idempotent call |
 //! | [`RetryClass::Final`] | every other code (`INVALID_ARGUMENT`, `UNAUTHENTICATED`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, ...), a compare-and-set that found another value, bad options, a malformed answer | never |
 //!
 //! A conditional failure of a write leaves its outcome unknown: the write
@@ -60,6 +60,16 @@ impl RetryClass {
                 } else {
                     RetryClass::Conditional
                 }
+            }
+            // The server says it did nothing, unless it marks the outcome
+            // unknown (its WAL's fsync failed).
+            Unavailable
+                if status
+                    .metadata()
+                    .get(uuidmap_proto::OUTCOME_METADATA)
+                    .is_some_and(|v| v == uuidmap_proto::OUTCOME_UNKNOWN) =>
+            {
+                RetryClass::Conditional
             }
             Unavailable => RetryClass::Fast,
             DeadlineExceeded | Unknown | Internal | Cancelled => RetryClass::Conditional,
@@ -459,6 +469,17 @@ mod tests {
             transport(Code::Cancelled, h2::Error::from(h2::Reason::CANCEL)),
             RetryClass::Conditional
         );
+    }
+
+    #[test]
+    fn unavailable_with_an_unknown_outcome_is_conditional() {
+        let mut status = tonic::Status::unavailable("the write-ahead log failed");
+        status.metadata_mut().insert(
+            uuidmap_proto::OUTCOME_METADATA,
+            tonic::metadata::MetadataValue::from_static(uuidmap_proto::OUTCOME_UNKNOWN),
+        );
+        assert_eq!(RetryClass::of_status(&status), RetryClass::Conditional);
+        assert!(!RetryClass::of_status(&status).allows_retry(false));
     }
 
     #[test]

@@ -17,6 +17,17 @@ pub mod v1 {
     tonic::include_proto!("uuidmap.v1");
 }
 
+/// The metadata key (in the trailers) of a write refused with `UNAVAILABLE`
+/// whose outcome is unknown: `uuidmap-outcome: unknown`. The server sets it
+/// when the WAL's fsync failed, because a batch of the failing group may
+/// survive the restart. Every other `UNAVAILABLE` means nothing was
+/// applied, so a client may send the write again; with this key, only an
+/// idempotent one.
+pub const OUTCOME_METADATA: &str = "uuidmap-outcome";
+
+/// The value of [`OUTCOME_METADATA`].
+pub const OUTCOME_UNKNOWN: &str = "unknown";
+
 /// The encoded `FileDescriptorSet` of the protocol, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/uuidmap_descriptor.bin"));

@@ -62,9 +62,19 @@ pub fn write_error(e: WriteError) -> Status {
              one holds {len}: split it"
         )),
         WriteError::CasMismatch { .. } => Status::failed_precondition(e.to_string()),
-        WriteError::Wal(_) | WriteError::WalFailed(_) | WriteError::ShuttingDown => {
-            Status::unavailable(e.to_string())
+        // The WAL's fsync failed (the batch may have reached the disk and
+        // be replayed at the restart), or the writer ended with the batch
+        // queued: its outcome is unknown, and the client must not resend it
+        // unless it is idempotent.
+        WriteError::WalFailed(_) | WriteError::Unanswered => {
+            let mut status = Status::unavailable(e.to_string());
+            status.metadata_mut().insert(
+                uuidmap_proto::OUTCOME_METADATA,
+                tonic::metadata::MetadataValue::from_static(uuidmap_proto::OUTCOME_UNKNOWN),
+            );
+            status
         }
+        WriteError::Wal(_) | WriteError::ShuttingDown => Status::unavailable(e.to_string()),
         // A kind of refusal added to the engine after this was written:
         // nothing was applied (the engine refuses before logging), and a
         // retry may succeed.

@@ -297,7 +297,7 @@ impl WriteHandle {
             self.stats.queued.fetch_sub(1, Ordering::Relaxed);
             return Err(WriteError::ShuttingDown);
         }
-        let outcome = answer.await.unwrap_or(Err(WriteError::ShuttingDown));
+        let outcome = answer.await.unwrap_or(Err(WriteError::Unanswered));
         self.count_call(submitted);
         outcome
     }
@@ -318,7 +318,7 @@ impl WriteHandle {
         }
         let outcome = answer
             .blocking_recv()
-            .unwrap_or(Err(WriteError::ShuttingDown));
+            .unwrap_or(Err(WriteError::Unanswered));
         self.count_call(submitted);
         outcome
     }

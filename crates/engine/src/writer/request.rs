@@ -99,9 +99,17 @@ pub enum WriteError {
          find out): {0}"
     )]
     WalFailed(#[source] std::sync::Arc<StoreError>),
-    /// The writer is shutting down or has stopped.
+    /// The writer is shutting down or has stopped; the batch was refused
+    /// before it was queued.
     #[error("the server is shutting down and accepts no more writes")]
     ShuttingDown,
+    /// The batch was queued, but the writer ended without answering it (it
+    /// stopped abnormally): it may or may not have been logged.
+    #[error(
+        "the writer stopped before answering this batch, which may or may not have been applied \
+         (read the keys once the server is back to find out)"
+    )]
+    Unanswered,
 }
 
 /// True of a running writer only: each group tries the disk again (see
