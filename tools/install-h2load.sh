@@ -5,19 +5,10 @@
 #
 #   . tools/install-h2load.sh
 if ! command -v h2load >/dev/null; then
-  echo "== installing h2load (Debian package nghttp2-client)"
-  if [ "$(id -u)" -eq 0 ]; then
-    as_root=()
-  elif command -v sudo >/dev/null; then
-    as_root=(sudo)
-  else
-    as_root=(false)
-  fi
-  "${as_root[@]}" apt-get update -qq &&
-    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client ||
-    true
+  . "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh"
+  apt_install nghttp2-client || true
   command -v h2load >/dev/null || {
-    echo "h2load is missing and could not be installed (need root or sudo): apt-get install nghttp2-client" >&2
+    echo "h2load is missing and could not be installed: apt-get install nghttp2-client" >&2
     exit 2
   }
 fi

@@ -6,16 +6,7 @@
 #
 #   . tools/install-redis.sh
 if ! command -v redis-server >/dev/null; then
-  echo "== installing redis-server and redis-tools (Debian packages)"
-  if [ "$(id -u)" -eq 0 ]; then
-    as_root=()
-  elif command -v sudo >/dev/null; then
-    as_root=(sudo)
-  else
-    as_root=(false)
-  fi
-  if ! { "${as_root[@]}" apt-get update -qq &&
-    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools; }; then
-    echo "could not install redis-server (need root or sudo): the bench runs without the Redis figures" >&2
-  fi
+  . "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh"
+  apt_install redis-server redis-tools ||
+    echo "could not install redis-server: the bench runs without the Redis figures" >&2
 fi
