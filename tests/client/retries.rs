@@ -100,7 +100,10 @@ async fn a_call_to_a_server_that_never_answers_returns_at_its_deadline() {
             "{call} returned after {took:?}"
         );
         assert_eq!(e.retry_class(), RetryClass::Conditional, "{call}: {e}");
-        assert!(e.to_string().contains("deadline"), "{call}: {e}");
+        assert!(
+            e.to_string().contains("deadline of 300ms"),
+            "{call}: the call's own deadline is named: {e}"
+        );
     }
     // A shorter deadline for one call.
     let start = Instant::now();

@@ -146,7 +146,9 @@ impl ClientBuilder {
     }
 
     /// Auto-batching of [`Client::get`]: how many batches may be in flight
-    /// at once (4), and the most keys in one (4096).
+    /// at once (4), and the most keys in one (4096). Keep `max_keys` within
+    /// the server's `max_batch_keys` (65536 unless set): a batch over it is
+    /// refused whole, for every caller in it.
     pub fn batching(mut self, lanes: usize, max_keys: usize) -> Self {
         self.batch_lanes = lanes.max(1);
         self.max_batch_keys = max_keys.max(1);

@@ -322,19 +322,20 @@ impl Client {
                 }
             };
             let error = failure.error;
-            if Instant::now() >= deadline {
-                let last = match error {
-                    ClientError::DeadlineExceeded { .. } => last,
-                    other => Some(other),
-                };
+            let class = error.retry_class();
+            // The attempt ran into the call's deadline (tonic's timer, or a
+            // batch's wait), or failed in a way worth retrying with no time
+            // left: the answer is the call's own deadline, with the last
+            // real failure.
+            let timed_out = matches!(error, ClientError::DeadlineExceeded { .. });
+            if timed_out || (class.allows_retry(idempotent) && Instant::now() >= deadline) {
                 return Err(ClientError::DeadlineExceeded {
                     rpc,
                     timeout,
                     attempts,
-                    last: last.map(Box::new),
+                    last: if timed_out { last } else { Some(error) }.map(Box::new),
                 });
             }
-            let class = error.retry_class();
             avoid = failure.endpoint;
             if !class.allows_retry(idempotent) || attempts >= shared.retry.max_attempts {
                 return Err(error);
