@@ -1,5 +1,5 @@
 //! The server over a failing disk, end to end: the real server on a
-//! simulated disk (`SimIo`, given through `ServeConfig::disk`), called
+//! simulated disk (`SimIo`, given through `ServerParts::io`), called
 //! through the generated client. Every write RPC and the admin snapshot
 //! answer UNAVAILABLE with a message that says why, nothing refused is
 //! applied, reads go on, and writes resume by themselves once space
