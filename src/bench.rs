@@ -147,7 +147,8 @@ pub async fn run(args: BenchArgs) -> Result<i32, CliError> {
     };
     let calls_per_s = total.calls as f64 / elapsed;
     let keys_per_s = total.keys as f64 / elapsed;
-    let op = args.op.to_possible_value_name();
+    let op = clap::ValueEnum::to_possible_value(&args.op)
+        .map_or_else(String::new, |v| v.get_name().to_string());
     if !args.json {
         println!("op           {op}");
         println!("tasks        {} (lanes {})", args.tasks, args.lanes);
@@ -187,18 +188,6 @@ pub async fn run(args: BenchArgs) -> Result<i32, CliError> {
     } else {
         crate::cli::EXIT_OK
     })
-}
-
-trait OpName {
-    fn to_possible_value_name(&self) -> String;
-}
-
-impl OpName for BenchOp {
-    fn to_possible_value_name(&self) -> String {
-        use clap::ValueEnum;
-        self.to_possible_value()
-            .map_or_else(String::new, |v| v.get_name().to_string())
-    }
 }
 
 /// Puts entries 0..n from 64 tasks.

@@ -12,7 +12,7 @@ use uuidmap_proto::error_chain::error_chain;
 use crate::budget::{RetryBudget, RetryBudgetConfig};
 use crate::client::{Client, Shared};
 use crate::endpoints::{self, Endpoints};
-use crate::error::ClientError;
+use crate::error::{ClientError, connect_error};
 use crate::pool::{Pool, PoolConfig};
 use crate::retry::RetryPolicy;
 
@@ -309,25 +309,6 @@ fn read_pem(what: &'static str, path: &std::path::Path) -> Result<Vec<u8>, Clien
         path: path.to_path_buf(),
         source,
     })
-}
-
-/// Names a refused connection plainly; otherwise the whole cause.
-fn connect_error(server: &str, e: &tonic::transport::Error) -> ClientError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::ConnectionRefused
-        {
-            return ClientError::Refused {
-                server: server.to_string(),
-            };
-        }
-        source = cause.source();
-    }
-    ClientError::Connect {
-        server: server.to_string(),
-        why: error_chain(e),
-    }
 }
 
 #[cfg(test)]

@@ -235,20 +235,20 @@ impl Client {
         request(&self.shared.token, message, None)
     }
 
-    /// Whether a failure allows retry number `retry` of a read (the budget
-    /// paying for it).
-    pub(crate) async fn may_retry(&self, error: &ClientError, retry: u32) -> bool {
-        error.retry_class().allows_retry(true)
+    /// Before a stream (a read) is opened again after its `retry`th
+    /// failure in a row: false if `error` does not allow it (its class, the
+    /// attempts, the budget); otherwise waits the backoff of its class and
+    /// answers true.
+    pub(crate) async fn wait_to_resume(&self, error: &ClientError, retry: u32) -> bool {
+        let class = error.retry_class();
+        let allowed = class.allows_retry(true)
             && retry < self.shared.retry.max_attempts
             && (self.shared.budget.withdraw()
-                || self.wait_for_budget(Instant::now() + self.timeout()).await)
-    }
-
-    /// Waits the backoff of `error`'s class before retry number `retry`.
-    pub(crate) async fn backoff(&self, error: &ClientError, retry: u32) {
-        if let Some(b) = self.shared.retry.backoff(error.retry_class()) {
+                || self.wait_for_budget(Instant::now() + self.timeout()).await);
+        if allowed && let Some(b) = self.shared.retry.backoff(class) {
             tokio::time::sleep(b.delay(retry)).await;
         }
+        allowed
     }
 
     /// Runs `attempt` under the retry loop (see the module doc).
@@ -768,20 +768,11 @@ pub(crate) fn endpoint_failure(
         };
     }
     let from_transport = std::error::Error::source(&status).is_some();
-    let error = match crate::error::connect_failure(&status) {
+    let error = if crate::error::is_connect_failure(&status) {
         // The connection was not made: say to what, and why.
-        Some(refused) => {
-            let server = endpoints.get(i).url.clone();
-            if refused {
-                ClientError::Refused { server }
-            } else {
-                ClientError::Connect {
-                    server,
-                    why: uuidmap_proto::error_chain::error_chain(&status),
-                }
-            }
-        }
-        None => ClientError::Status { rpc, status },
+        crate::error::connect_error(&endpoints.get(i).url, &status)
+    } else {
+        ClientError::Status { rpc, status }
     };
     endpoints.failed(i, error.retry_class(), from_transport);
     Failure {

@@ -80,71 +80,66 @@ impl RetryClass {
     }
 }
 
+/// `e`'s sources, from its first cause down (not `e` itself).
+fn causes<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(e.source(), |c| c.source())
+}
+
 /// Whether `status` is tonic's own "Timeout expired": the deadline the
 /// client sent passed with no answer.
 pub(crate) fn is_local_timeout(status: &tonic::Status) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(e) = cause {
-        if e.downcast_ref::<tonic::TimeoutExpired>().is_some() {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
+    causes(status).any(|c| c.is::<tonic::TimeoutExpired>())
 }
 
-/// For a status made from a failure to connect (tonic's `ConnectError`):
-/// `Some(true)` if the connection was refused, `Some(false)` for any other
-/// reason; `None` for every other status.
-pub(crate) fn connect_failure(status: &tonic::Status) -> Option<bool> {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    let mut connect = false;
-    while let Some(e) = cause {
-        connect |= e.downcast_ref::<tonic::ConnectError>().is_some();
-        if connect
-            && let Some(io) = e.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::ConnectionRefused
-        {
-            return Some(true);
+/// Whether `status` was made from a failure to connect (tonic's
+/// `ConnectError`).
+pub(crate) fn is_connect_failure(status: &tonic::Status) -> bool {
+    causes(status).any(|c| c.is::<tonic::ConnectError>())
+}
+
+/// A failure to connect to `server`: a refused connection named plainly,
+/// anything else with its whole cause.
+pub(crate) fn connect_error(server: &str, e: &(dyn std::error::Error + 'static)) -> ClientError {
+    let refused = causes(e).any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+    });
+    if refused {
+        ClientError::Refused {
+            server: server.to_string(),
         }
-        cause = e.source();
+    } else {
+        ClientError::Connect {
+            server: server.to_string(),
+            why: uuidmap_proto::error_chain::error_chain(e),
+        }
     }
-    connect.then_some(false)
 }
 
 /// Whether a transport failure happened before the request left: the
 /// connection was never made, or HTTP/2 refused the stream (which, by the
 /// protocol, the server has not processed).
 fn never_sent(status: &tonic::Status) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionRefused
-                    | std::io::ErrorKind::AddrNotAvailable
-                    | std::io::ErrorKind::HostUnreachable
-                    | std::io::ErrorKind::NetworkUnreachable
-            )
-        {
-            return true;
-        }
-        if e.downcast_ref::<tonic::ConnectError>().is_some() {
-            return true;
-        }
-        if let Some(h2) = e.downcast_ref::<h2::Error>()
-            && h2.reason() == Some(h2::Reason::REFUSED_STREAM)
-        {
-            return true;
-        }
-        // hyper-util's connector names its failures so; its error type is
-        // private.
-        if e.to_string().starts_with("tcp connect error") {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
+    is_connect_failure(status)
+        || causes(status).any(|e| {
+            let unreachable = e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    std::io::ErrorKind::ConnectionRefused
+                        | std::io::ErrorKind::AddrNotAvailable
+                        | std::io::ErrorKind::HostUnreachable
+                        | std::io::ErrorKind::NetworkUnreachable
+                )
+            });
+            let refused_stream = e
+                .downcast_ref::<h2::Error>()
+                .is_some_and(|h2| h2.reason() == Some(h2::Reason::REFUSED_STREAM));
+            // hyper-util's connector names its failures so; its error type
+            // is private.
+            unreachable || refused_stream || e.to_string().starts_with("tcp connect error")
+        })
 }
 
 /// A failed client operation.

@@ -207,12 +207,11 @@ impl ScanStream {
     async fn failed(&mut self, error: ClientError) -> Result<(), ClientError> {
         self.open = None;
         self.failures += 1;
-        if !self.client.may_retry(&error, self.failures).await {
+        tracing::debug!(%error, cursor = ?self.options.cursor, "the scan failed");
+        if !self.client.wait_to_resume(&error, self.failures).await {
             self.done = true;
             return Err(error);
         }
-        tracing::debug!(%error, cursor = ?self.options.cursor, "resuming the scan");
-        self.client.backoff(&error, self.failures).await;
         Ok(())
     }
 }

@@ -142,11 +142,10 @@ impl WatchStream {
     async fn failed(&mut self, error: ClientError) -> Result<(), ClientError> {
         self.open = None;
         self.failures += 1;
-        if !self.client.may_retry(&error, self.failures).await {
+        tracing::debug!(%error, after = self.after, "the watch failed");
+        if !self.client.wait_to_resume(&error, self.failures).await {
             return Err(error);
         }
-        tracing::debug!(%error, after = self.after, "watching again");
-        self.client.backoff(&error, self.failures).await;
         Ok(())
     }
 }
