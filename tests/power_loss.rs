@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -556,4 +557,156 @@ fn a_failed_fsync_fails_the_wal_for_good_and_loses_no_acknowledged_batch() {
             }
         }
     }
+}
+
+/// Writers of the overlap tests, and the keys each writes in turn.
+const OVERLAP_WRITERS: u64 = 6;
+
+fn writer_key(t: u64, i: u64) -> Key {
+    Key::new(key(1_000 + t * 1_000_000 + i)).unwrap()
+}
+
+/// Starts `OVERLAP_WRITERS` threads, each putting its keys 0, 1, 2, … one
+/// batch at a time until `stop` is set or a write fails, counting its
+/// acknowledged writes in `acked[t]`.
+fn start_writers(
+    d: &Arc<DurableIndex>,
+    acked: &Arc<Vec<AtomicU64>>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..OVERLAP_WRITERS)
+        .map(|t| {
+            let (d, acked, stop) = (d.clone(), acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for i in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let op = WriteOp::Put {
+                        key: writer_key(t, i),
+                        value: value(i),
+                    };
+                    if d.writes().write_blocking(vec![op]).is_err() {
+                        return;
+                    }
+                    acked[t as usize].store(i + 1, Ordering::Release);
+                }
+            })
+        })
+        .collect()
+}
+
+/// Checks a recovered store against the writers: each writer's writes are
+/// there as a prefix (they took increasing LSNs), at least `acked[t]` long.
+fn check_writers(d: &DurableIndex, acked: &[u64], context: &str) {
+    for (t, &acked) in acked.iter().enumerate() {
+        let t = t as u64;
+        let kept = (0..)
+            .take_while(|&i| d.index().get(writer_key(t, i).as_uuid()).is_some())
+            .count() as u64;
+        assert!(
+            kept >= acked,
+            "{context}: writer {t} had {acked} writes acknowledged, {kept} survived"
+        );
+        for i in 0..kept {
+            assert_eq!(
+                d.index().get(writer_key(t, i).as_uuid()),
+                Some(value(i)),
+                "{context}: writer {t}'s write {i} has the wrong value"
+            );
+        }
+        for i in kept + 1..kept + 8 {
+            assert_eq!(
+                d.index().get(writer_key(t, i).as_uuid()),
+                None,
+                "{context}: writer {t}'s write {i} survived without write {kept}"
+            );
+        }
+    }
+}
+
+fn overlapped(d: &DurableIndex) -> u64 {
+    d.stats().overlapped_groups
+}
+
+/// Many writers under `always`, so that one group's fsync overlaps writing
+/// the next (`pipeline`, "Overlapping fsyncs"), with small WAL files so
+/// that rotations wait for fsyncs in flight, then a power loss at a random
+/// moment: every write acknowledged before it survives, and each writer's
+/// writes survive as a prefix.
+#[test]
+fn a_power_loss_while_fsyncs_overlap_keeps_every_acknowledged_write() {
+    let mut overlaps = 0;
+    for seed in 0..16u64 {
+        let io = SimIo::new();
+        let d =
+            Arc::new(DurableIndex::open(config(&io, FsyncPolicy::Always, 16 << 10, 0)).unwrap());
+        let acked: Arc<Vec<AtomicU64>> =
+            Arc::new((0..OVERLAP_WRITERS).map(|_| AtomicU64::new(0)).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers = start_writers(&d, &acked, &stop);
+        let cut = 100 + seed * 97;
+        while acked.iter().map(|a| a.load(Ordering::Acquire)).sum::<u64>() < cut {
+            std::thread::yield_now();
+        }
+        // What was acknowledged before the power loss must survive it.
+        let before: Vec<u64> = acked.iter().map(|a| a.load(Ordering::Acquire)).collect();
+        let disk = io.restart(seed);
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().unwrap();
+        }
+        overlaps += overlapped(&d);
+        drop(d);
+        let r = DurableIndex::open(config(&disk, FsyncPolicy::Always, 16 << 10, 0))
+            .unwrap_or_else(|e| panic!("seed {seed}: recovery failed: {e}"));
+        check_writers(&r, &before, &format!("seed {seed}"));
+    }
+    assert!(overlaps > 0, "no fsync overlapped: the test proves nothing");
+}
+
+/// A failed fsync while fsyncs overlap: the group in flight and the group
+/// written after it are refused with the WAL's failure, nothing is
+/// acknowledged after it, and every write acknowledged before it survives a
+/// power loss.
+#[test]
+fn a_failed_fsync_while_fsyncs_overlap_loses_no_acknowledged_write() {
+    let mut overlaps = 0;
+    for seed in 0..16u64 {
+        let io = SimIo::new();
+        let d =
+            Arc::new(DurableIndex::open(config(&io, FsyncPolicy::Always, 16 << 10, 0)).unwrap());
+        let acked: Arc<Vec<AtomicU64>> =
+            Arc::new((0..OVERLAP_WRITERS).map(|_| AtomicU64::new(0)).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers = start_writers(&d, &acked, &stop);
+        while acked.iter().map(|a| a.load(Ordering::Acquire)).sum::<u64>() < 50 {
+            std::thread::yield_now();
+        }
+        io.set_sync_failure_after(Some(seed * 3));
+        // Every writer stops at its first refused write.
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert!(
+            d.wal_failure().is_some(),
+            "seed {seed}: the failure is not reported"
+        );
+        let refused = d.writes().write_blocking(vec![WriteOp::Put {
+            key: writer_key(99, 0),
+            value: value(0),
+        }]);
+        assert!(
+            matches!(refused, Err(WriteError::WalFailed(_))),
+            "seed {seed}: a write after the failure gave {refused:?}"
+        );
+        overlaps += overlapped(&d);
+        let acked: Vec<u64> = acked.iter().map(|a| a.load(Ordering::Acquire)).collect();
+        drop(d);
+        let disk = io.restart(seed);
+        let r = DurableIndex::open(config(&disk, FsyncPolicy::Always, 16 << 10, 0))
+            .unwrap_or_else(|e| panic!("seed {seed}: recovery failed: {e}"));
+        check_writers(&r, &acked, &format!("seed {seed}"));
+    }
+    assert!(overlaps > 0, "no fsync overlapped: the test proves nothing");
 }

@@ -501,6 +501,9 @@ impl IoFile for FullFile {
     fn sync(&mut self) -> io::Result<()> {
         self.inner.sync()
     }
+    fn syncer(&self) -> io::Result<std::sync::Arc<dyn uuidmap_engine::store::FileSync>> {
+        self.inner.syncer()
+    }
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.inner.set_len(len)
     }

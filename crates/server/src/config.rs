@@ -35,6 +35,7 @@
 //! max_replay_ms = 500                 # restart budget, or "off"; at least 1 ms
 //! replay_workers = "auto"             # or "serial", or a thread count
 //! wal_preallocate = "on"              # or "off"
+//! wal_overlap_syncs = "on"            # or "off"
 //! ```
 
 use std::net::SocketAddr;
@@ -170,6 +171,9 @@ pub struct ServeConfig {
     /// Whether WAL files are made ahead of need, zero-filled, so that each
     /// fsync is a data-only flush (the default).
     pub wal_preallocate: Preallocate,
+    /// Under `--fsync always`, whether one group's fsync overlaps writing
+    /// the next when writes keep coming (the default).
+    pub wal_overlap_syncs: bool,
     /// Take a snapshot each time this many bytes were written to the WAL.
     pub snapshot_wal_bytes: u64,
     /// Take a snapshot this long after the previous one (`None`: only on
@@ -202,6 +206,7 @@ impl ServeConfig {
             admission: AdmissionLimits::default(),
             wal_file_bytes: store.wal_segment_bytes,
             wal_preallocate: store.wal_preallocate,
+            wal_overlap_syncs: store.pipeline.overlap_syncs,
             snapshot_wal_bytes: store.pipeline.snapshot_every_bytes,
             snapshot_interval: store.snapshot_every,
             max_replay: store.max_replay,
@@ -352,6 +357,12 @@ serve_options! {
     /// cheaper; `off`: WAL files grow as they are written [default: on].
     #[arg(long, env = "UUIDMAP_WAL_PREALLOCATE")]
     wal_preallocate: Preallocate,
+    /// Under --fsync always: `on` overlaps the fsync of one write group
+    /// with writing the next while writes keep coming (a second thread
+    /// runs the fsync; a lone writer is still synced inline), `off` syncs
+    /// every group on the writer thread [default: on].
+    #[arg(long, env = "UUIDMAP_WAL_OVERLAP_SYNCS")]
+    wal_overlap_syncs: OnOff,
 }
 
 /// The command line of `uuidmap serve`: where the TOML file is, and the
@@ -393,6 +404,22 @@ where
     text.parse()
         .map(Some)
         .map_err(|e| serde::de::Error::custom(format!("{e}")))
+}
+
+/// A switch: `on` or `off` (also `true` or `false`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OnOff(pub bool);
+
+impl FromStr for OnOff {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "on" | "true" => Ok(OnOff(true)),
+            "off" | "false" => Ok(OnOff(false)),
+            _ => Err(format!("{s:?} is not a switch: give `on` or `off`")),
+        }
+    }
 }
 
 /// `--max-replay-ms`: milliseconds, or `off` (`None`).
@@ -619,6 +646,9 @@ impl ServeOptions {
         }
         c.replay_workers = self.replay_workers.unwrap_or(c.replay_workers);
         c.wal_preallocate = self.wal_preallocate.unwrap_or(c.wal_preallocate);
+        c.wal_overlap_syncs = self
+            .wal_overlap_syncs
+            .map_or(c.wal_overlap_syncs, |OnOff(on)| on);
         Ok(c)
     }
 }
@@ -919,6 +949,14 @@ max_replay_ms = 250
         assert_eq!(defaults.wal_preallocate, Preallocate::Background);
         let off = parse(&["serve", "--wal-preallocate", "off"]).unwrap();
         assert_eq!(off.resolve().unwrap().wal_preallocate, Preallocate::Off);
+        assert!(defaults.wal_overlap_syncs);
+        let off = parse(&["serve", "--wal-overlap-syncs", "off"]).unwrap();
+        assert!(!off.resolve().unwrap().wal_overlap_syncs);
+        let e = parse(&["serve", "--wal-overlap-syncs", "maybe"]).unwrap_err();
+        assert!(
+            e.contains("--wal-overlap-syncs") && e.contains("`on`"),
+            "{e}"
+        );
         let e = parse(&["serve", "--wal-preallocate", "sometimes"]).unwrap_err();
         assert!(e.contains("--wal-preallocate") && e.contains("`on`"), "{e}");
         assert_eq!(defaults.replay_workers, ReplayWorkers::PerCore);

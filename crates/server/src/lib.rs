@@ -383,6 +383,7 @@ async fn open(config: &ServeConfig, io: Arc<dyn Io>) -> Result<Arc<DurableIndex>
     durable.pipeline.policy = config.fsync;
     durable.wal_segment_bytes = config.wal_file_bytes;
     durable.wal_preallocate = config.wal_preallocate;
+    durable.pipeline.overlap_syncs = config.wal_overlap_syncs;
     durable.pipeline.snapshot_every_bytes = config.snapshot_wal_bytes;
     durable.snapshot_every = config.snapshot_interval;
     durable.max_replay = config.max_replay;

@@ -15,6 +15,7 @@
 //! | `uuidmap_wal_bytes` | counter | | WAL bytes written since start |
 //! | `uuidmap_write_groups` | counter | | groups the writer committed |
 //! | `uuidmap_write_batches` | counter | | write batches applied |
+//! | `uuidmap_write_overlapped_groups` | counter | | groups whose fsync overlapped writing the next group |
 //! | `uuidmap_write_calls` | counter | | write calls answered |
 //! | `uuidmap_write_step_seconds_total` | counter | `step` | where writes' time went: `queue`, `decide` (per batch), `wal_write`, `wal_sync`, `apply`, `complete` (per group), `call` (whole calls) |
 //! | `uuidmap_snapshot_age_seconds` | gauge | | since the newest snapshot this process wrote (absent: none yet) |
@@ -417,6 +418,12 @@ pub fn render(durable: &DurableIndex) -> String {
         "counter",
         "Groups the writer committed (one WAL write and, under always, one fsync each).",
         s.groups as f64,
+    );
+    series(
+        "uuidmap_write_overlapped_groups",
+        "counter",
+        "Groups whose fsync ran on the sync thread while the next group was written.",
+        s.overlapped_groups as f64,
     );
     series(
         "uuidmap_write_batches",

@@ -66,7 +66,7 @@ use crate::data::SplitMix64;
 
 use uuidmap_engine::store::dir_lock::DirLock;
 use uuidmap_engine::store::error::StoreError;
-use uuidmap_engine::store::io::{Io, IoFile, MappedFile};
+use uuidmap_engine::store::io::{FileSync, Io, IoFile, MappedFile};
 
 /// A handle to one simulated disk; clones share it.
 #[derive(Clone, Default)]
@@ -571,6 +571,42 @@ impl Io for SimIo {
     }
 }
 
+/// A sync-only handle on a [`SimFile`] (for the pipeline's sync thread).
+struct SimFileSync {
+    disk: Arc<Mutex<Disk>>,
+    inode: u64,
+}
+
+impl FileSync for SimFileSync {
+    fn sync(&self) -> io::Result<()> {
+        sync_inode(&self.disk, self.inode)
+    }
+}
+
+/// Fsyncs the file `inode` (with the fault schedule's crash and EIO).
+fn sync_inode(disk: &Mutex<Disk>, inode: u64) -> io::Result<()> {
+    let mut disk = lock(disk);
+    disk.step()?;
+    let fail = match disk.sync_failure_after {
+        Some(0) => {
+            disk.sync_failure_after = None;
+            true
+        }
+        Some(k) => {
+            disk.sync_failure_after = Some(k - 1);
+            false
+        }
+        None => false,
+    };
+    let inode = disk.inodes.get_mut(&inode).expect("an open file's inode");
+    if fail {
+        inode.forget_pending();
+        return Err(io::Error::from_raw_os_error(libc::EIO));
+    }
+    inode.sync();
+    Ok(())
+}
+
 impl IoFile for SimFile {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         let mut disk = lock(&self.disk);
@@ -608,29 +644,14 @@ impl IoFile for SimFile {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        let mut disk = lock(&self.disk);
-        disk.step()?;
-        let fail = match disk.sync_failure_after {
-            Some(0) => {
-                disk.sync_failure_after = None;
-                true
-            }
-            Some(k) => {
-                disk.sync_failure_after = Some(k - 1);
-                false
-            }
-            None => false,
-        };
-        let inode = disk
-            .inodes
-            .get_mut(&self.inode)
-            .expect("an open file's inode");
-        if fail {
-            inode.forget_pending();
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
-        inode.sync();
-        Ok(())
+        sync_inode(&self.disk, self.inode)
+    }
+
+    fn syncer(&self) -> io::Result<Arc<dyn FileSync>> {
+        Ok(Arc::new(SimFileSync {
+            disk: Arc::clone(&self.disk),
+            inode: self.inode,
+        }))
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {

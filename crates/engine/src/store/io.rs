@@ -26,6 +26,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use super::dir_lock::DirLock;
 use super::error::StoreError;
@@ -94,6 +95,12 @@ pub trait IoFile: Send {
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Makes every byte written so far durable (fdatasync).
     fn sync(&mut self) -> io::Result<()>;
+    /// A second handle on the same file that can only sync it, for a
+    /// thread that fsyncs one group while the writer writes the next (see
+    /// `writer::sync_thread`). Its `sync` makes durable at least every byte
+    /// written through this handle before the call began; bytes written
+    /// while it runs may or may not be included.
+    fn syncer(&self) -> io::Result<Arc<dyn FileSync>>;
     /// Cuts (or extends with zeros) the file to `len` bytes; the next write
     /// goes at `len`. Not durable until `sync`.
     fn set_len(&mut self, len: u64) -> io::Result<()>;
@@ -103,6 +110,12 @@ pub trait IoFile: Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// A handle that only syncs a file (see [`IoFile::syncer`]).
+pub trait FileSync: Send + Sync {
+    /// Makes the file's bytes written so far durable (fdatasync).
+    fn sync(&self) -> io::Result<()>;
 }
 
 /// A whole file mapped into memory privately (copy-on-write), or, for the
@@ -295,6 +308,15 @@ impl Io for OsIo {
     }
 }
 
+/// A duplicate descriptor of an [`OsFile`], used only to fsync it.
+struct OsFileSync(File);
+
+impl FileSync for OsFileSync {
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
 impl IoFile for OsFile {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         match self.file.write_all(buf) {
@@ -322,6 +344,10 @@ impl IoFile for OsFile {
 
     fn sync(&mut self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    fn syncer(&self) -> io::Result<Arc<dyn FileSync>> {
+        Ok(Arc::new(OsFileSync(self.file.try_clone()?)))
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {

@@ -27,7 +27,7 @@ pub mod wal;
 
 pub use dir_lock::{DirLock, lock_data_dir};
 pub use error::StoreError;
-pub use io::{Io, IoFile, MappedFile, OsIo};
+pub use io::{FileSync, Io, IoFile, MappedFile, OsIo};
 pub use op::Op;
 pub use snapshot::{
     OpenedSnapshot, RestoredIndex, SnapshotInfo, list_snapshots, open_snapshot, write_snapshot,

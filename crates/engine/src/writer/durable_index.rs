@@ -142,6 +142,8 @@ pub struct DurableStats {
     pub groups: u64,
     /// Batches in the committed groups.
     pub batches: u64,
+    /// Groups whose fsync overlapped writing the next group.
+    pub overlapped_groups: u64,
     /// Where writes' time went since start: (step, nanoseconds), see
     /// `pipeline::WriteSteps`; `call` is whole write calls.
     pub write_step_ns: [(&'static str, u64); 7],
@@ -361,6 +363,7 @@ impl DurableIndex {
             max_replay_ms: self.budget.map_or(0, |b| b.max_replay.as_millis() as u64),
             groups: p.groups.load(Ordering::Relaxed),
             batches: p.batches.load(Ordering::Relaxed),
+            overlapped_groups: p.overlapped_groups.load(Ordering::Relaxed),
             write_step_ns: {
                 let t = &p.steps;
                 let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);

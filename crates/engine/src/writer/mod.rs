@@ -3,6 +3,8 @@
 //! - `policy`: [`FsyncPolicy`].
 //! - `request`: [`WriteOp`], [`WriteOutcome`], [`WriteError`].
 //! - `pipeline`: the writer thread, group commit, [`WriteHandle`].
+//! - `sync_thread`: the thread that fsyncs one group while the next is
+//!   written.
 //! - `snapshotter`: the snapshot thread and its triggers.
 //! - `durable_index`: [`DurableIndex`], recovery plus both threads.
 
@@ -11,6 +13,7 @@ mod pipeline;
 mod policy;
 mod request;
 mod snapshotter;
+mod sync_thread;
 
 pub use durable_index::{DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats};
 pub use pipeline::{

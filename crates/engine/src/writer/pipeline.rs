@@ -19,6 +19,27 @@
 //! 6. **completes** the callers, through one-shot channels: completing only
 //!    wakes the caller's task or thread, so no caller code runs here.
 //!
+//! # Overlapping fsyncs
+//!
+//! Under `always`, when writes keep coming (the group holds several
+//! batches, or more wait in the queue), step 3 runs on the sync thread
+//! (`sync_thread`) instead: the group's records are written, and while
+//! its fsync runs the thread decides and writes the *next* group. When
+//! that one is written, the thread waits for the first group's fsync,
+//! starts the second group's, and only then applies and completes the
+//! first. So the disk goes from one fsync to the next without waiting for
+//! the thread, and at most one group is *in flight* (written, its fsync
+//! running, not applied).
+//!
+//! A batch decided while a group is in flight checks its compare-and-sets
+//! against the index plus the in-flight group's writes plus the earlier
+//! batches of its own group: the overlay covers every write that is
+//! decided but not applied. Nothing else changes: a group is applied and
+//! answered only after its own fsync (and every earlier one) succeeded, in
+//! LSN order, and a failed fsync fails the group in flight and the group
+//! written after it. A lone writer never waits for a second thread: with
+//! one batch and an empty queue the group is synced inline.
+//!
 //! So batches become visible strictly in LSN order, a batch is visible
 //! only once it is as durable as the policy promises, and a caller that
 //! gets its LSN can read its own write at once.
@@ -56,6 +77,7 @@ use uuid::Uuid;
 
 use super::policy::FsyncPolicy;
 use super::request::{WriteError, WriteOp, WriteOutcome};
+use super::sync_thread::SyncThread;
 use crate::store::wal::WalWriter;
 use crate::store::{Op, StoreError};
 use uuidmap_index::sync::LsnWatermark;
@@ -75,6 +97,9 @@ pub struct PipelineConfig {
     /// Ask for a snapshot each time this many WAL bytes were written
     /// (0: never).
     pub snapshot_every_bytes: u64,
+    /// Under `always`, overlap one group's fsync with writing the next
+    /// (module docs); `false` syncs every group inline.
+    pub overlap_syncs: bool,
 }
 
 impl Default for PipelineConfig {
@@ -85,6 +110,7 @@ impl Default for PipelineConfig {
             max_batch_ops: 100_000,
             max_group_ops: 1 << 16,
             snapshot_every_bytes: 256 << 20,
+            overlap_syncs: true,
         }
     }
 }
@@ -105,6 +131,9 @@ pub struct PipelineStats {
     pub groups: AtomicU64,
     /// Batches applied.
     pub batches: AtomicU64,
+    /// Groups whose fsync ran on the sync thread while the next group was
+    /// decided and written (module docs, "Overlapping fsyncs").
+    pub overlapped_groups: AtomicU64,
     /// Groups that failed because the WAL could not be written or synced.
     pub wal_failures: AtomicU64,
     /// Batches waiting in the queue (approximate).
@@ -141,6 +170,26 @@ pub struct WriteSteps {
     pub call_ns: AtomicU64,
     /// `write` calls that got an answer.
     pub calls: AtomicU64,
+}
+
+/// Answers every batch of `group` with the WAL's failure (after a failed
+/// fsync: the outcome of each is unknown).
+fn answer_failed(group: &mut Vec<Pending>, failed: &Arc<StoreError>) {
+    for pending in group.drain(..) {
+        let _ = pending
+            .reply
+            .send(Err(WriteError::WalFailed(failed.clone())));
+    }
+}
+
+/// Folds `ops` into `overlay`, later writes over earlier ones.
+fn fold_into(overlay: &mut HashMap<Key, Option<Uuid>, ahash::RandomState>, ops: &[Op]) {
+    for op in ops {
+        match *op {
+            Op::Put { key, value } => overlay.insert(key, Some(value)),
+            Op::Delete { key } => overlay.insert(key, None),
+        };
+    }
 }
 
 /// Adds the time since `since` to `counter`.
@@ -211,6 +260,11 @@ impl Pipeline {
             stats: stats.clone(),
         };
         let next_lsn = wal.next_lsn();
+        let sync_thread = if config.overlap_syncs && config.policy == FsyncPolicy::Always {
+            Some(SyncThread::spawn()?)
+        } else {
+            None
+        };
         let state = WriterThread {
             writer,
             wal,
@@ -222,8 +276,11 @@ impl Pipeline {
             next_lsn,
             overlay: HashMap::default(),
             overlay_upto: 0,
+            overlay_has_in_flight: false,
             group: Vec::new(),
             ops: Vec::new(),
+            sync_thread,
+            in_flight: None,
             unsynced_since: None,
             wal_bytes_at_nudge: 0,
             stats,
@@ -396,6 +453,13 @@ struct Pending {
     decided: Result<(u64, std::ops::Range<usize>), WriteError>,
 }
 
+/// A group written to the WAL whose fsync runs on the sync thread: applied
+/// and answered once it succeeded.
+struct InFlight {
+    group: Vec<Pending>,
+    ops: Vec<Op>,
+}
+
 /// The state of the writer thread.
 struct WriterThread {
     writer: IndexWriter,
@@ -407,10 +471,19 @@ struct WriterThread {
     ask_for_snapshot: Option<Box<dyn FnMut() + Send>>,
     /// The LSN the next accepted batch takes.
     next_lsn: u64,
-    /// Values as `ops[..overlay_upto]` left them (`None`: removed).
+    /// Values as the in-flight group's writes (once
+    /// `overlay_has_in_flight`) and then `ops[..overlay_upto]` left them
+    /// (`None`: removed).
     overlay: HashMap<Key, Option<Uuid>, ahash::RandomState>,
     /// How many of `ops` the overlay has folded in.
     overlay_upto: usize,
+    /// Whether the overlay has folded in the in-flight group's writes.
+    overlay_has_in_flight: bool,
+    /// Runs a group's fsync while the next is written (`None`: every
+    /// group is synced inline).
+    sync_thread: Option<SyncThread>,
+    /// The group written whose fsync runs on `sync_thread`.
+    in_flight: Option<InFlight>,
     /// The group being processed.
     group: Vec<Pending>,
     /// The blind writes of the group's accepted batches.
@@ -435,6 +508,12 @@ impl WriterThread {
             .expect("building the writer thread's timer runtime");
         let mut stopping = false;
         while !stopping {
+            if self.in_flight.is_some() && rx.is_empty() {
+                // Nothing to overlap with: finish the group in flight.
+                self.settle();
+                self.idle_since = Some(Instant::now());
+                continue;
+            }
             let first = match self.wake_deadline() {
                 None => runtime.block_on(rx.recv()),
                 Some(deadline) => {
@@ -470,8 +549,9 @@ impl WriterThread {
                     Ok(Message::Sync(lsn, reply)) => {
                         // After the group: the LSN may be one of its.
                         if !self.group.is_empty() {
-                            self.commit_group();
+                            self.commit_group(false);
                         }
+                        self.settle();
                         self.sync_through(lsn, reply);
                     }
                     Ok(Message::Stop) => stopping = true,
@@ -479,10 +559,11 @@ impl WriterThread {
                 }
             }
             if !self.group.is_empty() {
-                self.commit_group();
+                self.commit_group(!rx.is_empty());
             }
             self.idle_since = Some(Instant::now());
         }
+        self.settle();
         // Whatever the policy, a stop leaves the log synced and vouched for.
         if self.failed.is_none() {
             match self.wal.vouch() {
@@ -499,7 +580,7 @@ impl WriterThread {
     /// When the thread must wake without a message: the `interval` sync,
     /// or the idle vouch.
     fn wake_deadline(&self) -> Option<Instant> {
-        if self.failed.is_some() {
+        if self.failed.is_some() || self.in_flight.is_some() {
             return None;
         }
         let vouch = match self.policy {
@@ -530,6 +611,7 @@ impl WriterThread {
 
     /// Answers a [`Message::Sync`].
     fn sync_through(&mut self, lsn: u64, reply: oneshot::Sender<Result<(), Arc<StoreError>>>) {
+        debug_assert!(self.in_flight.is_none(), "settled before");
         let result = match &self.failed {
             Some(e) => Err(e.clone()),
             None if self.wal.synced_lsn() >= lsn => Ok(()),
@@ -643,8 +725,7 @@ impl WriterThread {
                 if self.overlay_upto > start {
                     // The overlay saw some of the refused batch's writes:
                     // rebuild it from the accepted ones when next needed.
-                    self.overlay.clear();
-                    self.overlay_upto = 0;
+                    self.clear_overlay();
                 }
                 Err(e)
             }
@@ -662,16 +743,21 @@ impl WriterThread {
         add_elapsed(&self.stats.steps.decide_ns, taken);
     }
 
-    /// The value of `key` as the group's writes so far (the current batch's
-    /// included) leave it. The overlay is only built once a group holds a
+    /// The value of `key` as the writes decided so far (the group in
+    /// flight's, the current batch's included) leave it. The overlay is only built once a group holds a
     /// compare-and-set, so plain writes do not pay for it.
     fn current(&mut self, key: Key) -> Option<Uuid> {
-        for op in &self.ops[self.overlay_upto..] {
-            match *op {
-                Op::Put { key, value } => self.overlay.insert(key, Some(value)),
-                Op::Delete { key } => self.overlay.insert(key, None),
-            };
+        if !self.overlay_has_in_flight {
+            debug_assert!(
+                self.in_flight.is_none() || self.overlay_upto == 0,
+                "the in-flight group's writes come first"
+            );
+            if let Some(in_flight) = &self.in_flight {
+                fold_into(&mut self.overlay, &in_flight.ops);
+            }
+            self.overlay_has_in_flight = true;
         }
+        fold_into(&mut self.overlay, &self.ops[self.overlay_upto..]);
         self.overlay_upto = self.ops.len();
         match self.overlay.get(&key) {
             Some(v) => *v,
@@ -679,26 +765,43 @@ impl WriterThread {
         }
     }
 
-    /// Steps 2 to 6 for the decided group.
-    fn commit_group(&mut self) {
-        let first_lsn = self
-            .group
+    /// Forgets the overlay: the next compare-and-set rebuilds it from the
+    /// writes decided and not applied.
+    fn clear_overlay(&mut self) {
+        self.overlay.clear();
+        self.overlay_upto = 0;
+        self.overlay_has_in_flight = false;
+    }
+
+    /// Steps 2 to 6 for the decided group: inline, or with its fsync on the
+    /// sync thread when writes keep coming (`more_waiting`: the queue is
+    /// not empty; module docs, "Overlapping fsyncs").
+    fn commit_group(&mut self, more_waiting: bool) {
+        let overlap = self.sync_thread.is_some()
+            && self.failed.is_none()
+            && (self.in_flight.is_some() || more_waiting || self.group.len() > 1);
+        if overlap {
+            self.commit_overlapped();
+        } else {
+            self.commit_inline();
+        }
+        self.clear_overlay();
+        self.writer.reclaim();
+    }
+
+    /// The LSN of the group's first accepted batch, if any.
+    fn first_lsn(&self) -> Option<u64> {
+        self.group
             .iter()
-            .find_map(|p| p.decided.as_ref().ok().map(|d| d.0));
-        if let Some(first_lsn) = first_lsn {
+            .find_map(|p| p.decided.as_ref().ok().map(|d| d.0))
+    }
+
+    /// Writes the group and fsyncs it (under `always`) on this thread.
+    fn commit_inline(&mut self) {
+        if let Some(first_lsn) = self.first_lsn() {
             let sync = self.policy == FsyncPolicy::Always;
-            let before = self.wal.total_bytes();
-            let (write_ns, sync_ns) = self.wal.io_nanos();
-            let committed = self.wal.commit(sync);
-            let (write_after, sync_after) = self.wal.io_nanos();
-            let steps = &self.stats.steps;
-            steps
-                .wal_write_ns
-                .fetch_add(write_after - write_ns, Ordering::Relaxed);
-            steps
-                .wal_sync_ns
-                .fetch_add(sync_after - sync_ns, Ordering::Relaxed);
-            if let Err(e) = committed {
+            let written = self.write_group(sync);
+            if let Err(e) = written {
                 self.fail_group(first_lsn, e);
                 return;
             }
@@ -708,37 +811,181 @@ impl WriterThread {
             if let FsyncPolicy::Interval(_) = self.policy {
                 self.unsynced_since.get_or_insert_with(Instant::now);
             }
-            let written = self.wal.total_bytes() - before;
-            self.stats.wal_bytes.fetch_add(written, Ordering::Relaxed);
-            let applying = Instant::now();
-            self.apply_group();
-            add_elapsed(&self.stats.steps.apply_ns, applying);
-            self.maybe_ask_for_snapshot();
         }
-        self.overlay.clear();
-        self.overlay_upto = 0;
-        self.ops.clear();
-        let completing = Instant::now();
-        for pending in self.group.drain(..) {
-            // A caller that went away does not mind.
-            let _ = pending
-                .reply
-                .send(pending.decided.map(|(lsn, _)| WriteOutcome { lsn }));
+        let mut group = std::mem::take(&mut self.group);
+        let mut ops = std::mem::take(&mut self.ops);
+        self.apply_and_complete(&mut group, &ops);
+        ops.clear();
+        (self.group, self.ops) = (group, ops);
+    }
+
+    /// Steps 2 and 3 inline: one WAL write of the group's records, then a
+    /// fsync if `sync`, counted in the per-step figures.
+    fn write_group(&mut self, sync: bool) -> Result<(), StoreError> {
+        let before = self.wal.total_bytes();
+        let (write_ns, sync_ns) = self.wal.io_nanos();
+        let committed = self.wal.commit(sync);
+        let (write_after, sync_after) = self.wal.io_nanos();
+        let steps = &self.stats.steps;
+        steps
+            .wal_write_ns
+            .fetch_add(write_after - write_ns, Ordering::Relaxed);
+        steps
+            .wal_sync_ns
+            .fetch_add(sync_after - sync_ns, Ordering::Relaxed);
+        committed?;
+        let written = self.wal.total_bytes() - before;
+        self.stats.wal_bytes.fetch_add(written, Ordering::Relaxed);
+        self.maybe_ask_for_snapshot();
+        Ok(())
+    }
+
+    /// Writes the group without a fsync, waits for the group in flight,
+    /// starts this group's fsync on the sync thread, then applies and
+    /// answers the group that was in flight (module docs).
+    fn commit_overlapped(&mut self) {
+        let first_lsn = self.first_lsn();
+        if let Some(first_lsn) = first_lsn
+            && let Err(e) = self.write_group(false)
+        {
+            // Not applied: the group before it may still be.
+            self.settle();
+            self.fail_group(first_lsn, e);
+            return;
         }
-        add_elapsed(&self.stats.steps.complete_ns, completing);
+        let previous = self.in_flight.take();
+        let previous_synced = self.finish_sync();
+        if let Some(e) = self.failed.clone().filter(|_| !previous_synced) {
+            if let Some(mut previous) = previous {
+                answer_failed(&mut previous.group, &e);
+            }
+            self.fail_written_group();
+            return;
+        }
+        let mut group = std::mem::take(&mut self.group);
+        let ops = std::mem::take(&mut self.ops);
+        let started = match self.wal.start_sync() {
+            Ok(file) => Ok(file),
+            Err(e) if !self.wal.is_failed() => {
+                // Nothing was changed (no handle to sync with): sync
+                // inline instead.
+                tracing::warn!(
+                    "could not start the WAL fsync on the sync thread ({e}); syncing inline"
+                );
+                let synced = self.wal.sync();
+                self.after_sync(synced, "the WAL fsync failed");
+                if self.failed.is_none() {
+                    Ok(None)
+                } else {
+                    Err(())
+                }
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                self.check_wal_failed();
+                Err(())
+            }
+        };
+        match started {
+            Ok(Some(file)) => {
+                if let Some(thread) = &mut self.sync_thread {
+                    thread.start(file);
+                }
+                self.stats.overlapped_groups.fetch_add(1, Ordering::Relaxed);
+                self.in_flight = Some(InFlight { group, ops });
+            }
+            Ok(None) => {
+                // Synced already (or only refused batches): answered after
+                // the group before it, in order.
+                if let Some(mut previous) = previous {
+                    self.apply_and_complete(&mut previous.group, &previous.ops);
+                }
+                let mut ops = ops;
+                self.apply_and_complete(&mut group, &ops);
+                ops.clear();
+                (self.group, self.ops) = (group, ops);
+                return;
+            }
+            Err(()) => {
+                if let Some(mut previous) = previous {
+                    self.apply_and_complete(&mut previous.group, &previous.ops);
+                }
+                (self.group, self.ops) = (group, ops);
+                self.fail_written_group();
+                return;
+            }
+        }
+        if let Some(mut previous) = previous {
+            self.apply_and_complete(&mut previous.group, &previous.ops);
+        }
+    }
+
+    /// Waits for the fsync on the sync thread, if one runs, and records its
+    /// result. Returns whether it succeeded (or none ran).
+    fn finish_sync(&mut self) -> bool {
+        let Some(thread) = &mut self.sync_thread else {
+            return true;
+        };
+        if !self.wal.sync_in_flight() {
+            return true;
+        }
+        let (result, nanos) = thread.finish();
+        self.stats
+            .steps
+            .wal_sync_ns
+            .fetch_add(nanos, Ordering::Relaxed);
+        match self.wal.finish_sync(result, nanos) {
+            Ok(()) => {
+                self.note_synced();
+                true
+            }
+            Err(e) => {
+                tracing::error!("the WAL fsync failed: {e}");
+                self.check_wal_failed();
+                false
+            }
+        }
+    }
+
+    /// Finishes the group in flight, if any: waits for its fsync, then
+    /// applies and answers it, or fails it.
+    fn settle(&mut self) {
+        let Some(mut in_flight) = self.in_flight.take() else {
+            return;
+        };
+        if self.finish_sync() {
+            self.apply_and_complete(&mut in_flight.group, &in_flight.ops);
+        } else {
+            let failed = self.failed.clone().expect("a failed fsync fails the WAL");
+            answer_failed(&mut in_flight.group, &failed);
+            self.next_lsn = self.wal.next_lsn();
+        }
+        self.clear_overlay();
         self.writer.reclaim();
     }
 
-    /// Steps 4 and 5: apply in LSN order, then publish.
-    fn apply_group(&mut self) {
+    /// The current group was written but the fsync before its own failed:
+    /// its callers learn that the WAL failed.
+    fn fail_written_group(&mut self) {
+        self.stats.wal_failures.fetch_add(1, Ordering::Relaxed);
+        let failed = self.failed.clone().expect("a failed fsync fails the WAL");
+        self.next_lsn = self.wal.next_lsn();
+        self.ops.clear();
+        answer_failed(&mut self.group, &failed);
+    }
+
+    /// Steps 4 to 6 for a synced group: apply in LSN order, publish,
+    /// answer.
+    fn apply_and_complete(&mut self, group: &mut Vec<Pending>, ops: &[Op]) {
+        let applying = Instant::now();
         let mut last = None;
         let mut batches = 0;
-        for pending in &self.group {
+        for pending in group.iter() {
             let Ok((lsn, range)) = &pending.decided else {
                 continue;
             };
             self.writer.set_stamp(*lsn);
-            for op in &self.ops[range.clone()] {
+            for op in &ops[range.clone()] {
                 match *op {
                     Op::Put { key, value } => {
                         self.writer.insert_key(key, value);
@@ -753,9 +1000,18 @@ impl WriterThread {
         }
         if let Some(lsn) = last {
             self.watermark.publish(lsn);
+            self.stats.groups.fetch_add(1, Ordering::Relaxed);
+            self.stats.batches.fetch_add(batches, Ordering::Relaxed);
+            add_elapsed(&self.stats.steps.apply_ns, applying);
         }
-        self.stats.groups.fetch_add(1, Ordering::Relaxed);
-        self.stats.batches.fetch_add(batches, Ordering::Relaxed);
+        let completing = Instant::now();
+        for pending in group.drain(..) {
+            // A caller that went away does not mind.
+            let _ = pending
+                .reply
+                .send(pending.decided.map(|(lsn, _)| WriteOutcome { lsn }));
+        }
+        add_elapsed(&self.stats.steps.complete_ns, completing);
     }
 
     /// The WAL refused the group: nothing is applied, the LSNs are reused,
@@ -784,8 +1040,7 @@ impl WriterThread {
                 Box::new(move || WriteError::Wal(error.clone()))
             }
         };
-        self.overlay.clear();
-        self.overlay_upto = 0;
+        self.clear_overlay();
         self.ops.clear();
         for pending in self.group.drain(..) {
             let _ = pending.reply.send(Err(make_error()));

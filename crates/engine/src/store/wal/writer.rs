@@ -48,6 +48,15 @@
 //! - A file not made from a spare (the first one in a new directory, or
 //!   when no spare was ready) is left for one that is as soon as a spare
 //!   is ready, whatever its size.
+//! - **At most one fsync is in flight, and it vouches like any other.**
+//!   Under load the pipeline overlaps the fsync of one group with writing
+//!   the next: [`WalWriter::start_sync`] writes the synced-end slot and
+//!   notes what the fsync will cover (the log's end as of that moment),
+//!   a sync thread runs it, and [`WalWriter::finish_sync`] records its
+//!   result exactly as an inline fsync would. While it runs the writer may
+//!   only write records (`commit(false)`): whatever would fsync or cut the
+//!   file (a rotation, a rollback, `sync`, `vouch`) waits until it is
+//!   finished.
 //! - Rotation happens after a commit that brings the file to
 //!   `segment_bytes`. If it fails, the commit still succeeded (its records
 //!   are in the old file); the next commit retries the rotation before
@@ -62,7 +71,7 @@ use super::record::{
     encode_synced_end,
 };
 use super::spare::{Preallocate, Spares, all_zero};
-use crate::store::{Io, IoFile, Op, StoreError};
+use crate::store::{FileSync, Io, IoFile, Op, StoreError};
 
 /// Tuning of the WAL writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +90,15 @@ impl Default for WalOptions {
             preallocate: Preallocate::default(),
         }
     }
+}
+
+/// What a fsync run by another thread covers ([`WalWriter::start_sync`]).
+#[derive(Clone, Copy, Debug)]
+struct InFlightSync {
+    /// The log's end when it started: durable once it succeeds.
+    target: SyncedEnd,
+    /// Whether it carries a newly written synced-end slot.
+    wrote_slot: bool,
 }
 
 /// The appending end of the WAL.
@@ -124,6 +142,10 @@ pub struct WalWriter {
     next_slot: usize,
     /// Set by a failed fsync: why the writer accepts nothing more.
     failed: Option<String>,
+    /// The fsync started by `start_sync` and not yet finished.
+    in_flight: Option<InFlightSync>,
+    /// A sync-only handle on `file`, made on first use.
+    syncer: Option<Arc<dyn FileSync>>,
     /// Time spent in record writes and in fsyncs (slot writes included),
     /// nanoseconds since creation.
     write_ns: u64,
@@ -165,6 +187,8 @@ impl WalWriter {
             vouched: empty,
             next_slot: 0,
             failed: None,
+            in_flight: None,
+            syncer: None,
             write_ns: 0,
             sync_ns: 0,
         })
@@ -204,6 +228,12 @@ impl WalWriter {
         if let Err(e) = written {
             let e = StoreError::io("writing the WAL file", &self.path, e);
             self.forget_pending();
+            if self.in_flight.is_some() {
+                // The cut would fsync: it waits for the fsync in flight
+                // (`recover`, before anything else is written or synced).
+                self.rollback_to = Some(start);
+                return Err(e);
+            }
             if let Err(rollback) = self.roll_back(start) {
                 tracing::warn!(
                     file = %self.path.display(),
@@ -229,7 +259,11 @@ impl WalWriter {
         // left as soon as a spare is ready.
         let full =
             self.end >= self.options.segment_bytes || (!self.preallocated && self.spares.ready());
-        if full && let Err(e) = self.rotate() {
+        if full && self.in_flight.is_some() {
+            // A rotation fsyncs and switches files: after the fsync in
+            // flight (`recover`).
+            self.rotate_pending = true;
+        } else if full && let Err(e) = self.rotate() {
             if self.failed.is_some() {
                 return Err(e);
             }
@@ -248,6 +282,7 @@ impl WalWriter {
     /// fsynced when the writer left them.
     pub fn sync(&mut self) -> Result<(), StoreError> {
         self.check_failed()?;
+        self.check_no_sync_in_flight()?;
         if let Some(len) = self.rollback_to {
             self.roll_back(len)?;
         }
@@ -266,6 +301,94 @@ impl WalWriter {
             return Ok(());
         }
         self.fsync()
+    }
+
+    /// Starts a fsync of everything committed so far, to be run by another
+    /// thread on the returned handle while this writer goes on writing
+    /// records; [`WalWriter::finish_sync`] takes its result. Writes the
+    /// synced-end slot first, as an inline fsync does. `None` when nothing
+    /// is unsynced (a rollback still pending is done here, inline, and its
+    /// fsync covers everything).
+    pub fn start_sync(&mut self) -> Result<Option<Arc<dyn FileSync>>, StoreError> {
+        self.check_failed()?;
+        self.check_no_sync_in_flight()?;
+        if let Some(len) = self.rollback_to {
+            self.roll_back(len)?;
+        }
+        if !self.unsynced {
+            return Ok(None);
+        }
+        let syncer = match &self.syncer {
+            Some(s) => s.clone(),
+            None => {
+                let made = self.file.syncer().map_err(|e| {
+                    StoreError::io("opening the WAL file for syncing", &self.path, e)
+                })?;
+                self.syncer.insert(made).clone()
+            }
+        };
+        let vouch = self.synced;
+        let wrote_slot = vouch != self.vouched;
+        if wrote_slot {
+            let (at, bytes) = encode_synced_end(self.next_slot, vouch);
+            if let Err(e) = self.file.write_at(at, &bytes) {
+                return Err(self.fail("writing the synced end into the WAL file's header", e));
+            }
+        }
+        self.in_flight = Some(InFlightSync {
+            target: SyncedEnd {
+                lsn: self.committed_next - 1,
+                offset: self.end,
+            },
+            wrote_slot,
+        });
+        self.unsynced = false;
+        Ok(Some(syncer))
+    }
+
+    /// Records the result of the fsync [`WalWriter::start_sync`] started,
+    /// which took `nanos`: on success what it covered is synced (and the
+    /// slot it carried vouched for); a failure fails the writer for good.
+    pub fn finish_sync(
+        &mut self,
+        result: std::io::Result<()>,
+        nanos: u64,
+    ) -> Result<(), StoreError> {
+        let Some(done) = self.in_flight.take() else {
+            debug_assert!(false, "finish_sync without a sync in flight");
+            return Ok(());
+        };
+        self.sync_ns += nanos;
+        if let Err(e) = result {
+            self.unsynced = true;
+            return Err(self.fail("fsyncing the WAL file", e));
+        }
+        if done.wrote_slot {
+            self.vouched = self.synced;
+            self.next_slot ^= 1;
+        }
+        self.synced = done.target;
+        self.unsynced = self.end != done.target.offset;
+        Ok(())
+    }
+
+    /// Whether a fsync started by [`WalWriter::start_sync`] is unfinished.
+    pub fn sync_in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// Refuses what would fsync or cut the file while a fsync runs
+    /// elsewhere (a caller's bug, reported rather than risked).
+    fn check_no_sync_in_flight(&self) -> Result<(), StoreError> {
+        if self.in_flight.is_none() {
+            return Ok(());
+        }
+        debug_assert!(false, "an inline WAL sync while another is in flight");
+        Err(StoreError::io(
+            "syncing the WAL file",
+            &self.path,
+            std::io::Error::other("another fsync of it is still in flight"),
+        ))
     }
 
     /// The LSN up to which every committed record is durable.
@@ -288,6 +411,7 @@ impl WalWriter {
     /// then fsyncs. Any failure fails the writer for good.
     fn fsync(&mut self) -> Result<(), StoreError> {
         self.check_failed()?;
+        self.check_no_sync_in_flight()?;
         let syncing = std::time::Instant::now();
         let synced = self.write_slot_and_sync();
         self.sync_ns += syncing.elapsed().as_nanos() as u64;
@@ -359,6 +483,18 @@ impl WalWriter {
     /// written: the rollback, then the rotation.
     fn recover(&mut self) -> Result<(), StoreError> {
         self.check_failed()?;
+        if self.in_flight.is_some() {
+            // The cut and the switch fsync: they wait for the fsync in
+            // flight, and nothing is written after an uncut failed group.
+            return match self.rollback_to {
+                Some(_) => Err(StoreError::io(
+                    "writing the WAL file",
+                    &self.path,
+                    std::io::Error::other("a failed write is not yet rolled back"),
+                )),
+                None => Ok(()),
+            };
+        }
         if let Some(len) = self.rollback_to {
             self.roll_back(len)?;
         }
@@ -405,6 +541,7 @@ impl WalWriter {
         )?;
         self.spares.replenish();
         self.file = file;
+        self.syncer = None;
         self.path = path;
         self.preallocated = preallocated;
         self.end = HEADER_LEN as u64;
