@@ -3,14 +3,16 @@
 //! one run, on the same machine. Prints a markdown table (stdout; progress
 //! on stderr).
 //!
-//! - **load**: `uuidmap serve --fsync never` on a free loopback port and a
-//!   temporary data directory, filled with N entries (`UUIDMAP_BENCH_N`,
-//!   default 10M) by `Write` batches of 100,000 puts (the server's default
-//!   limit); Redis (persistence off) with the same N 16-byte binary keys
-//!   and 16-byte values by pipelined `SET`s.
+//! - **load**: `uuidmap serve --fsync never` on a free loopback port (and
+//!   `/metrics` on another) and a temporary data directory, filled with N
+//!   entries (`UUIDMAP_BENCH_N`, default 10M) by `Write` batches of 100,000
+//!   puts (the server's default limit); Redis (persistence off) with the
+//!   same N 16-byte binary keys and 16-byte values by pipelined `SET`s.
+//!   Then both sit idle for the same time and their resident memory is
+//!   read again.
 //! - **unary**: at each caller count (`UUIDMAP_BENCH_CALLERS`, default
 //!   1,16,64): `Ping` (the empty RPC: the framework's cost), `Get` of random
-//!   loaded keys, then Redis `GET` of the same keys, one command in flight
+//!   loaded keys, and Redis `GET` of the same keys, one command in flight
 //!   per connection. Our callers share at most `UUIDMAP_BENCH_CONNS`
 //!   (default 4) HTTP/2 connections; each Redis caller has its own.
 //! - **batches**: `BatchGet` of `UUIDMAP_BENCH_BATCH` (default 100,1000) random
@@ -18,15 +20,24 @@
 //!   `GET` pipelined 16 deep (`redis-benchmark -P 16`) at
 //!   `UUIDMAP_BENCH_PIPELINE_CALLERS` (default 16,64) connections.
 //! - **scans**: a full `Scan`, and one filtered by 100 values (each the value
-//!   of one loaded entry, so it returns 100 entries and examines all N), as
-//!   one split and as two splits in parallel; repeated while the phase's time
-//!   lasts (at least once), best and median reported.
+//!   of one loaded entry, so it returns 100 entries), as one split and as
+//!   two splits in parallel. The entries each run examined are the
+//!   server's own count (`uuidmap_scan_entries_examined_total` on its
+//!   `/metrics`, read before and after the run).
 //!
-//! Each phase runs `UUIDMAP_BENCH_SECS` (default 5) after 0.5 s of warm-up,
-//! and records the CPU time of the server process (ours or Redis's, from
-//! `/proc/<pid>/stat`) and of this process, so that a rate can be read as
-//! CPU per call. Phases alternate between the servers at each caller count,
-//! so that noise from other work on the machine hits both alike.
+//! **Rounds** (`UUIDMAP_BENCH_ROUNDS`, default 3): every phase runs once
+//! per round, and the order of a group's phases rotates from round to round
+//! (`rounds`), so that no phase always gets the coldest window. The groups
+//! are the phases at one caller count (ours and Redis's side by side, so
+//! that noise from other work on the machine hits both alike), the batch
+//! phases with Redis's pipelined ones, and the four scans. A row reports
+//! the median of its rounds and their range; the targets are judged on
+//! medians.
+//!
+//! Each load phase runs `UUIDMAP_BENCH_SECS` (default 5) after 0.5 s of
+//! warm-up, and records the CPU time of the server process (ours or
+//! Redis's, from `/proc/<pid>/stat`) and of this process, so that a rate
+//! can be read as CPU per call.
 //!
 //! Redis runs only under `cargo bench` and if `redis-server` is on `PATH`
 //! (`tools/bench-server.sh` installs it). Under `cargo test --benches` this
@@ -49,11 +60,12 @@ mod process;
 mod redis;
 mod report;
 mod resp;
+mod rounds;
 
 use data::Data;
 use load::{Outcome, Timing};
 use process::{OurServer, cpu_time, resident_bytes};
-use report::{Report, Row, ScanRow};
+use report::{Report, Row, ScanRow, ScanRun};
 
 /// What to run.
 struct Settings {
@@ -64,6 +76,8 @@ struct Settings {
     batches: Vec<usize>,
     batch_callers: Vec<usize>,
     pipeline_callers: Vec<usize>,
+    /// Times every phase runs (each time in another order).
+    rounds: usize,
     redis: bool,
     /// How long our server sits idle after loading before its resident
     /// memory is read a second time.
@@ -76,8 +90,6 @@ const WRITE_BATCH: usize = 100_000;
 const PIPELINE_DEPTH: usize = 16;
 /// Values in the filtered scan's filter.
 const FILTER_VALUES: usize = 100;
-/// Most runs of one scan phase.
-const MAX_SCAN_RUNS: usize = 5;
 
 fn main() {
     if let Err(e) = run() {
@@ -133,6 +145,7 @@ fn settings() -> Result<Settings, String> {
         batches: list("UUIDMAP_BENCH_BATCH", &[100, 1000])?,
         batch_callers: list("UUIDMAP_BENCH_BATCH_CALLERS", &[4, 16])?,
         pipeline_callers: list("UUIDMAP_BENCH_PIPELINE_CALLERS", &[16, 64])?,
+        rounds: list("UUIDMAP_BENCH_ROUNDS", &[3])?[0],
         redis: bench,
         idle,
     })
@@ -147,9 +160,10 @@ fn run() -> Result<(), String> {
         .map_err(|e| format!("cannot start the client runtime: {e}"))?;
     let n = s.entries;
     eprintln!(
-        "server bench: {} entries, {:.1} s phases, callers {:?}, up to {} HTTP/2 connections",
+        "server bench: {} entries, {:.1} s phases, {} rounds, callers {:?}, up to {} HTTP/2 connections",
         common::label(n),
         s.timing.measure.as_secs_f64(),
+        s.rounds,
         s.callers,
         s.connections
     );
@@ -224,77 +238,51 @@ fn run() -> Result<(), String> {
         _ => None,
     };
 
-    let mut rows = Vec::new();
-    let phase = |rows: &mut Vec<Row>, row: Row| {
-        let o = &row.outcome;
-        eprintln!(
-            "{} {} x{} at {} callers: {:.0} calls/s, p99 {:.1?}, server CPU {:.1?}/call",
-            row.system,
-            row.operation,
-            row.per_call,
-            row.callers,
-            o.ops_per_sec(),
-            o.latency(0.99),
-            o.server_cpu_per_op()
-        );
-        rows.push(row);
+    let bench = Bench {
+        runtime: &runtime,
+        clients: &clients,
+        connections: s.connections,
+        data: &data,
+        server_pid: ours.pid(),
+        redis: redis_server.as_ref(),
+        timing: s.timing,
+        rounds: s.rounds,
     };
-    let conns = |callers: usize| callers.min(s.connections);
-    let client = |i: usize, callers: usize| clients[i % conns(callers)].clone();
-
-    // Unary calls, ours and Redis's side by side at each caller count.
-    for &c in &s.callers {
-        let outcome = load::run(
-            &runtime,
-            (0..c).map(|i| grpc::Ping::new(client(i, c))).collect(),
-            s.timing,
-            ours.pid(),
-        )?;
-        phase(&mut rows, ours_row("Ping", 0, c, conns(c), outcome));
-        let outcome = load::run(
-            &runtime,
-            (0..c)
-                .map(|i| grpc::Get::new(client(i, c), data.clone(), i))
-                .collect(),
-            s.timing,
-            ours.pid(),
-        )?;
-        phase(&mut rows, ours_row("Get", 1, c, conns(c), outcome));
-        if let Some(r) = &redis_server {
-            let outcome = redis_phase(&runtime, r, &data, c, 1, s.timing)?;
-            phase(&mut rows, redis_row(1, c, outcome));
+    let mut rows = Vec::new();
+    // Unary calls, ours and Redis's side by side at each caller count: one
+    // group per caller count, so that its phases share a stretch of time.
+    for &callers in &s.callers {
+        let mut phases = vec![Phase::Ping { callers }, Phase::Get { callers }];
+        if bench.redis.is_some() {
+            phases.push(Phase::Redis { depth: 1, callers });
+        }
+        rows.extend(bench.rounds(&phases)?);
+    }
+    // Batches against Redis pipelined, as one group.
+    let mut phases = Vec::new();
+    for &batch in &s.batches {
+        for &callers in &s.batch_callers {
+            phases.push(Phase::BatchGet { batch, callers });
         }
     }
-
-    // Batches.
-    for &b in &s.batches {
-        for &c in &s.batch_callers {
-            let outcome = load::run(
-                &runtime,
-                (0..c)
-                    .map(|i| grpc::BatchGet::new(client(i, c), data.clone(), i, b))
-                    .collect(),
-                s.timing,
-                ours.pid(),
-            )?;
-            phase(&mut rows, ours_row("BatchGet", b, c, conns(c), outcome));
+    if bench.redis.is_some() {
+        for &callers in &s.pipeline_callers {
+            phases.push(Phase::Redis {
+                depth: PIPELINE_DEPTH,
+                callers,
+            });
         }
     }
-    if let Some(r) = &redis_server {
-        for &c in &s.pipeline_callers {
-            let outcome = redis_phase(&runtime, r, &data, c, PIPELINE_DEPTH, s.timing)?;
-            phase(&mut rows, redis_row(PIPELINE_DEPTH, c, outcome));
-        }
-    }
+    rows.extend(bench.rounds(&phases)?);
     // Redis is done: its memory back before the scans.
     drop(redis_server);
 
-    // Scans.
+    // Scans: full and filtered, one split and two, also in rotating rounds.
     let filter: Bytes = (0..FILTER_VALUES)
         .flat_map(|k| data.value(k * (n / FILTER_VALUES)))
         .collect::<Vec<u8>>()
         .into();
-    let mut scans = Vec::new();
+    let mut scan_phases = Vec::new();
     for (what, values, expected) in [
         ("full".to_string(), Bytes::new(), n as u64),
         (
@@ -304,25 +292,39 @@ fn run() -> Result<(), String> {
         ),
     ] {
         for splits in [1u32, 2] {
-            let row = scan_phase(
-                &runtime,
-                &clients,
-                ours.pid(),
-                &what,
-                splits,
-                &values,
+            scan_phases.push(ScanPhase {
+                what: what.clone(),
+                values: values.clone(),
                 expected,
-                n as u64,
-                s.timing.measure,
-            )?;
-            eprintln!(
-                "scan {what}, {splits} split(s): best {:.3?} of {} runs",
-                row.best(),
-                row.runs.len()
-            );
-            scans.push(row);
+                splits,
+            });
         }
     }
+    let scan_runs = rounds::run(&scan_phases, s.rounds, |round, phase| {
+        let run = scan_once(&runtime, &clients, &ours, phase)?;
+        eprintln!(
+            "round {}/{}: scan {}, {} split(s): {:.3?}, {} entries examined",
+            round + 1,
+            s.rounds,
+            phase.what,
+            phase.splits,
+            run.run.wall,
+            run.run.examined
+        );
+        Ok(run)
+    })?;
+    let scans: Vec<ScanRow> = scan_phases
+        .into_iter()
+        .zip(scan_runs)
+        .map(|(phase, runs)| ScanRow {
+            what: phase.what,
+            splits: phase.splits,
+            returned: phase.expected,
+            messages: runs.last().map_or(0, |r| r.messages),
+            server_cpu: runs.iter().map(|r| r.server_cpu).sum(),
+            runs: runs.into_iter().map(|r| r.run).collect(),
+        })
+        .collect();
 
     drop(clients);
     let stopped = ours.stop()?;
@@ -334,6 +336,7 @@ fn run() -> Result<(), String> {
         entries: n,
         command,
         timing: s.timing,
+        rounds: s.rounds,
         load_ours,
         load_redis,
         rss_ours,
@@ -350,107 +353,206 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-fn ours_row(
-    operation: &'static str,
-    per_call: usize,
-    callers: usize,
+/// One load phase: what runs, against which server.
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    /// Our empty RPC (the framework's own cost).
+    Ping { callers: usize },
+    /// Our unary `Get`.
+    Get { callers: usize },
+    /// Our `BatchGet` of `batch` keys.
+    BatchGet { batch: usize, callers: usize },
+    /// Redis `GET`, `depth` commands per round trip on each connection.
+    Redis { depth: usize, callers: usize },
+}
+
+/// What the load phases share.
+struct Bench<'a> {
+    runtime: &'a tokio::runtime::Runtime,
+    /// Our connections.
+    clients: &'a [grpc::Client],
+    /// Most connections our callers share.
     connections: usize,
-    outcome: Outcome,
-) -> Row {
-    Row {
-        system: "uuidmap",
-        operation,
-        per_call,
-        callers,
-        connections,
-        outcome,
-    }
-}
-
-fn redis_row(depth: usize, callers: usize, outcome: Outcome) -> Row {
-    Row {
-        system: "Redis",
-        operation: "GET",
-        per_call: depth,
-        callers,
-        connections: callers,
-        outcome,
-    }
-}
-
-/// `callers` Redis connections, each sending GETs `depth` at a time.
-fn redis_phase(
-    runtime: &tokio::runtime::Runtime,
-    server: &redis::Server,
-    data: &Arc<Data>,
-    callers: usize,
-    depth: usize,
+    data: &'a Arc<Data>,
+    /// Our server's process.
+    server_pid: u32,
+    /// Redis, when it runs.
+    redis: Option<&'a redis::Server>,
     timing: Timing,
-) -> Result<Outcome, String> {
-    let gets = runtime.block_on(async {
-        let mut gets = Vec::with_capacity(callers);
-        for i in 0..callers {
-            gets.push(resp::Gets::connect(server.port, data.clone(), i, depth).await?);
-        }
-        Ok::<_, String>(gets)
-    })?;
-    load::run(runtime, gets, timing, server.pid())
+    rounds: usize,
 }
 
-/// Scans (split i of `splits`, each on its own connection, in parallel)
-/// until `budget` has passed or [`MAX_SCAN_RUNS`] runs, at least once; every
-/// run must return `expected` entries.
-#[allow(clippy::too_many_arguments)]
-fn scan_phase(
+impl Bench<'_> {
+    /// Runs `phases` in rotating rounds; one row per phase, in their order.
+    fn rounds(&self, phases: &[Phase]) -> Result<Vec<Row>, String> {
+        let runs = rounds::run(phases, self.rounds, |round, &phase| {
+            let o = self.run(phase)?;
+            let row = self.row(phase, Vec::new());
+            eprintln!(
+                "round {}/{}: {} {} x{} at {} callers: {:.0} calls/s, p99 {:.1?}, server CPU {:.1?}/call",
+                round + 1,
+                self.rounds,
+                row.system,
+                row.operation,
+                row.per_call,
+                row.callers,
+                o.ops_per_sec(),
+                o.latency(0.99),
+                o.server_cpu_per_op()
+            );
+            Ok(o)
+        })?;
+        Ok(phases
+            .iter()
+            .zip(runs)
+            .map(|(&phase, runs)| self.row(phase, runs))
+            .collect())
+    }
+
+    /// Connections `callers` of ours share.
+    fn conns(&self, callers: usize) -> usize {
+        callers.min(self.connections)
+    }
+
+    /// Caller `i`'s connection, of `callers`.
+    fn client(&self, i: usize, callers: usize) -> grpc::Client {
+        self.clients[i % self.conns(callers)].clone()
+    }
+
+    /// One run of `phase`.
+    fn run(&self, phase: Phase) -> Result<Outcome, String> {
+        let data = self.data;
+        match phase {
+            Phase::Ping { callers } => load::run(
+                self.runtime,
+                (0..callers)
+                    .map(|i| grpc::Ping::new(self.client(i, callers)))
+                    .collect(),
+                self.timing,
+                self.server_pid,
+            ),
+            Phase::Get { callers } => load::run(
+                self.runtime,
+                (0..callers)
+                    .map(|i| grpc::Get::new(self.client(i, callers), data.clone(), i))
+                    .collect(),
+                self.timing,
+                self.server_pid,
+            ),
+            Phase::BatchGet { batch, callers } => load::run(
+                self.runtime,
+                (0..callers)
+                    .map(|i| grpc::BatchGet::new(self.client(i, callers), data.clone(), i, batch))
+                    .collect(),
+                self.timing,
+                self.server_pid,
+            ),
+            Phase::Redis { depth, callers } => {
+                let server = self.redis.ok_or("a Redis phase without Redis")?;
+                let gets = self.runtime.block_on(async {
+                    let mut gets = Vec::with_capacity(callers);
+                    for i in 0..callers {
+                        gets.push(resp::Gets::connect(server.port, data.clone(), i, depth).await?);
+                    }
+                    Ok::<_, String>(gets)
+                })?;
+                load::run(self.runtime, gets, self.timing, server.pid())
+            }
+        }
+    }
+
+    /// The table's row for `phase`, with its rounds' outcomes.
+    fn row(&self, phase: Phase, runs: Vec<Outcome>) -> Row {
+        let ours = |operation, per_call, callers| Row {
+            system: "uuidmap",
+            operation,
+            per_call,
+            callers,
+            connections: self.conns(callers),
+            runs: Vec::new(),
+        };
+        let row = match phase {
+            Phase::Ping { callers } => ours("Ping", 0, callers),
+            Phase::Get { callers } => ours("Get", 1, callers),
+            Phase::BatchGet { batch, callers } => ours("BatchGet", batch, callers),
+            // One connection per caller: RESP has no multiplexing.
+            Phase::Redis { depth, callers } => Row {
+                system: "Redis",
+                operation: "GET",
+                per_call: depth,
+                callers,
+                connections: callers,
+                runs: Vec::new(),
+            },
+        };
+        Row { runs, ..row }
+    }
+}
+
+/// One scan: split i of `splits` on connection i, in parallel.
+struct ScanPhase {
+    /// `full` or `filtered (k values)`.
+    what: String,
+    /// The filter's values (n×16 bytes; empty: all).
+    values: Bytes,
+    /// Entries every run must return.
+    expected: u64,
+    splits: u32,
+}
+
+/// What one run of a scan measured.
+struct ScanOnce {
+    run: ScanRun,
+    /// Messages received.
+    messages: u64,
+    /// Server CPU during the run.
+    server_cpu: Duration,
+}
+
+/// Runs `phase` once, reading the entries the server examined from its
+/// `/metrics` before and after (outside the timed span). Fails unless the
+/// run returned `phase.expected` entries.
+fn scan_once(
     runtime: &tokio::runtime::Runtime,
     clients: &[grpc::Client],
-    server_pid: u32,
-    what: &str,
-    splits: u32,
-    values: &Bytes,
-    expected: u64,
-    examined: u64,
-    budget: Duration,
-) -> Result<ScanRow, String> {
-    let mut row = ScanRow {
-        what: what.to_string(),
-        splits,
-        returned: 0,
-        examined,
-        messages: 0,
-        runs: Vec::new(),
-        server_cpu: Duration::ZERO,
-    };
-    let cpu_before = cpu_time(server_pid)?;
+    server: &OurServer,
+    phase: &ScanPhase,
+) -> Result<ScanOnce, String> {
+    let splits = phase.splits;
+    let examined_before = server.scan_entries_examined(runtime)?;
+    let cpu_before = cpu_time(server.pid())?;
     let started = Instant::now();
-    while row.runs.is_empty() || (started.elapsed() < budget && row.runs.len() < MAX_SCAN_RUNS) {
-        let run_started = Instant::now();
-        let results = runtime.block_on(async {
-            let tasks: Vec<_> = (0..splits)
-                .map(|split| {
-                    let client = clients[split as usize % clients.len()].clone();
-                    tokio::spawn(grpc::scan(client, split, splits, values.clone()))
-                })
-                .collect();
-            let mut results = Vec::new();
-            for t in tasks {
-                results.push(
-                    t.await
-                        .map_err(|e| format!("a scan task panicked: {e}"))??,
-                );
-            }
-            Ok::<_, String>(results)
-        })?;
-        row.runs.push(run_started.elapsed());
-        let returned: u64 = results.iter().map(|r| r.entries).sum();
-        if returned != expected {
-            return Err(format!(
-                "scan {what} ({splits} splits) returned {returned} entries, expected {expected}"
-            ));
+    let results = runtime.block_on(async {
+        let tasks: Vec<_> = (0..splits)
+            .map(|split| {
+                let client = clients[split as usize % clients.len()].clone();
+                tokio::spawn(grpc::scan(client, split, splits, phase.values.clone()))
+            })
+            .collect();
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(
+                t.await
+                    .map_err(|e| format!("a scan task panicked: {e}"))??,
+            );
         }
-        row.returned = returned;
-        row.messages = results.iter().map(|r| r.messages).sum();
+        Ok::<_, String>(results)
+    })?;
+    let wall = started.elapsed();
+    let server_cpu = cpu_time(server.pid())?.saturating_sub(cpu_before);
+    // Every split's producer counted its last segment before sending its
+    // final message, which the client has received.
+    let examined = server.scan_entries_examined(runtime)? - examined_before;
+    let returned: u64 = results.iter().map(|r| r.entries).sum();
+    if returned != phase.expected {
+        return Err(format!(
+            "scan {} ({splits} splits) returned {returned} entries, expected {}",
+            phase.what, phase.expected
+        ));
     }
-    row.server_cpu = cpu_time(server_pid)?.saturating_sub(cpu_before);
-    Ok(row)
+    Ok(ScanOnce {
+        run: ScanRun { wall, examined },
+        messages: results.iter().map(|r| r.messages).sum(),
+        server_cpu,
+    })
 }

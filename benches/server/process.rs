@@ -1,19 +1,23 @@
 //! The server under test as a separate process (`uuidmap serve`, the binary
-//! cargo built for this bench), and CPU time of any process from
-//! `/proc/<pid>/stat`.
+//! cargo built for this bench), its `/metrics`, and CPU time of any process
+//! from `/proc/<pid>/stat`.
 //!
 //! The server gets a fresh data directory in the system temp dir, a free
-//! loopback port and fsync `never` (the reads measured here do not touch
-//! the disk; the load is not what is measured). Its log goes to a file in
-//! that directory. It is stopped with SIGTERM (graceful: drain, final
-//! snapshot), and killed if it does not stop in time or the bench fails.
+//! loopback port for gRPC and another for `/metrics` (never the default
+//! 7879, which another server on the machine may hold), and fsync `never`
+//! (the reads measured here do not touch the disk; the load is not what is
+//! measured). Its log goes to a file in that directory. It is stopped with
+//! SIGTERM (graceful: drain, final snapshot), and killed if it does not
+//! stop in time or the bench fails.
 
 use std::fs::File;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use uuidmap_testkit::server::{http_get, sample};
 
 /// How long the server may take to answer its first `Ping`.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -25,6 +29,8 @@ pub struct OurServer {
     child: Child,
     /// Its loopback port.
     pub port: u16,
+    /// Where its `GET /metrics` answers.
+    pub metrics: SocketAddr,
     /// Its log.
     pub log: PathBuf,
     _dir: tempfile::TempDir,
@@ -38,10 +44,14 @@ impl OurServer {
             .prefix("uuidmap-bench-server")
             .tempdir()
             .map_err(|e| format!("cannot create a temp dir: {e}"))?;
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("no free loopback port: {e}"))?
-            .port();
+        // Both held until both are known, so that they differ.
+        let free =
+            || TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free loopback port: {e}"));
+        let (grpc_listener, metrics_listener) = (free()?, free()?);
+        let address = |l: &TcpListener| l.local_addr().map_err(|e| e.to_string());
+        let port = address(&grpc_listener)?.port();
+        let metrics = address(&metrics_listener)?;
+        drop((grpc_listener, metrics_listener));
         let log = dir.path().join("server.log");
         let log_file = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let child = Command::new(binary)
@@ -49,6 +59,7 @@ impl OurServer {
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-listen", &metrics.to_string()])
             .args(["--fsync", "never", "--log-format", "text"])
             .args(extra)
             .env("RUST_LOG", "warn")
@@ -60,6 +71,7 @@ impl OurServer {
         Ok(OurServer {
             child,
             port,
+            metrics,
             log,
             _dir: dir,
         })
@@ -91,6 +103,19 @@ impl OurServer {
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Entries its scans have examined so far
+    /// (`uuidmap_scan_entries_examined_total` on its `/metrics`).
+    pub fn scan_entries_examined(&self, runtime: &tokio::runtime::Runtime) -> Result<u64, String> {
+        const SERIES: &str = "uuidmap_scan_entries_examined_total";
+        let (status, text) = runtime.block_on(http_get(self.metrics, "/metrics"));
+        if status != "HTTP/1.1 200 OK" {
+            return Err(format!("GET http://{}/metrics: {status}", self.metrics));
+        }
+        sample(&text, SERIES, &[])
+            .map(|v| v as u64)
+            .ok_or_else(|| format!("no {SERIES} on http://{}/metrics", self.metrics))
     }
 
     /// SIGTERM, then waits for it to exit (killed after [`STOP_TIMEOUT`]).

@@ -1,12 +1,55 @@
 //! The markdown the bench prints: the machine and command, one row per load
-//! phase, one per scan, and the targets with verdicts.
+//! phase, one per scan, and the targets with verdicts. Every phase
+//! ran once per round (see `rounds`): a row gives the median of its rounds
+//! and, where shown, their range; a target is judged on medians, never on
+//! a best run.
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::load::Outcome;
 
-/// One closed-loop phase.
+/// The median of some rounds' values, and their range.
+#[derive(Clone, Copy, Debug)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// Of `values` (at least one; zeros if none). With an even count the
+    /// median is the mean of the two middle values.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Spread {
+        let mut v: Vec<f64> = values.into_iter().collect();
+        if v.is_empty() {
+            return Spread {
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+            };
+        }
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        let median = if v.len() % 2 == 1 {
+            v[mid]
+        } else {
+            (v[mid - 1] + v[mid]) / 2.0
+        };
+        Spread {
+            median,
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+
+    /// `min–max`, each written by `f`.
+    fn range(&self, f: impl Fn(f64) -> String) -> String {
+        format!("{}–{}", f(self.min), f(self.max))
+    }
+}
+
+/// One closed-loop phase, run once per round.
 pub struct Row {
     /// `uuidmap` or `Redis`.
     pub system: &'static str,
@@ -16,40 +59,83 @@ pub struct Row {
     pub per_call: usize,
     pub callers: usize,
     pub connections: usize,
-    pub outcome: Outcome,
+    /// What each round measured, in round order.
+    pub runs: Vec<Outcome>,
 }
 
-/// One scan phase (repeated while its time lasts).
+impl Row {
+    /// `f` of each round's outcome.
+    pub fn spread(&self, f: impl Fn(&Outcome) -> f64) -> Spread {
+        Spread::of(self.runs.iter().map(f))
+    }
+
+    pub fn calls_per_sec(&self) -> Spread {
+        self.spread(Outcome::ops_per_sec)
+    }
+
+    pub fn keys_per_sec(&self) -> Spread {
+        self.spread(Outcome::keys_per_sec)
+    }
+
+    /// The `q`-quantile latency of each round, in µs.
+    pub fn latency_us(&self, q: f64) -> Spread {
+        self.spread(|o| o.latency(q).as_secs_f64() * 1e6)
+    }
+
+    /// Server CPU per call of each round, in µs.
+    pub fn server_cpu_us(&self) -> Spread {
+        self.spread(|o| o.server_cpu_per_op().as_secs_f64() * 1e6)
+    }
+}
+
+/// One run of a scan.
+pub struct ScanRun {
+    /// From the call to the end of the last stream.
+    pub wall: Duration,
+    /// Entries the server examined meanwhile (its
+    /// `uuidmap_scan_entries_examined_total`, after minus before).
+    pub examined: u64,
+}
+
+/// One scan, run once per round.
 pub struct ScanRow {
     /// `full` or `filtered (k values)`.
     pub what: String,
     pub splits: u32,
     /// Entries each run returned.
     pub returned: u64,
-    /// Entries each run examined (all of them).
-    pub examined: u64,
-    /// Messages each run received.
+    /// Messages the last run received.
     pub messages: u64,
-    /// The wall time of each run.
-    pub runs: Vec<Duration>,
+    /// Each round's run, in round order.
+    pub runs: Vec<ScanRun>,
     /// Server CPU over all runs.
     pub server_cpu: Duration,
 }
 
 impl ScanRow {
-    pub fn best(&self) -> Duration {
-        self.runs.iter().copied().min().unwrap_or_default()
+    /// Wall seconds of the runs.
+    pub fn seconds(&self) -> Spread {
+        Spread::of(self.runs.iter().map(|r| r.wall.as_secs_f64()))
     }
 
-    pub fn median(&self) -> Duration {
-        let mut runs = self.runs.clone();
-        runs.sort();
-        runs.get(runs.len() / 2).copied().unwrap_or_default()
+    /// Entries examined by the runs, as the server counted them.
+    pub fn examined(&self) -> Spread {
+        Spread::of(self.runs.iter().map(|r| r.examined as f64))
     }
 
-    /// Entries examined per second in the best run.
-    pub fn examined_per_sec(&self) -> f64 {
-        self.examined as f64 / self.best().as_secs_f64()
+    /// Entries examined per second, run by run.
+    pub fn examined_per_sec(&self) -> Spread {
+        Spread::of(
+            self.runs
+                .iter()
+                .map(|r| r.examined as f64 / r.wall.as_secs_f64()),
+        )
+    }
+
+    /// Server CPU per examined entry, over all runs, in ns.
+    pub fn server_cpu_ns_per_entry(&self) -> f64 {
+        let examined: u64 = self.runs.iter().map(|r| r.examined).sum();
+        self.server_cpu.as_secs_f64() * 1e9 / examined.max(1) as f64
     }
 }
 
@@ -58,6 +144,8 @@ pub struct Report {
     pub entries: usize,
     pub command: String,
     pub timing: crate::load::Timing,
+    /// Rounds every phase ran.
+    pub rounds: usize,
     pub load_ours: Duration,
     pub load_redis: Option<Duration>,
     pub rss_ours: Option<u64>,
@@ -102,6 +190,11 @@ impl Report {
         );
         let _ = writeln!(
             s,
+            "**Rounds:** {r}. Every phase ran once per round, and the order of the phases rotated from round to round within each group (the phases at one caller count; the batch phases; the scans), so no phase always ran first. Each figure is the median of the {r} rounds; \"min–max\" is their range. The targets are judged on medians.  ",
+            r = self.rounds
+        );
+        let _ = writeln!(
+            s,
             "**Load:** uuidmap {n} entries by `Write` batches in {:.2} s ({:.2} M/s), resident {} right after and {} after {:.0} s idle; Redis{} by pipelined `SET`s in {}, resident {} right after and {} after the same {:.0} s idle.\n",
             self.load_ours.as_secs_f64(),
             self.entries as f64 / self.load_ours.as_secs_f64() / 1e6,
@@ -125,63 +218,81 @@ impl Report {
 
         let _ = writeln!(
             s,
-            "| server | call | keys/call | callers | connections | calls/s | keys/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/call | server CPU (cores) | client CPU µs/call |"
+            "| server | call | keys/call | callers | connections | calls/s | calls/s min–max | keys/s | p50 µs | p99 µs | p99 µs min–max | p99.9 µs | server CPU µs/call | server CPU (cores) | client CPU µs/call |"
         );
         let _ = writeln!(
             s,
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
         );
         for r in &self.rows {
-            let o = &r.outcome;
+            let calls = r.calls_per_sec();
+            let p99 = r.latency_us(0.99);
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.1} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.1} |",
                 r.system,
                 r.operation,
                 r.per_call,
                 r.callers,
                 r.connections,
-                thousands(o.ops_per_sec()),
+                thousands(calls.median),
+                calls.range(thousands),
                 if r.per_call == 0 {
                     "–".into()
                 } else {
-                    thousands(o.keys_per_sec())
+                    thousands(r.keys_per_sec().median)
                 },
-                micros(o.latency(0.5)),
-                micros(o.latency(0.99)),
-                micros(o.latency(0.999)),
-                o.server_cpu_per_op().as_secs_f64() * 1e6,
-                o.server_cpu.as_secs_f64() / o.elapsed.as_secs_f64(),
-                o.client_cpu_per_op().as_secs_f64() * 1e6,
+                micros(r.latency_us(0.5).median),
+                micros(p99.median),
+                p99.range(micros),
+                micros(r.latency_us(0.999).median),
+                r.server_cpu_us().median,
+                r.spread(|o| o.server_cpu.as_secs_f64() / o.elapsed.as_secs_f64())
+                    .median,
+                r.spread(|o| o.client_cpu_per_op().as_secs_f64() * 1e6)
+                    .median,
             );
         }
 
         let _ = writeln!(
             s,
-            "\n| scan | splits | entries returned | entries examined | messages | best s | median s (runs) | examined/s (best) | server CPU ns/entry |"
+            "\n| scan | splits | entries returned | entries examined (server's count) | messages | s | s min–max | examined/s | server CPU ns/entry |"
         );
         let _ = writeln!(
             s,
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
         );
         for r in &self.scans {
+            let examined = r.examined();
+            let seconds = r.seconds();
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {:.3} | {:.3} ({}) | {} | {:.1} |",
+                "| {} | {} | {} | {} | {} | {:.3} | {} | {} | {:.1} |",
                 r.what,
                 r.splits,
                 thousands(r.returned as f64),
-                thousands(r.examined as f64),
+                if examined.min == examined.max {
+                    thousands(examined.median)
+                } else {
+                    format!(
+                        "{} ({})",
+                        thousands(examined.median),
+                        examined.range(thousands)
+                    )
+                },
                 r.messages,
-                r.best().as_secs_f64(),
-                r.median().as_secs_f64(),
-                r.runs.len(),
-                thousands(r.examined_per_sec()),
-                r.server_cpu.as_secs_f64() * 1e9 / (r.examined as f64 * r.runs.len() as f64),
+                seconds.median,
+                seconds.range(|x| format!("{x:.3}")),
+                thousands(r.examined_per_sec().median),
+                r.server_cpu_ns_per_entry(),
             );
         }
 
-        let _ = writeln!(s, "\n| target | measured | verdict |");
+        let _ = writeln!(
+            s,
+            "\n| target | measured (medians of {} rounds) | verdict |",
+            self.rounds
+        );
         let _ = writeln!(s, "| --- | --- | --- |");
         for (target, measured, verdict) in self.targets() {
             let _ = writeln!(s, "| {target} | {measured} | {verdict} |");
@@ -189,7 +300,9 @@ impl Report {
         s
     }
 
-    /// (target, measured, verdict) rows.
+    /// (target, measured, verdict) rows, each on medians over the rounds.
+    /// Where a target names no caller count or split count, the row with
+    /// the best median stands for the system.
     fn targets(&self) -> Vec<(String, String, String)> {
         let mut out = Vec::new();
         let find = |system: &str, op: &str, per_call: usize, callers: usize| {
@@ -207,53 +320,55 @@ impl Report {
             .map(|r| r.callers)
             .collect();
         for &c in &callers {
-            let get_row = &find("uuidmap", "Get", 1, c).expect("a Get row").outcome;
-            let get = get_row.ops_per_sec();
+            let get_row = find("uuidmap", "Get", 1, c).expect("a Get row");
+            let get = get_row.calls_per_sec();
             // The CPU each server spent per call: less sensitive than the
             // rates to other work on the machine taking CPU from the server.
-            let cpu = |o: &Outcome| o.server_cpu_per_op().as_secs_f64() * 1e6;
+            let cpu = |r: &Row| r.server_cpu_us().median;
             if let Some(ping) = find("uuidmap", "Ping", 0, c) {
-                let ping_rate = ping.outcome.ops_per_sec();
+                let ping_rate = ping.calls_per_sec();
                 out.push((
                     format!("`Get` ≥ 0.9× `Ping`, {c} callers"),
                     format!(
-                        "{} vs {} calls/s = {:.2}×; server CPU {:.1} vs {:.1} µs/call",
-                        thousands(get),
-                        thousands(ping_rate),
-                        get / ping_rate,
+                        "{} vs {} calls/s = {:.2}× (ranges {} and {}); server CPU {:.1} vs {:.1} µs/call",
+                        thousands(get.median),
+                        thousands(ping_rate.median),
+                        get.median / ping_rate.median,
+                        get.range(thousands),
+                        ping_rate.range(thousands),
                         cpu(get_row),
-                        cpu(&ping.outcome)
+                        cpu(ping)
                     ),
-                    verdict(get / ping_rate, 0.9),
+                    verdict(get.median / ping_rate.median, 0.9),
                 ));
             }
             if let Some(redis) = find("Redis", "GET", 1, c) {
-                let redis_rate = redis.outcome.ops_per_sec();
+                let redis_rate = redis.calls_per_sec();
                 out.push((
                     format!("`Get` ≥ Redis `GET`, {c} callers"),
                     format!(
-                        "{} vs {} calls/s = {:.2}×; server CPU {:.1} vs {:.1} µs/call",
-                        thousands(get),
-                        thousands(redis_rate),
-                        get / redis_rate,
+                        "{} vs {} calls/s = {:.2}× (ranges {} and {}); server CPU {:.1} vs {:.1} µs/call",
+                        thousands(get.median),
+                        thousands(redis_rate.median),
+                        get.median / redis_rate.median,
+                        get.range(thousands),
+                        redis_rate.range(thousands),
                         cpu(get_row),
-                        cpu(&redis.outcome)
+                        cpu(redis)
                     ),
-                    verdict(get / redis_rate, 1.0),
+                    verdict(get.median / redis_rate.median, 1.0),
                 ));
             }
         }
-        let best_pipelined = self
+        let by_median_keys =
+            |a: &&Row, b: &&Row| a.keys_per_sec().median.total_cmp(&b.keys_per_sec().median);
+        let pipelined = self
             .rows
             .iter()
             .filter(|r| r.system == "Redis" && r.per_call > 1)
-            .max_by(|a, b| {
-                a.outcome
-                    .keys_per_sec()
-                    .total_cmp(&b.outcome.keys_per_sec())
-            });
-        if let Some(p) = best_pipelined {
-            let redis = p.outcome.keys_per_sec();
+            .max_by(by_median_keys);
+        if let Some(p) = pipelined {
+            let redis = p.keys_per_sec();
             let mut sizes: Vec<usize> = self
                 .rows
                 .iter()
@@ -262,65 +377,69 @@ impl Report {
                 .collect();
             sizes.dedup();
             for size in sizes {
-                let best = self
+                let row = self
                     .rows
                     .iter()
                     .filter(|r| r.operation == "BatchGet" && r.per_call == size)
-                    .max_by(|a, b| {
-                        a.outcome
-                            .keys_per_sec()
-                            .total_cmp(&b.outcome.keys_per_sec())
-                    })
+                    .max_by(by_median_keys)
                     .expect("a BatchGet row");
-                let ours = best.outcome.keys_per_sec();
+                let ours = row.keys_per_sec();
                 out.push((
                     format!("`BatchGet` {size} ≥ 5× Redis `-P {}` keys/s", p.per_call),
                     format!(
-                        "{} keys/s ({} callers) vs {} ({} connections) = {:.2}×",
-                        thousands(ours),
-                        best.callers,
-                        thousands(redis),
+                        "{} keys/s ({} callers, range {}) vs {} ({} connections, range {}) = {:.2}×; each side at its caller count with the higher median",
+                        thousands(ours.median),
+                        row.callers,
+                        ours.range(thousands),
+                        thousands(redis.median),
                         p.callers,
-                        ours / redis
+                        redis.range(thousands),
+                        ours.median / redis.median
                     ),
-                    verdict(ours / redis, 5.0),
+                    verdict(ours.median / redis.median, 5.0),
                 ));
             }
         }
-        let best_scan = |filtered: bool| {
+        let scan_row = |filtered: bool| {
             self.scans
                 .iter()
                 .filter(|r| r.what.starts_with("filtered") == filtered)
-                .max_by(|a, b| a.examined_per_sec().total_cmp(&b.examined_per_sec()))
+                .max_by(|a, b| {
+                    a.examined_per_sec()
+                        .median
+                        .total_cmp(&b.examined_per_sec().median)
+                })
         };
-        if let Some(full) = best_scan(false) {
-            let rate = full.examined_per_sec();
+        let splits = |n: u32| format!("{n} split{}", if n == 1 { "" } else { "s" });
+        if let Some(full) = scan_row(false) {
+            let rate = full.examined_per_sec().median;
+            let seconds = full.seconds();
             out.push((
                 "full `Scan` of 10M ≤ 1 s (10M entries/s)".into(),
                 format!(
-                    "{} entries in {:.3} s ({} split{}) = {} entries/s; 10M would take {:.2} s",
-                    thousands(full.examined as f64),
-                    full.best().as_secs_f64(),
-                    full.splits,
-                    if full.splits == 1 { "" } else { "s" },
+                    "{} entries in {:.3} s (range {}, {}) = {} entries/s; 10M would take {:.2} s",
+                    thousands(full.examined().median),
+                    seconds.median,
+                    seconds.range(|x| format!("{x:.3}")),
+                    splits(full.splits),
                     thousands(rate),
                     10e6 / rate
                 ),
                 verdict(rate / SCAN_TARGET, 1.0),
             ));
         }
-        if let Some(filtered) = best_scan(true) {
+        if let Some(filtered) = scan_row(true) {
             let rate = filtered.examined_per_sec();
             out.push((
                 "filtered `Scan` ≥ 50M entries examined/s".into(),
                 format!(
-                    "{} examined/s ({}, {} split{})",
-                    thousands(rate),
+                    "{} examined/s (range {}; {}, {}, examined as the server counted)",
+                    thousands(rate.median),
+                    rate.range(thousands),
                     filtered.what,
-                    filtered.splits,
-                    if filtered.splits == 1 { "" } else { "s" },
+                    splits(filtered.splits),
                 ),
-                verdict(rate / FILTERED_TARGET, 1.0),
+                verdict(rate.median / FILTERED_TARGET, 1.0),
             ));
         }
         out
@@ -349,8 +468,8 @@ pub fn thousands(x: f64) -> String {
     out
 }
 
-fn micros(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
+/// Microseconds, one decimal below 100.
+fn micros(us: f64) -> String {
     if us < 100.0 {
         format!("{us:.1}")
     } else {

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 use uuidmap_testkit::server::{
-    MAX_FILTER_VALUES, TestServer, b, config, put_op, spread_key as key, u,
+    MAX_FILTER_VALUES, TestServer, b, config, put_op, sample, scrape, spread_key as key, u,
 };
 
 type Client = UuidMapClient<Channel>;
@@ -337,6 +337,65 @@ async fn parallel_splits_cover_the_index_once_and_filters_and_limits_select_exac
     .unwrap();
     assert_eq!(collect(&whole), all);
     assert!(whole.last().unwrap().cursor.is_empty());
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_scan_counts_every_entry_of_its_range_as_examined_however_few_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.limits.max_write_ops = WRITE_OPS;
+    cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let server = TestServer::start_with(cfg).await;
+    let mut c = server.client().await;
+    // Many entries with common values, and three with a value of their own.
+    const COMMON: u64 = 60_000;
+    let rare = u(0x6000);
+    load(&mut c, 0..COMMON).await;
+    let ops = (0..3).map(|i| put_op(key(COMMON + i), rare)).collect();
+    let lsn = c
+        .write(pb::WriteRequest { ops })
+        .await
+        .unwrap()
+        .into_inner()
+        .lsn;
+    let total = COMMON + 3;
+    // Each delta is this server's own: the counter is per server, so other
+    // tests' scans do not add to it.
+    let examined = |text: &str| sample(text, "uuidmap_scan_entries_examined_total", &[]).unwrap();
+    let filtered = |split, splits| pb::ScanRequest {
+        values: b(rare),
+        split,
+        splits,
+        min_lsn: lsn,
+        ..request()
+    };
+
+    let before = scrape(&server).await;
+    let found = collect(&scan(&mut c, filtered(0, 1)).await.unwrap());
+    let after = scrape(&server).await;
+    assert_eq!(found.len(), 3, "the filter matches only the rare value");
+    assert_eq!(
+        examined(&after) - examined(&before),
+        total as f64,
+        "a filtered scan examines every entry, not just those it returns"
+    );
+
+    // Two splits: each counts the entries of its own range, and together
+    // they count the index once.
+    let mut parts = Vec::new();
+    for split in 0..2 {
+        let before = scrape(&server).await;
+        let found = collect(&scan(&mut c, filtered(split, 2)).await.unwrap());
+        let after = scrape(&server).await;
+        parts.push((found.len(), examined(&after) - examined(&before)));
+    }
+    assert_eq!(parts[0].0 + parts[1].0, 3);
+    assert!(
+        parts.iter().all(|&(_, e)| e > 0.0 && e < total as f64),
+        "{parts:?}"
+    );
+    assert_eq!(parts[0].1 + parts[1].1, total as f64, "{parts:?}");
     server.stop().await.unwrap();
 }
 

@@ -236,6 +236,10 @@ pub struct Scanner {
     page_pos: usize,
     /// Hand-offs this scanner asked the writer for (diagnostics, tests).
     handoffs: u64,
+    /// Entries of the consistent segment copies this scanner took, before
+    /// the filter and the cursor's key were applied (the server's metric of
+    /// the work a filtered scan does).
+    examined: u64,
 }
 
 impl Scanner {
@@ -268,6 +272,7 @@ impl Scanner {
             page: Vec::new(),
             page_pos: 0,
             handoffs: 0,
+            examined: 0,
         })
     }
 
@@ -279,6 +284,16 @@ impl Scanner {
     /// Hand-offs this scanner asked the writer for.
     pub fn handoffs(&self) -> u64 {
         self.handoffs
+    }
+
+    /// Entries this scanner has examined so far: every entry of each
+    /// consistent segment copy it took, whether or not the filter or the
+    /// cursor's key kept it. A segment copied again (a page that resumes
+    /// inside it after it changed, or a scanner started from a cursor inside
+    /// it) counts again; a page served from the previous copy does not, and
+    /// neither does a copy spoiled by a write.
+    pub fn examined(&self) -> u64 {
+        self.examined
     }
 
     /// Appends up to `limit` further entries to `out` and advances the
@@ -344,6 +359,7 @@ impl Scanner {
     /// and come after the cursor.
     fn load_segment(&mut self) {
         let (table, version) = self.copy_segment(self.cursor.next_segment as usize);
+        self.examined += self.copy.len() as u64;
         let after = self.cursor.after;
         self.matching.clear();
         for s in &self.copy {

@@ -424,12 +424,24 @@ async fn run(
     let max_message = transport_errors::decoder_limit(&config.limits);
     let catalog = Arc::new(reflection::Catalog::of_server());
     let metrics_on = metrics_listener.is_some();
+    let admission = Arc::new(admission::Admission::new(
+        &config.admission,
+        config.limits.max_wait,
+    ));
+    let data_service = service::DataService::new(
+        durable.clone(),
+        config.limits.clone(),
+        Arc::clone(&admission),
+        lookup::LookupMetrics::register(metrics_on),
+        stopping.clone(),
+    );
     let metrics_addr = match metrics_listener {
         Some(m) => {
             let maddr = m.local_addr().ok();
             tokio::spawn(metrics_endpoint::serve_endpoint(
                 m,
                 durable.clone(),
+                data_service.scan_counters(),
                 stopping.clone(),
             ));
             maddr
@@ -468,20 +480,10 @@ async fn run(
             .send_compressed(Gzip),
         stopping.clone(),
     );
-    let admission = Arc::new(admission::Admission::new(
-        &config.admission,
-        config.limits.max_wait,
-    ));
-    let data = UuidMapServer::new(service::DataService::new(
-        durable.clone(),
-        config.limits.clone(),
-        Arc::clone(&admission),
-        lookup::LookupMetrics::register(metrics_on),
-        stopping,
-    ))
-    .max_decoding_message_size(max_message)
-    .accept_compressed(Gzip)
-    .send_compressed(Gzip);
+    let data = UuidMapServer::new(data_service)
+        .max_decoding_message_size(max_message)
+        .accept_compressed(Gzip)
+        .send_compressed(Gzip);
     let admin = UuidMapAdminServer::new(admin::AdminService::new(durable))
         .accept_compressed(Gzip)
         .send_compressed(Gzip);

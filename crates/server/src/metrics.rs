@@ -10,6 +10,7 @@
 //! | `uuidmap_rpc_duration_seconds` | histogram | `rpc` | call duration, 25 µs … 10 s |
 //! | `uuidmap_lookup_requests_total` | counter | `code` | requests answered on `Lookup` streams (`OK`, or the code of the request's `error`) |
 //! | `uuidmap_lookup_keys_total` | counter | | keys looked up on `Lookup` streams |
+//! | `uuidmap_scan_entries_examined_total` | counter | | entries `Scan` calls examined: every entry of each segment copy, before the value filter (per server) |
 //! | `uuidmap_entries` | gauge | | entries in the index |
 //! | `uuidmap_applied_lsn` | gauge | | every write up to it is visible |
 //! | `uuidmap_wal_bytes` | counter | | WAL bytes written since start |
@@ -49,7 +50,10 @@
 //! several servers (the tests) the per-call series add up all of them.
 //! The state series (`uuidmap_entries` … jemalloc) are instead read from
 //! the server's own index at scrape time and appended to the text, so they
-//! are exact per server, cost nothing between scrapes, and need no ticker.
+//! are exact per server, cost nothing between scrapes, and need no ticker;
+//! so is `uuidmap_scan_entries_examined_total`, from the server's own
+//! `scan::ScanCounters` (a test or a bench reads one scan's work from the
+//! difference of two scrapes, whatever other servers scan meanwhile).
 //!
 //! The endpoint that serves the text is `metrics_endpoint` (hyper).
 //!
@@ -70,6 +74,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::methods::{self, METHODS};
 use super::proto::v1 as pb;
+use super::scan::ScanCounters;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use uuidmap_engine::writer::{DurableIndex, DurableStats};
@@ -381,8 +386,9 @@ impl<B: http_body::Body> http_body::Body for RpcBody<B> {
     }
 }
 
-/// The text exposition: the recorder's series, then this server's state.
-pub fn render(durable: &DurableIndex) -> String {
+/// The text exposition: the recorder's series, then this server's state
+/// (its index and its scans).
+pub fn render(durable: &DurableIndex, scans: &ScanCounters) -> String {
     let mut out = RECORDER
         .get()
         .and_then(Option::as_ref)
@@ -436,6 +442,12 @@ pub fn render(durable: &DurableIndex) -> String {
         "counter",
         "Write calls answered by the writer.",
         s.write_calls as f64,
+    );
+    series(
+        "uuidmap_scan_entries_examined_total",
+        "counter",
+        "Entries Scan calls examined: every entry of each segment copy, before the value filter.",
+        scans.examined() as f64,
     );
     if s.last_snapshot_unix_ms > 0 {
         let now_ms = SystemTime::now()

@@ -5,7 +5,7 @@
 //! caller cannot serve a pre-bound port-0 listener and learn the port), it
 //! cannot be stopped with the server, and it only renders the global
 //! recorder, where the state series are read from this server's index
-//! (`metrics::render`).
+//! and its scan counters (`metrics::render`).
 //!
 //! Answers: 200 with the text exposition for `/metrics` (any query
 //! string), 404 for another path, 405 (with `Allow`) for another method,
@@ -30,6 +30,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use uuidmap_engine::writer::DurableIndex;
 
+use crate::scan::ScanCounters;
+
 /// How long a connection may take to send its request head.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -39,10 +41,12 @@ pub const DRAIN: Duration = Duration::from_secs(2);
 /// The exposition format's content type.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Serves the endpoint on `listener` until `stopping` becomes true.
+/// Serves the endpoint on `listener` until `stopping` becomes true: the
+/// recorder's series, then the state of `durable` and `scans`.
 pub async fn serve_endpoint(
     listener: TcpListener,
     durable: Arc<DurableIndex>,
+    scans: Arc<ScanCounters>,
     mut stopping: watch::Receiver<bool>,
 ) {
     let graceful = GracefulShutdown::new();
@@ -61,8 +65,9 @@ pub async fn serve_endpoint(
             }
         };
         let durable = durable.clone();
+        let scans = scans.clone();
         let service = service_fn(move |request| {
-            let response = answer(&request, &durable);
+            let response = answer(&request, &durable, &scans);
             async move { Ok::<_, Infallible>(response) }
         });
         let connection = http1::Builder::new()
@@ -86,7 +91,11 @@ pub async fn serve_endpoint(
 }
 
 /// The answer to one request.
-fn answer(request: &Request<Incoming>, durable: &DurableIndex) -> Response<Full<Bytes>> {
+fn answer(
+    request: &Request<Incoming>,
+    durable: &DurableIndex,
+    scans: &ScanCounters,
+) -> Response<Full<Bytes>> {
     let method = request.method();
     if method != Method::GET && method != Method::HEAD {
         let mut response = text(
@@ -106,7 +115,7 @@ fn answer(request: &Request<Incoming>, durable: &DurableIndex) -> Response<Full<
             Bytes::from_static(b"try /metrics\n"),
         );
     }
-    let body = crate::metrics::render(durable);
+    let body = crate::metrics::render(durable, scans);
     text(StatusCode::OK, PROMETHEUS_TEXT, Bytes::from(body))
 }
 

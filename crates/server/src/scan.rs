@@ -31,7 +31,16 @@
 //! which ends the producer at its next message. A stopping server ends the
 //! scan with UNAVAILABLE between messages; the client resumes from the last
 //! cursor it received.
+//!
+//! # What a scan costs
+//!
+//! The producer adds the entries of each segment copy it took, before the
+//! filter, to the server's [`ScanCounters`] after each segment, so that
+//! `/metrics` shows the work a filtered scan does
+//! (`uuidmap_scan_entries_examined_total`), however little it returns.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use prost::bytes::BytesMut;
@@ -56,6 +65,29 @@ const ENTRY_BYTES: usize = 32;
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Messages waiting for the client; more would only buffer the index.
 const CHANNEL_MESSAGES: usize = 2;
+
+/// One server's scan counters, read by `/metrics` at scrape time. Per
+/// server, not in the process-global recorder, so that the count is exact
+/// for each server of a process that runs several (the tests).
+#[derive(Debug, Default)]
+pub struct ScanCounters {
+    /// Entries examined by this server's scans: every entry of each
+    /// consistent segment copy, before the filter (`Scanner::examined`).
+    /// Added to by each scan's producer, once per segment.
+    examined: AtomicU64,
+}
+
+impl ScanCounters {
+    /// Entries examined by this server's scans so far.
+    pub fn examined(&self) -> u64 {
+        // Relaxed: a count, read on its own; nothing else is read with it.
+        self.examined.load(Ordering::Relaxed)
+    }
+
+    fn add_examined(&self, n: u64) {
+        self.examined.fetch_add(n, Ordering::Relaxed);
+    }
+}
 
 /// A checked scan request, ready to run.
 pub struct ScanPlan {
@@ -108,12 +140,20 @@ fn filter(values: &[u8], max: usize) -> Result<Option<ValueFilter>, RequestError
     }))
 }
 
-/// Starts the producer; the stream ends after the message with the final
-/// cursor, or with an error status.
-pub fn start(plan: ScanPlan, applied_lsn: u64, stopping: watch::Receiver<bool>) -> ScanStream {
+/// Starts the producer, which counts what it examines in `counters`; the
+/// stream ends after the message with the final cursor, or with an error
+/// status.
+pub fn start(
+    plan: ScanPlan,
+    applied_lsn: u64,
+    stopping: watch::Receiver<bool>,
+    counters: Arc<ScanCounters>,
+) -> ScanStream {
     let (tx, rx) = mpsc::channel(CHANNEL_MESSAGES);
     let producer = Producer {
         scanner: plan.scanner,
+        counters,
+        counted: 0,
         limit: plan.limit,
         stage: Vec::new(),
         packed: BytesMut::new(),
@@ -138,6 +178,10 @@ enum Stop {
 /// The scan's producer: fills messages and sends them.
 struct Producer {
     scanner: Scanner,
+    /// The server's counters, added to after each segment.
+    counters: Arc<ScanCounters>,
+    /// How much of `scanner.examined()` is already in `counters`.
+    counted: u64,
     /// Entries still allowed (`None`: no limit).
     limit: Option<u64>,
     /// The current segment's entries (reused).
@@ -176,6 +220,11 @@ impl Producer {
             let before = self.scanner.cursor().clone();
             self.stage.clear();
             self.scanner.next_segment(&mut self.stage);
+            // Before this segment's entries are sent: a client that has
+            // the final message finds the whole scan counted.
+            let examined = self.scanner.examined();
+            self.counters.add_examined(examined - self.counted);
+            self.counted = examined;
             let mut after_stage = self.scanner.cursor().clone();
             if let Some(left) = self.limit {
                 if self.stage.len() as u64 > left {

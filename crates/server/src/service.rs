@@ -37,6 +37,8 @@ pub struct DataService {
     lookup_metrics: LookupMetrics,
     /// Becomes `true` when the server starts stopping: waits end at once.
     stopping: watch::Receiver<bool>,
+    /// What this service's scans examined; `/metrics` reads it.
+    scan_counters: Arc<scan::ScanCounters>,
 }
 
 impl DataService {
@@ -56,7 +58,13 @@ impl DataService {
             admission,
             lookup_metrics,
             stopping,
+            scan_counters: Arc::default(),
         }
+    }
+
+    /// The counters of this service's scans (for the metrics endpoint).
+    pub fn scan_counters(&self) -> Arc<scan::ScanCounters> {
+        Arc::clone(&self.scan_counters)
     }
 
     /// Waits until `lsn` is applied (0: no wait), bounded by the call's
@@ -280,7 +288,12 @@ impl UuidMap for DataService {
         let applied_lsn = self
             .wait_applied(&request, request.get_ref().min_lsn)
             .await?;
-        let stream = scan::start(plan, applied_lsn, self.stopping.clone());
+        let stream = scan::start(
+            plan,
+            applied_lsn,
+            self.stopping.clone(),
+            Arc::clone(&self.scan_counters),
+        );
         Ok(Response::new(stream))
     }
 
