@@ -34,7 +34,9 @@
 # Knobs (environment): ROUNDS (default 3), N1 (requests at 1 writer,
 # default 20000), N64 (requests at 64 writers, default 200000), MODES
 # (default "always never"), PREALLOCATE (uuidmap's --wal-preallocate,
-# default on). The machine may be shared: the load average is
+# default on), OVERLAP (uuidmap's --wal-overlap-syncs, one or more of on
+# and off, default "on"; with both, each round runs uuidmap once with each,
+# in alternating order, as `uuidmap/overlap-on` and `uuidmap/overlap-off`). The machine may be shared: the load average is
 # printed with each round; record it with the results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +46,7 @@ N1=${N1:-20000}
 N64=${N64:-200000}
 MODES=${MODES:-"always never"}
 PREALLOCATE=${PREALLOCATE:-on}
+OVERLAP=${OVERLAP:-on}
 
 . tools/install-redis.sh
 . tools/install-h2load.sh
@@ -92,16 +95,18 @@ body=$work/put.bin
 } >"$body"
 [ "$(stat -c %s "$body")" -eq 41 ] || { echo "bad body file" >&2; exit 2; }
 
-# uuidmap <mode> <label> <h2load flags...>: one fresh server, one h2load run.
+# uuidmap <mode> <overlap> <label> <h2load flags...>: one fresh server, one
+# h2load run.
 run_uuidmap() {
-  local mode=$1 label=$2
-  shift 2
+  local mode=$1 overlap=$2 label=$3 name=uuidmap
+  shift 3
+  [ "$(wc -w <<<"$OVERLAP")" -gt 1 ] && name=uuidmap/overlap-$overlap
   local dir=$work/uuidmap port metrics_port out
   rm -rf "$dir"
   mkdir -p "$dir"
   port=$(free_port)
   "$uuidmap" serve --data-dir "$dir" --listen "127.0.0.1:$port" --fsync "$mode" \
-    --wal-preallocate "$PREALLOCATE" --metrics-listen off >"$work/uuidmap.log" 2>&1 &
+    --wal-preallocate "$PREALLOCATE" --wal-overlap-syncs "$overlap" --metrics-listen off >"$work/uuidmap.log" 2>&1 &
   server_pid=$!
   wait_port "$port"
   # Steady state: a fresh server makes its first spare WAL file in the
@@ -119,8 +124,8 @@ run_uuidmap() {
   local rate ok
   rate=$(sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' <<<"$out")
   ok=$(grep '^requests:' <<<"$out")
-  echo "$mode $label uuidmap $rate" >>"$work/results"
-  printf '  %-22s uuidmap %10s /s   (%s)\n' "$label" "$rate" "$ok"
+  echo "$mode $label $name $rate" >>"$work/results"
+  printf '  %-22s %-20s %10s /s   (%s)\n' "$label" "$name" "$rate" "$ok"
 }
 
 # redis <mode> <label> <clients>: one fresh server, one redis-benchmark run.
@@ -152,10 +157,18 @@ run_dd() {
   echo "  dd oflag=dsync bs=4k   $(python3 -c "print(round($count / $secs))") syncs/s"
 }
 
+# The OVERLAP settings, in the order of round $2 (reversed every other
+# round, so that neither always runs first).
+overlaps() {
+  if [ $(($2 % 2)) -eq 1 ]; then echo $1; else echo $1 | tr ' ' '\n' | tac | tr '\n' ' '; fi
+}
 uuidmap_rows() {
-  run_uuidmap "$1" "1 writer" -n "$N1" -c1 -m1
-  run_uuidmap "$1" "64: 4 conns x 16" -n "$N64" -c4 -m16
-  run_uuidmap "$1" "64: 64 conns x 1" -n "$N64" -c64 -m1
+  local overlap
+  for overlap in $(overlaps "$OVERLAP" "$2"); do
+    run_uuidmap "$1" "$overlap" "1 writer" -n "$N1" -c1 -m1
+    run_uuidmap "$1" "$overlap" "64: 4 conns x 16" -n "$N64" -c4 -m16
+    run_uuidmap "$1" "$overlap" "64: 64 conns x 1" -n "$N64" -c64 -m1
+  done
 }
 redis_rows() {
   run_redis "$1" "1 writer" 1 "$N1"
@@ -168,11 +181,11 @@ for round in $(seq 1 "$ROUNDS"); do
   run_dd
   for mode in $MODES; do
     if [ $((round % 2)) -eq 1 ]; then
-      uuidmap_rows "$mode"
+      uuidmap_rows "$mode" "$round"
       redis_rows "$mode"
     else
       redis_rows "$mode"
-      uuidmap_rows "$mode"
+      uuidmap_rows "$mode" "$round"
     fi
   done
 done
@@ -196,7 +209,7 @@ print("| --- | --- | --- | --- | --- | --- |")
 for (mode, label, server), v in rows.items():
     m = statistics.median(v)
     ratio = ""
-    if server == "uuidmap":
+    if server.startswith("uuidmap"):
         r = med((mode, "1 writer" if label == "1 writer" else "64: 64 conns", "redis"))
         ratio = f"{m / r:.2f}x" if r else ""
     print(f"| {mode} | {label} | {server} | {m:,.0f} | {min(v):,.0f}-{max(v):,.0f} | {ratio} |")
