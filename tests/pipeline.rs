@@ -303,6 +303,7 @@ fn compare_and_set_sees_the_writes_of_the_group_whose_fsync_is_in_flight() {
     let mut c = DurableConfig::new(dir.path());
     c.snapshot_every = None;
     c.pipeline.policy = FsyncPolicy::Always;
+    c.pipeline.overlap_syncs = true;
     let d = Arc::new(DurableIndex::open(c).unwrap());
     const COUNTERS: u64 = 3;
     const WRITERS: u64 = 8;

@@ -625,6 +625,13 @@ fn check_writers(d: &DurableIndex, acked: &[u64], context: &str) {
     }
 }
 
+/// `always`, fsyncs overlapping, WAL files of 16 KiB.
+fn overlapping(io: &SimIo) -> DurableConfig {
+    let mut c = config(io, FsyncPolicy::Always, 16 << 10, 0);
+    c.pipeline.overlap_syncs = true;
+    c
+}
+
 fn overlapped(d: &DurableIndex) -> u64 {
     d.stats().overlapped_groups
 }
@@ -639,8 +646,7 @@ fn a_power_loss_while_fsyncs_overlap_keeps_every_acknowledged_write() {
     let mut overlaps = 0;
     for seed in 0..16u64 {
         let io = SimIo::new();
-        let d =
-            Arc::new(DurableIndex::open(config(&io, FsyncPolicy::Always, 16 << 10, 0)).unwrap());
+        let d = Arc::new(DurableIndex::open(overlapping(&io)).unwrap());
         let acked: Arc<Vec<AtomicU64>> =
             Arc::new((0..OVERLAP_WRITERS).map(|_| AtomicU64::new(0)).collect());
         let stop = Arc::new(AtomicBool::new(false));
@@ -658,7 +664,7 @@ fn a_power_loss_while_fsyncs_overlap_keeps_every_acknowledged_write() {
         }
         overlaps += overlapped(&d);
         drop(d);
-        let r = DurableIndex::open(config(&disk, FsyncPolicy::Always, 16 << 10, 0))
+        let r = DurableIndex::open(overlapping(&disk))
             .unwrap_or_else(|e| panic!("seed {seed}: recovery failed: {e}"));
         check_writers(&r, &before, &format!("seed {seed}"));
     }
@@ -674,8 +680,7 @@ fn a_failed_fsync_while_fsyncs_overlap_loses_no_acknowledged_write() {
     let mut overlaps = 0;
     for seed in 0..16u64 {
         let io = SimIo::new();
-        let d =
-            Arc::new(DurableIndex::open(config(&io, FsyncPolicy::Always, 16 << 10, 0)).unwrap());
+        let d = Arc::new(DurableIndex::open(overlapping(&io)).unwrap());
         let acked: Arc<Vec<AtomicU64>> =
             Arc::new((0..OVERLAP_WRITERS).map(|_| AtomicU64::new(0)).collect());
         let stop = Arc::new(AtomicBool::new(false));
@@ -704,7 +709,7 @@ fn a_failed_fsync_while_fsyncs_overlap_loses_no_acknowledged_write() {
         let acked: Vec<u64> = acked.iter().map(|a| a.load(Ordering::Acquire)).collect();
         drop(d);
         let disk = io.restart(seed);
-        let r = DurableIndex::open(config(&disk, FsyncPolicy::Always, 16 << 10, 0))
+        let r = DurableIndex::open(overlapping(&disk))
             .unwrap_or_else(|e| panic!("seed {seed}: recovery failed: {e}"));
         check_writers(&r, &acked, &format!("seed {seed}"));
     }

@@ -10,11 +10,11 @@
 #   tools/bench-write-steps.sh                 # 1 writer, preallocation on
 #   WRITERS="-c4 -m16" tools/bench-write-steps.sh
 #   PREALLOCATE=off tools/bench-write-steps.sh
-#   OVERLAP=off WRITERS="-c4 -m16" tools/bench-write-steps.sh
+#   OVERLAP=on WRITERS="-c4 -m16" tools/bench-write-steps.sh
 #
 # Knobs: N (requests, default 10000), WRITERS (h2load flags, default
 # "-c1 -m1"), PREALLOCATE (on|off, default on), FSYNC (default always),
-# OVERLAP (--wal-overlap-syncs, on|off, default on). Under overlap the
+# OVERLAP (--wal-overlap-syncs, on|off, default off). Under overlap the
 # `wal_sync` step runs on the sync thread while the writer thread goes on,
 # so the steps overlap and do not add up to the call.
 # The server starts on a temporary directory under TMPDIR, removed at exit.
@@ -28,7 +28,7 @@ N=${N:-10000}
 WRITERS=${WRITERS:-"-c1 -m1"}
 PREALLOCATE=${PREALLOCATE:-on}
 FSYNC=${FSYNC:-always}
-OVERLAP=${OVERLAP:-on}
+OVERLAP=${OVERLAP:-off}
 
 . tools/install-h2load.sh
 cargo build --release --bin uuidmap >/dev/null 2>&1 || cargo build --release --bin uuidmap

@@ -21,7 +21,8 @@
 //!
 //! # Overlapping fsyncs
 //!
-//! Under `always`, when writes keep coming (the group holds several
+//! When asked (`PipelineConfig::overlap_syncs`, off by default), under
+//! `always`, when writes keep coming (the group holds several
 //! batches, or more wait in the queue), step 3 runs on the sync thread
 //! (`sync_thread`) instead: the group's records are written, and while
 //! its fsync runs the thread decides and writes the *next* group. When
@@ -98,7 +99,11 @@ pub struct PipelineConfig {
     /// (0: never).
     pub snapshot_every_bytes: u64,
     /// Under `always`, overlap one group's fsync with writing the next
-    /// (module docs); `false` syncs every group inline.
+    /// (module docs); `false` (the default) syncs every group inline. Off
+    /// by default because on the 2-core machine we measure on it cost
+    /// throughput: the writer waits for the sync thread's wake-up before
+    /// it answers a group, and the extra thread competes for the cores
+    /// (BENCHMARKS.md, "Overlapping fsyncs").
     pub overlap_syncs: bool,
 }
 
@@ -110,7 +115,7 @@ impl Default for PipelineConfig {
             max_batch_ops: 100_000,
             max_group_ops: 1 << 16,
             snapshot_every_bytes: 256 << 20,
-            overlap_syncs: true,
+            overlap_syncs: false,
         }
     }
 }
