@@ -281,3 +281,57 @@ async fn connections_grow_with_load_and_the_idle_ones_close() {
     );
     server.stop().await.unwrap();
 }
+
+/// The URLs a client should make of `name:port`: one per address the
+/// system resolves the name to.
+fn addresses_of(name: &str, port: u16) -> Vec<String> {
+    use std::net::ToSocketAddrs;
+    let mut addrs: Vec<std::net::SocketAddr> = (name, port).to_socket_addrs().unwrap().collect();
+    addrs.sort();
+    addrs.dedup();
+    addrs.into_iter().map(url).collect()
+}
+
+/// A server given by DNS name is one endpoint per address of the name,
+/// found by `connect` at once and by the prober soon after `build`. Where
+/// `localhost` is also ::1, nothing listens there: that endpoint alone is
+/// pessimized and every call still succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dns_name_is_one_endpoint_per_address_and_a_dead_address_costs_only_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let port = server.addr.port();
+    let name = format!("http://localhost:{port}");
+    let expected = addresses_of("localhost", port);
+    assert!(expected.contains(&url(server.addr)), "{expected:?}");
+
+    let client = quick([name.clone()]).connect().await.unwrap();
+    assert_eq!(client.endpoint_urls(), expected);
+    client.put(key(1), key(2)).await.unwrap();
+    for _ in 0..100 {
+        assert_eq!(client.get_unary(key(1)).await.unwrap(), Some(key(2)));
+    }
+    for (i, u) in expected.iter().enumerate() {
+        if *u != url(server.addr) {
+            assert!(
+                client.is_pessimized(i),
+                "{u} has no server but is not pessimized"
+            );
+        }
+    }
+
+    // `build` does not block on DNS: the name is one endpoint until the
+    // prober has resolved it, right away.
+    let lazy = quick([name]).build().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lazy.endpoint_urls() != expected {
+        assert!(
+            Instant::now() < deadline,
+            "never resolved: {:?}",
+            lazy.endpoint_urls()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(lazy.get(key(1)).await.unwrap(), Some(key(2)));
+    server.stop().await.unwrap();
+}

@@ -183,6 +183,13 @@ async fn tls_and_tokens_through_the_binary() {
     let get = run(&["get", KEY], &r).await;
     assert_eq!(get.status.code(), Some(0), "{}", stderr(&get));
     assert_eq!(stdout(&get), format!("{VALUE}\n"));
+    // By DNS name: the client connects to the name's address and still
+    // checks the certificate against the name.
+    let mut by_name = r.clone();
+    by_name[0].1 = format!("https://localhost:{}", server.addr.port());
+    let get = run(&["get", KEY], &by_name).await;
+    assert_eq!(get.status.code(), Some(0), "{}", stderr(&get));
+    assert_eq!(stdout(&get), format!("{VALUE}\n"));
 
     let denied = run(&["del", KEY], &r).await;
     assert_eq!(denied.status.code(), Some(2));

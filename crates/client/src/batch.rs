@@ -26,7 +26,7 @@ use uuid::Uuid;
 use uuidmap_proto::v1 as pb;
 
 use crate::client::{Failure, endpoint_failure, request, unpack_values};
-use crate::endpoints::Endpoints;
+use crate::endpoints::{Endpoint, Endpoints};
 use crate::error::ClientError;
 use crate::pool::Lease;
 use pb::uuid_map_client::UuidMapClient;
@@ -128,7 +128,7 @@ impl Lanes {
 
 /// An open `Lookup` stream.
 struct Stream {
-    endpoint: usize,
+    endpoint: Arc<Endpoint>,
     /// Counts the stream on its connection.
     _lease: Lease,
     requests: mpsc::Sender<pb::LookupRequest>,
@@ -210,7 +210,7 @@ impl Lane {
             self.stream = Some(self.open().await?);
         }
         let stream = self.stream.as_mut().expect("opened");
-        let endpoint = stream.endpoint;
+        let endpoint = stream.endpoint.clone();
         self.next_id += 1;
         let id = self.next_id;
         let n: usize = batch.iter().map(|p| p.keys.len()).sum();
@@ -246,7 +246,7 @@ impl Lane {
                     )),
                     Ok(Ok(None)) => tonic::Status::unavailable("the Lookup stream ended"),
                 };
-                let failure = endpoint_failure(&self.endpoints, endpoint, "Lookup", status);
+                let failure = endpoint_failure(&self.endpoints, &endpoint, "Lookup", status);
                 return Err((failure.error, failure.endpoint));
             }
         };
@@ -257,15 +257,16 @@ impl Lane {
                     rpc: "Lookup",
                     status,
                 },
-                Some(endpoint),
+                Some(endpoint.id),
             ));
         }
-        self.endpoints.succeeded(endpoint);
-        unpack_values("Lookup", n, &answer.values, &answer.found).map_err(|e| (e, Some(endpoint)))
+        self.endpoints.succeeded(&endpoint);
+        unpack_values("Lookup", n, &answer.values, &answer.found)
+            .map_err(|e| (e, Some(endpoint.id)))
     }
 
     async fn open(&mut self) -> Result<Stream, (ClientError, Option<usize>)> {
-        let i = self.endpoints.pick(None);
+        let e = self.endpoints.pick(None);
         let (requests, rx) = mpsc::channel(1);
         // A stream has no deadline: each request's answer is bounded
         // instead (`answer_timeout`).
@@ -274,7 +275,7 @@ impl Lane {
             tokio_stream::wrappers::ReceiverStream::new(rx),
             None,
         );
-        let (channel, lease) = self.endpoints.get(i).pool.lease();
+        let (channel, lease) = e.pool.lease();
         let opened =
             tokio::time::timeout(self.answer_timeout, UuidMapClient::new(channel).lookup(r))
                 .await
@@ -285,13 +286,13 @@ impl Lane {
                 });
         match opened {
             Ok(answers) => Ok(Stream {
-                endpoint: i,
+                endpoint: e.clone(),
                 _lease: lease,
                 requests,
                 answers: answers.into_inner(),
             }),
             Err(status) => {
-                let failure = endpoint_failure(&self.endpoints, i, "Lookup", status);
+                let failure = endpoint_failure(&self.endpoints, &e, "Lookup", status);
                 Err((failure.error, failure.endpoint))
             }
         }

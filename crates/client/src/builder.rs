@@ -1,6 +1,7 @@
 //! [`ClientBuilder`]: the servers, security, deadlines and retry settings
 //! of a [`Client`].
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +12,10 @@ use uuidmap_proto::error_chain::error_chain;
 
 use crate::budget::{RetryBudget, RetryBudgetConfig};
 use crate::client::{Client, Shared};
-use crate::endpoints::{self, Endpoints};
+use crate::endpoints::{self, Endpoints, MakePool, ProbeSettings};
 use crate::error::{ClientError, connect_error};
 use crate::pool::{Pool, PoolConfig};
+use crate::resolve::Source;
 use crate::retry::RetryPolicy;
 
 /// Builds a [`Client`]; start from [`Client::builder`].
@@ -30,6 +32,7 @@ pub struct ClientBuilder {
     budget: RetryBudgetConfig,
     read_your_writes: bool,
     health_interval: Duration,
+    resolve_interval: Duration,
     batch_lanes: usize,
     max_batch_keys: usize,
     max_in_flight: usize,
@@ -51,6 +54,7 @@ impl Default for ClientBuilder {
             budget: RetryBudgetConfig::default(),
             read_your_writes: true,
             health_interval: Duration::from_secs(1),
+            resolve_interval: Duration::from_secs(30),
             batch_lanes: 4,
             max_batch_keys: 4096,
             max_in_flight: 1024,
@@ -61,9 +65,12 @@ impl Default for ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The servers to call (`http://host:port` or `https://host:port`;
-    /// a host may be a DNS name, resolved at each connection). Replaces
-    /// any given before.
+    /// The servers to call (`http://host:port` or `https://host:port`).
+    /// A host may be a DNS name: it is one endpoint per address it
+    /// resolves to (a name in front of several replicas spreads the calls
+    /// and loses only a dead replica's), resolved again every
+    /// [`resolve_interval`](ClientBuilder::resolve_interval) and when all
+    /// its addresses fail. Replaces any given before.
     pub fn endpoints<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -145,6 +152,13 @@ impl ClientBuilder {
         self
     }
 
+    /// How often a server given by DNS name is resolved again (30 s; also
+    /// at once, at the next probe, when every address of it fails).
+    pub fn resolve_interval(mut self, interval: Duration) -> Self {
+        self.resolve_interval = interval;
+        self
+    }
+
     /// Auto-batching of [`Client::get`]: how many batches may be in flight
     /// at once (4), and the most keys in one (4096). Keep `max_keys` within
     /// the server's `max_batch_keys` (65536 unless set): a batch over it is
@@ -178,56 +192,92 @@ impl ClientBuilder {
     /// find out at once. Must be called within a tokio runtime (the health
     /// prober is a task).
     pub fn build(self) -> Result<Client, ClientError> {
-        self.make(None)
+        let sources = self.sources()?;
+        let unresolved = vec![None; sources.len()];
+        self.make(sources, unresolved, Vec::new())
     }
 
     /// The client, once a connection to at least one endpoint is made: an
     /// error names the first endpoint's failure when none can be reached.
+    /// A server given by DNS name is resolved here first, and each of its
+    /// addresses tried.
     pub async fn connect(self) -> Result<Client, ClientError> {
+        let sources = self.sources()?;
         let mut first_error = None;
         let mut connected = Vec::new();
-        for url in &self.endpoints {
-            let endpoint = self.endpoint(url)?;
-            match endpoint.connect().await {
-                Ok(channel) => connected.push((url.clone(), channel)),
-                Err(e) => {
-                    first_error.get_or_insert_with(|| connect_error(url, &e));
+        let mut resolved = Vec::with_capacity(sources.len());
+        for source in &sources {
+            // A name that does not resolve is tried as given: the
+            // connection's own error then says why.
+            let addrs = if source.is_name() {
+                tokio::time::timeout(self.connect_timeout, source.resolve())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .filter(|addrs| !addrs.is_empty())
+            } else {
+                None
+            };
+            let urls: Vec<(Option<SocketAddr>, String)> = match &addrs {
+                Some(addrs) => addrs
+                    .iter()
+                    .map(|&a| (Some(a), source.address_url(a)))
+                    .collect(),
+                None => vec![(None, source.url.clone())],
+            };
+            for (addr, url) in urls {
+                match self.endpoint(source, addr)?.connect().await {
+                    Ok(channel) => connected.push((url, channel)),
+                    Err(e) => {
+                        first_error.get_or_insert_with(|| connect_error(&url, &e));
+                    }
                 }
             }
+            resolved.push(addrs);
         }
         if connected.is_empty() {
             return Err(first_error.unwrap_or(ClientError::NoEndpoints));
         }
-        self.make(Some(connected))
+        self.make(sources, resolved, connected)
     }
 
-    fn make(self, connected: Option<Vec<(String, Channel)>>) -> Result<Client, ClientError> {
+    /// The servers as given, parsed.
+    fn sources(&self) -> Result<Vec<Source>, ClientError> {
         if self.endpoints.is_empty() {
             return Err(ClientError::NoEndpoints);
         }
+        self.endpoints.iter().map(|u| Source::parse(u)).collect()
+    }
+
+    fn make(
+        self,
+        sources: Vec<Source>,
+        resolved: Vec<Option<Vec<SocketAddr>>>,
+        connected: Vec<(String, Channel)>,
+    ) -> Result<Client, ClientError> {
         let token = self
             .token
             .as_deref()
             .map(|t| MetadataValue::<Ascii>::try_from(format!("Bearer {t}")))
             .transpose()
             .map_err(|_| ClientError::BadToken)?;
-        let mut list = Vec::with_capacity(self.endpoints.len());
-        for url in &self.endpoints {
-            let ready = connected
-                .as_ref()
-                .and_then(|c| c.iter().find(|(u, _)| u == url))
-                .map(|(_, ch)| ch.clone());
-            list.push((
-                url.clone(),
-                Pool::new(self.endpoint(url)?, self.pool, ready),
-            ));
-        }
-        let endpoints = Arc::new(Endpoints::new(list));
+        let builder = self.clone();
+        let make_pool: MakePool = Box::new(move |source, addr, ready| {
+            Ok(Pool::new(
+                builder.endpoint(source, addr)?,
+                builder.pool,
+                ready,
+            ))
+        });
+        let endpoints = Arc::new(Endpoints::new(sources, resolved, make_pool, connected)?);
         tokio::spawn(endpoints::probe(
             Arc::downgrade(&endpoints),
-            self.health_interval,
-            self.connect_timeout,
-            self.pool.idle_timeout,
+            ProbeSettings {
+                interval: self.health_interval,
+                timeout: self.connect_timeout,
+                idle_timeout: self.pool.idle_timeout,
+                resolve_every: self.resolve_interval,
+            },
         ));
         Ok(Client::new(Shared::new(
             endpoints,
@@ -242,14 +292,31 @@ impl ClientBuilder {
         )))
     }
 
-    /// The tonic endpoint for `url`, with the product's windows and this
-    /// builder's TLS.
-    fn endpoint(&self, url: &str) -> Result<Endpoint, ClientError> {
+    /// The tonic endpoint for `source`, or for one address of its name,
+    /// with the product's windows and this builder's TLS. An address of a
+    /// name still names the server by its name: as the `:authority`, and
+    /// to TLS as the name the certificate must carry.
+    fn endpoint(&self, source: &Source, addr: Option<SocketAddr>) -> Result<Endpoint, ClientError> {
+        let url = match addr {
+            Some(a) => source.address_url(a),
+            None => source.url.clone(),
+        };
+        let url = url.as_str();
         let endpoint =
             Endpoint::from_shared(url.to_string()).map_err(|e| ClientError::BadServer {
                 server: url.to_string(),
                 why: e.to_string(),
             })?;
+        let endpoint = match addr {
+            Some(_) => {
+                let origin = source.url.parse().map_err(|_| ClientError::BadServer {
+                    server: source.url.clone(),
+                    why: "not a URL".to_string(),
+                })?;
+                endpoint.origin(origin)
+            }
+            None => endpoint,
+        };
         let https = endpoint.uri().scheme_str() == Some("https");
         let mut endpoint = endpoint
             .connect_timeout(self.connect_timeout)
@@ -260,7 +327,10 @@ impl ClientBuilder {
             .keep_alive_while_idle(true)
             .initial_connection_window_size(16 << 20)
             .initial_stream_window_size(4 << 20);
-        if let Some(tls) = self.tls_config(url, https)? {
+        if let Some(mut tls) = self.tls_config(url, https)? {
+            if addr.is_some() {
+                tls = tls.domain_name(source.host());
+            }
             endpoint = endpoint.tls_config(tls).map_err(|e| ClientError::Connect {
                 server: url.to_string(),
                 why: error_chain(&e),

@@ -37,7 +37,7 @@ use uuidmap_proto::v1 as pb;
 
 use crate::batch::Lanes;
 use crate::budget::RetryBudget;
-use crate::endpoints::Endpoints;
+use crate::endpoints::{Endpoint, Endpoints};
 use crate::error::{ClientError, RetryClass};
 use crate::retry::RetryPolicy;
 use crate::scan::{ScanOptions, ScanStream};
@@ -196,15 +196,31 @@ impl Client {
         }
     }
 
-    /// How many connections to endpoint `i` (in the builder's order) are
-    /// open now.
+    /// How many connections to endpoint `i` are open now (0 if there is
+    /// no such endpoint). Endpoints are in the builder's order, a DNS
+    /// name's addresses in a row ([`Client::endpoint_urls`]).
     pub fn open_connections(&self, i: usize) -> usize {
-        self.shared.endpoints.get(i).pool.open()
+        self.shared.endpoints.at(i).map_or(0, |e| e.pool.open())
     }
 
-    /// Whether endpoint `i` (in the builder's order) is pessimized now.
+    /// Whether endpoint `i` (as in [`Client::open_connections`]) is
+    /// pessimized now.
     pub fn is_pessimized(&self, i: usize) -> bool {
-        self.shared.endpoints.is_pessimized(i)
+        self.shared
+            .endpoints
+            .at(i)
+            .is_some_and(|e| self.shared.endpoints.is_pessimized(&e))
+    }
+
+    /// The URL each endpoint connects to now: the builder's servers, a DNS
+    /// name as one URL per address it resolved to.
+    pub fn endpoint_urls(&self) -> Vec<String> {
+        self.shared
+            .endpoints
+            .snapshot()
+            .iter()
+            .map(|e| e.url.clone())
+            .collect()
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -401,18 +417,18 @@ impl Client {
     {
         let endpoints = &self.shared.endpoints;
         self.run(rpc, idempotent, |remaining, avoid| {
-            let i = endpoints.pick(avoid);
-            let (channel, lease) = endpoints.get(i).pool.lease();
+            let e = endpoints.pick(avoid);
+            let (channel, lease) = e.pool.lease();
             let answer = call(channel, remaining);
             async move {
                 let answer = answer.await;
                 drop(lease);
                 match answer {
                     Ok(answer) => {
-                        endpoints.succeeded(i);
+                        endpoints.succeeded(&e);
                         Ok(answer)
                     }
-                    Err(status) => Err(endpoint_failure(endpoints, i, rpc, status)),
+                    Err(status) => Err(endpoint_failure(endpoints, &e, rpc, status)),
                 }
             }
         })
@@ -747,10 +763,10 @@ pub(crate) fn request<T>(
     r
 }
 
-/// A failed call on endpoint `i`, noted on the endpoint.
+/// A failed call on endpoint `e`, noted on the endpoint.
 pub(crate) fn endpoint_failure(
     endpoints: &Endpoints,
-    i: usize,
+    e: &Endpoint,
     rpc: &'static str,
     status: tonic::Status,
 ) -> Failure {
@@ -764,20 +780,20 @@ pub(crate) fn endpoint_failure(
                 attempts: 1,
                 last: None,
             },
-            endpoint: Some(i),
+            endpoint: Some(e.id),
         };
     }
     let from_transport = std::error::Error::source(&status).is_some();
     let error = if crate::error::is_connect_failure(&status) {
         // The connection was not made: say to what, and why.
-        crate::error::connect_error(&endpoints.get(i).url, &status)
+        crate::error::connect_error(&e.url, &status)
     } else {
         ClientError::Status { rpc, status }
     };
-    endpoints.failed(i, error.retry_class(), from_transport);
+    endpoints.failed(e, error.retry_class(), from_transport);
     Failure {
         error,
-        endpoint: Some(i),
+        endpoint: Some(e.id),
     }
 }
 

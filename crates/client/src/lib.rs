@@ -72,6 +72,7 @@ mod client;
 mod endpoints;
 pub mod error;
 mod pool;
+mod resolve;
 mod retry;
 mod scan;
 mod watch;

@@ -9,12 +9,15 @@
 //! written during the scan may or may not appear, as the server's Scan
 //! says). A limit counts entries across resumptions.
 
+use std::sync::Arc;
+
 use futures_util::Stream;
 use prost::bytes::Bytes;
 use uuid::Uuid;
 use uuidmap_proto::v1 as pb;
 
 use crate::client::{Client, endpoint_failure, uuid_of};
+use crate::endpoints::Endpoint;
 use crate::error::ClientError;
 use crate::pool::Lease;
 use pb::uuid_map_client::UuidMapClient;
@@ -54,7 +57,7 @@ pub struct ScanStream {
     /// Entries given so far.
     delivered: u64,
     done: bool,
-    open: Option<(usize, tonic::Streaming<pb::ScanResponse>, Lease)>,
+    open: Option<(Arc<Endpoint>, tonic::Streaming<pb::ScanResponse>, Lease)>,
     /// Failures since the last page.
     failures: u32,
     /// The first call's applied LSN.
@@ -102,7 +105,7 @@ impl ScanStream {
                 }
                 Ok((Err(status), _)) => {
                     let failure =
-                        endpoint_failure(self.client.endpoints(), endpoint, "Scan", status);
+                        endpoint_failure(self.client.endpoints(), &endpoint, "Scan", status);
                     self.failed(failure.error).await?;
                     continue;
                 }
@@ -165,7 +168,7 @@ impl ScanStream {
     /// Opens the scan from the cursor (through the retry loop).
     async fn start(
         &mut self,
-    ) -> Result<(usize, tonic::Streaming<pb::ScanResponse>, Lease), ClientError> {
+    ) -> Result<(Arc<Endpoint>, tonic::Streaming<pb::ScanResponse>, Lease), ClientError> {
         let request = pb::ScanRequest {
             cursor: self.options.cursor.clone(),
             split: self.options.split,
@@ -188,15 +191,15 @@ impl ScanStream {
         let endpoints = client.endpoints();
         client
             .run("Scan", true, |_remaining, avoid| {
-                let i = endpoints.pick(avoid);
+                let e = endpoints.pick(avoid);
                 // The scan itself has no deadline; opening it does (the
                 // retry loop bounds this attempt by what is left).
                 let r = client.stream_request(request.clone());
-                let (channel, lease) = endpoints.get(i).pool.lease();
+                let (channel, lease) = e.pool.lease();
                 async move {
                     match UuidMapClient::new(channel).scan(r).await {
-                        Ok(stream) => Ok((i, stream.into_inner(), lease)),
-                        Err(status) => Err(endpoint_failure(endpoints, i, "Scan", status)),
+                        Ok(stream) => Ok((e, stream.into_inner(), lease)),
+                        Err(status) => Err(endpoint_failure(endpoints, &e, "Scan", status)),
                     }
                 }
             })

@@ -15,12 +15,15 @@
 //! deadline; a dead connection is found by HTTP/2 keepalive pings (every
 //! 10 s, 5 s to answer, set on every endpoint).
 
+use std::sync::Arc;
+
 use std::collections::VecDeque;
 
 use uuid::Uuid;
 use uuidmap_proto::v1 as pb;
 
 use crate::client::{Client, endpoint_failure, uuid_of};
+use crate::endpoints::Endpoint;
 use crate::error::ClientError;
 use crate::pool::Lease;
 use crate::scan::{ScanOptions, ScanStream};
@@ -41,7 +44,7 @@ pub struct WatchStream {
     client: Client,
     /// The last LSN delivered (or the one the watch started after).
     after: u64,
-    open: Option<(usize, tonic::Streaming<pb::WatchResponse>, Lease)>,
+    open: Option<(Arc<Endpoint>, tonic::Streaming<pb::WatchResponse>, Lease)>,
     buffered: VecDeque<WatchBatch>,
     /// Failures since the last message.
     failures: u32,
@@ -96,7 +99,7 @@ impl WatchStream {
                     self.failed(error).await?;
                 }
                 Err(status) => {
-                    let error = self.classify(endpoint, status);
+                    let error = self.classify(&endpoint, status);
                     self.failed(error).await?;
                 }
             }
@@ -105,19 +108,19 @@ impl WatchStream {
 
     async fn start(
         &mut self,
-    ) -> Result<(usize, tonic::Streaming<pb::WatchResponse>, Lease), ClientError> {
+    ) -> Result<(Arc<Endpoint>, tonic::Streaming<pb::WatchResponse>, Lease), ClientError> {
         let client = &self.client;
         let endpoints = client.endpoints();
         let after = self.after;
         let opened = client
             .run("Watch", true, |_remaining, avoid| {
-                let i = endpoints.pick(avoid);
+                let e = endpoints.pick(avoid);
                 let r = client.stream_request(pb::WatchRequest { after_lsn: after });
-                let (channel, lease) = endpoints.get(i).pool.lease();
+                let (channel, lease) = e.pool.lease();
                 async move {
                     match UuidMapClient::new(channel).watch(r).await {
-                        Ok(stream) => Ok((i, stream.into_inner(), lease)),
-                        Err(status) => Err(endpoint_failure(endpoints, i, "Watch", status)),
+                        Ok(stream) => Ok((e, stream.into_inner(), lease)),
+                        Err(status) => Err(endpoint_failure(endpoints, &e, "Watch", status)),
                     }
                 }
             })
@@ -132,7 +135,7 @@ impl WatchStream {
         }
     }
 
-    fn classify(&self, endpoint: usize, status: tonic::Status) -> ClientError {
+    fn classify(&self, endpoint: &Endpoint, status: tonic::Status) -> ClientError {
         if status.code() == tonic::Code::FailedPrecondition {
             return not_retained(self.after, &status);
         }
