@@ -351,3 +351,59 @@ async fn a_stopping_server_ends_a_watch_with_unavailable() {
         .unwrap()
         .unwrap();
 }
+
+/// A server with `grace` for its stop, a Watch from LSN 0 over about 4 MB
+/// of batches, opened and never read (the client's window fills, then the
+/// server's send blocks).
+async fn server_with_unread_watch(
+    dir: &std::path::Path,
+    grace: Duration,
+) -> (TestServer, Client, Streaming<pb::WatchResponse>) {
+    let mut config = config(dir);
+    config.limits.max_write_ops = 2_000;
+    config.stop_grace = grace;
+    let server = TestServer::start_with(config).await;
+    let mut c = server.client().await;
+    for round in 0..100u128 {
+        let ops = (0..1_000)
+            .map(|i| put_op(u(round * 1_000 + i + 1), u(round)))
+            .collect();
+        c.write(pb::WriteRequest { ops }).await.unwrap();
+    }
+    let stream = watch(&mut c, 0).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    (server, c, stream)
+}
+
+/// A client that opens a Watch and stops reading blocks the server's send
+/// and holds a graceful stop (shown with a long grace: the stop waits until
+/// the client lets go); with `stop_grace` the stop closes the call and
+/// finishes anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_whose_client_stopped_reading_holds_the_stop_only_for_its_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, c, stream) = server_with_unread_watch(dir.path(), Duration::from_secs(3600)).await;
+    let mut stopping = tokio::spawn(server.stop());
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), &mut stopping)
+            .await
+            .is_err(),
+        "the unread stream did not hold the stop: the test proves nothing"
+    );
+    drop((stream, c));
+    tokio::time::timeout(Duration::from_secs(20), stopping)
+        .await
+        .expect("the stop finished once the client let go")
+        .unwrap()
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _c, _stream) =
+        server_with_unread_watch(dir.path(), Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(20), server.stop())
+        .await
+        .expect("the stop finished while the client still held the stream")
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}

@@ -33,6 +33,7 @@
 //! snapshot_wal_bytes = 268435456      # 256 MiB; at least 1 MiB
 //! snapshot_interval = 600             # seconds, or "10m", or "off"; at least 1 s
 //! max_replay_ms = 500                 # restart budget, or "off"; at least 1 ms
+//! stop_grace_ms = 10000               # calls still open this long after a stop are closed
 //! replay_workers = "auto"             # or "serial", or a thread count
 //! wal_preallocate = "on"              # or "off"
 //! wal_overlap_syncs = "off"           # or "on"
@@ -53,6 +54,8 @@ use uuidmap_engine::writer::{DurableConfig, FsyncPolicy};
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+/// How long a stop waits for the calls in flight by default.
+pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
 /// The default data directory (relative to the working directory).
 pub const DEFAULT_DATA_DIR: &str = "uuidmap-data";
 /// The smallest `--wal-file-bytes`: smaller files would mean a file
@@ -182,6 +185,10 @@ pub struct ServeConfig {
     /// The restart budget: snapshot before a restart would replay the WAL
     /// for longer, and after a recovery that did (`None`: off).
     pub max_replay: Option<Duration>,
+    /// How long a stop waits for the calls in flight (a stream whose
+    /// client stopped reading would hold it forever) before it closes
+    /// them and shuts the index down anyway.
+    pub stop_grace: Duration,
     /// Threads that replay the WAL at start.
     pub replay_workers: ReplayWorkers,
     /// Prometheus `GET /metrics` on this address; `None`: off (the
@@ -210,6 +217,7 @@ impl ServeConfig {
             snapshot_wal_bytes: store.pipeline.snapshot_every_bytes,
             snapshot_interval: store.snapshot_every,
             max_replay: store.max_replay,
+            stop_grace: DEFAULT_STOP_GRACE,
             replay_workers: store.recovery.replay_workers,
             metrics_listen: None,
         }
@@ -347,6 +355,12 @@ serve_options! {
     /// [default: 500].
     #[arg(long, env = "UUIDMAP_MAX_REPLAY_MS")]
     max_replay_ms: MaxReplay,
+    /// Milliseconds a stop (SIGTERM, Ctrl-C) waits for the calls in
+    /// flight to finish before it closes them: a stream whose client
+    /// stopped reading would otherwise hold the stop forever. Writes
+    /// already queued are drained and synced either way [default: 10000].
+    #[arg(long, env = "UUIDMAP_STOP_GRACE_MS")]
+    stop_grace_ms: u64,
     /// Threads that replay the WAL at start: `auto` (one per core),
     /// `serial` (on the starting thread), or a count [default: auto].
     #[arg(long, env = "UUIDMAP_REPLAY_WORKERS")]
@@ -647,6 +661,9 @@ impl ServeOptions {
             });
         }
         c.replay_workers = self.replay_workers.unwrap_or(c.replay_workers);
+        if let Some(ms) = self.stop_grace_ms {
+            c.stop_grace = Duration::from_millis(ms);
+        }
         c.wal_preallocate = self.wal_preallocate.unwrap_or(c.wal_preallocate);
         c.wal_overlap_syncs = self
             .wal_overlap_syncs
@@ -1098,7 +1115,7 @@ max_replay_ms = 250
             count += 1;
         }
         assert_eq!(
-            count, 27,
+            count, 28,
             "a new option? add it to the README and the module doc"
         );
     }

@@ -44,7 +44,9 @@
 //! and is then cleared: a health `Watch` stream receives NOT_SERVING and
 //! ends, instead of holding the graceful stop forever; a reflection stream
 //! still open ends with UNAVAILABLE (`end_on_stop`). The metrics endpoint
-//! stops accepting at the same time.
+//! stops accepting at the same time. Calls still open `stop_grace` after
+//! the stop began (a stream whose client stopped reading holds its sender
+//! and its HTTP/2 stream) are closed, and the index is shut down anyway.
 //!
 //! TCP_NODELAY: tonic's `Server::tcp_nodelay` is ignored on the
 //! `serve_with_incoming*` paths, which we use (to serve a listener bound by
@@ -502,7 +504,7 @@ async fn run(
     if let Some(tls) = security.tls {
         builder = builder.tls_config(tls)?;
     }
-    builder
+    let served = builder
         // Outermost: times the whole call, and counts refused ones too.
         .layer(metrics::RpcMetricsLayer::new(metrics_on))
         // Inside metrics, so that they count the answers as reworded.
@@ -527,9 +529,29 @@ async fn run(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
-    tracing::info!("stopped accepting; in-flight calls finished");
+        .serve_with_incoming_shutdown(incoming, shutdown);
+    // The stop waits for the calls in flight, but not forever: a stream
+    // whose client stopped reading blocks its sender, and its HTTP/2
+    // stream, until the client reads again.
+    let mut stop_began = stopping;
+    let grace = config.stop_grace;
+    tokio::select! {
+        served = served => {
+            served?;
+            tracing::info!("stopped accepting; in-flight calls finished");
+        }
+        () = async {
+            // Err: the sender is gone, which happens only after the stop began.
+            let _ = stop_began.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(
+                "calls still open {} ms after the stop began (a client that stopped reading \
+                 its stream?); closing them (--stop-grace-ms)",
+                grace.as_millis()
+            );
+        }
+    }
     Ok(())
 }
 
