@@ -9,6 +9,9 @@
 //!   flight when the kill came);
 //! - the child process restarts every time, and finds the same state.
 //!
+//! Every other run overlaps fsyncs (the child's even seeds), so both
+//! write pipelines are killed.
+//!
 //! `cargo test --release --test crash` runs 50 kills; the ignored long run
 //! (`-- --ignored`) runs `UUIDMAP_CRASH_ITERS` (default 500).
 

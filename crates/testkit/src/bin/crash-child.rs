@@ -8,7 +8,10 @@
 //! `ack <writer> <seq> <lsn>` after each acknowledged batch. Batches are
 //! `uuidmap_testkit::crashtest::batch(run_seed, writer, seq)`, so the parent can
 //! recompute them. Snapshots are triggered every few KiB of WAL and every
-//! 20 ms, so kills land in the middle of snapshots too.
+//! 20 ms, so kills land in the middle of snapshots too. Runs with an even
+//! seed overlap one group's fsync with writing the next
+//! (`PipelineConfig::overlap_syncs`), odd ones sync inline, so the kills
+//! land in both pipelines.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -30,6 +33,7 @@ fn main() {
     config.pipeline.snapshot_every_bytes = 16 << 10;
     config.wal_segment_bytes = 64 << 10;
     config.snapshot_every = Some(Duration::from_millis(20));
+    config.pipeline.overlap_syncs = seed.is_multiple_of(2);
     let durable = match DurableIndex::open(config) {
         Ok(d) => Arc::new(d),
         Err(e) => {
