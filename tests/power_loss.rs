@@ -566,34 +566,81 @@ fn writer_key(t: u64, i: u64) -> Key {
     Key::new(key(1_000 + t * 1_000_000 + i)).unwrap()
 }
 
-/// Starts `OVERLAP_WRITERS` threads, each putting its keys 0, 1, 2, … one
-/// batch at a time until `stop` is set or a write fails, counting its
-/// acknowledged writes in `acked[t]`.
-fn start_writers(
-    d: &Arc<DurableIndex>,
-    acked: &Arc<Vec<AtomicU64>>,
-    stop: &Arc<AtomicBool>,
-) -> Vec<std::thread::JoinHandle<()>> {
-    (0..OVERLAP_WRITERS)
-        .map(|t| {
-            let (d, acked, stop) = (d.clone(), acked.clone(), stop.clone());
-            std::thread::spawn(move || {
-                for i in 0.. {
-                    if stop.load(Ordering::Relaxed) {
-                        return;
+/// `OVERLAP_WRITERS` threads on one store, each putting its keys 0, 1, 2,
+/// … one batch at a time until stopped or a write fails, counting its
+/// acknowledged writes.
+struct Writers {
+    d: Arc<DurableIndex>,
+    acked: Arc<Vec<AtomicU64>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Writers {
+    /// Opens a store on `io` (fsyncs overlapping) and starts the writers.
+    fn start(io: &SimIo) -> Writers {
+        let d = Arc::new(DurableIndex::open(overlapping(io)).unwrap());
+        let acked: Arc<Vec<AtomicU64>> =
+            Arc::new((0..OVERLAP_WRITERS).map(|_| AtomicU64::new(0)).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..OVERLAP_WRITERS)
+            .map(|t| {
+                let (d, acked, stop) = (d.clone(), acked.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    for i in 0.. {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        let op = WriteOp::Put {
+                            key: writer_key(t, i),
+                            value: value(i),
+                        };
+                        if d.writes().write_blocking(vec![op]).is_err() {
+                            return;
+                        }
+                        acked[t as usize].store(i + 1, Ordering::Release);
                     }
-                    let op = WriteOp::Put {
-                        key: writer_key(t, i),
-                        value: value(i),
-                    };
-                    if d.writes().write_blocking(vec![op]).is_err() {
-                        return;
-                    }
-                    acked[t as usize].store(i + 1, Ordering::Release);
-                }
+                })
             })
-        })
-        .collect()
+            .collect();
+        Writers {
+            d,
+            acked,
+            stop,
+            threads,
+        }
+    }
+
+    /// Each writer's acknowledged writes so far.
+    fn acked(&self) -> Vec<u64> {
+        self.acked
+            .iter()
+            .map(|a| a.load(Ordering::Acquire))
+            .collect()
+    }
+
+    /// Waits until `total` writes were acknowledged.
+    fn wait_for(&self, total: u64) {
+        while self.acked().iter().sum::<u64>() < total {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Stops the writers (if they have not stopped by themselves) and
+    /// returns the store, the groups it overlapped and each writer's
+    /// acknowledged writes.
+    fn join(self, stop: bool) -> (Arc<DurableIndex>, u64, Vec<u64>) {
+        if stop {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        let acked = self.acked.clone();
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let overlapped = self.d.stats().overlapped_groups;
+        let acked = acked.iter().map(|a| a.load(Ordering::Acquire)).collect();
+        (self.d, overlapped, acked)
+    }
 }
 
 /// Checks a recovered store against the writers: each writer's writes are
@@ -632,10 +679,6 @@ fn overlapping(io: &SimIo) -> DurableConfig {
     c
 }
 
-fn overlapped(d: &DurableIndex) -> u64 {
-    d.stats().overlapped_groups
-}
-
 /// Many writers under `always`, so that one group's fsync overlaps writing
 /// the next (`pipeline`, "Overlapping fsyncs"), with small WAL files so
 /// that rotations wait for fsyncs in flight, then a power loss at a random
@@ -646,23 +689,13 @@ fn a_power_loss_while_fsyncs_overlap_keeps_every_acknowledged_write() {
     let mut overlaps = 0;
     for seed in 0..16u64 {
         let io = SimIo::new();
-        let d = Arc::new(DurableIndex::open(overlapping(&io)).unwrap());
-        let acked: Arc<Vec<AtomicU64>> =
-            Arc::new((0..OVERLAP_WRITERS).map(|_| AtomicU64::new(0)).collect());
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers = start_writers(&d, &acked, &stop);
-        let cut = 100 + seed * 97;
-        while acked.iter().map(|a| a.load(Ordering::Acquire)).sum::<u64>() < cut {
-            std::thread::yield_now();
-        }
+        let writers = Writers::start(&io);
+        writers.wait_for(100 + seed * 97);
         // What was acknowledged before the power loss must survive it.
-        let before: Vec<u64> = acked.iter().map(|a| a.load(Ordering::Acquire)).collect();
+        let before = writers.acked();
         let disk = io.restart(seed);
-        stop.store(true, Ordering::Relaxed);
-        for w in writers {
-            w.join().unwrap();
-        }
-        overlaps += overlapped(&d);
+        let (d, overlapped, _) = writers.join(true);
+        overlaps += overlapped;
         drop(d);
         let r = DurableIndex::open(overlapping(&disk))
             .unwrap_or_else(|e| panic!("seed {seed}: recovery failed: {e}"));
@@ -680,19 +713,12 @@ fn a_failed_fsync_while_fsyncs_overlap_loses_no_acknowledged_write() {
     let mut overlaps = 0;
     for seed in 0..16u64 {
         let io = SimIo::new();
-        let d = Arc::new(DurableIndex::open(overlapping(&io)).unwrap());
-        let acked: Arc<Vec<AtomicU64>> =
-            Arc::new((0..OVERLAP_WRITERS).map(|_| AtomicU64::new(0)).collect());
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers = start_writers(&d, &acked, &stop);
-        while acked.iter().map(|a| a.load(Ordering::Acquire)).sum::<u64>() < 50 {
-            std::thread::yield_now();
-        }
+        let writers = Writers::start(&io);
+        writers.wait_for(50);
         io.set_sync_failure_after(Some(seed * 3));
         // Every writer stops at its first refused write.
-        for w in writers {
-            w.join().unwrap();
-        }
+        let (d, overlapped, acked) = writers.join(false);
+        overlaps += overlapped;
         assert!(
             d.wal_failure().is_some(),
             "seed {seed}: the failure is not reported"
@@ -705,8 +731,6 @@ fn a_failed_fsync_while_fsyncs_overlap_loses_no_acknowledged_write() {
             matches!(refused, Err(WriteError::WalFailed(_))),
             "seed {seed}: a write after the failure gave {refused:?}"
         );
-        overlaps += overlapped(&d);
-        let acked: Vec<u64> = acked.iter().map(|a| a.load(Ordering::Acquire)).collect();
         drop(d);
         let disk = io.restart(seed);
         let r = DurableIndex::open(overlapping(&disk))
