@@ -6,13 +6,16 @@
 //! ([`data`], splitmix64); and the end-to-end tests' server rig
 //! ([`server`]: a real server on a loopback port, raw gRPC calls, metrics
 //! scraping, throw-away certificates), and a TCP proxy that cuts, swallows
-//! and blackholes on command ([`proxy`]). The product's crates never depend on
-//! it; their tests do.
+//! and blackholes on command ([`proxy`]); and a linearizability checker for
+//! histories of independent registers ([`linearizability`]), for the fault
+//! tests of replication. The product's crates never depend on it; their
+//! tests do.
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod crashtest;
 pub mod data;
+pub mod linearizability;
 pub mod proxy;
 pub mod server;
 pub mod sim_io;
