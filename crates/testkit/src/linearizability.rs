@@ -396,7 +396,7 @@ mod tests {
                     2 => Call::Get,
                     _ => Call::Cas {
                         expected: Some((rng.next_u64() % 3) as u32)
-                            .filter(|_| rng.next_u64() % 4 != 0),
+                            .filter(|_| !rng.next_u64().is_multiple_of(4)),
                         new: Some((rng.next_u64() % 3) as u32),
                     },
                 };
@@ -406,7 +406,7 @@ mod tests {
                 let returned = now + rng.next_u64() % 30;
                 let (answer, after) = step(value, call);
                 value = after;
-                let known = rng.next_u64() % 8 != 0;
+                let known = !rng.next_u64().is_multiple_of(8);
                 h.push(Op {
                     key: 0,
                     call,
