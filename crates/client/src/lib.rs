@@ -32,7 +32,8 @@
 //! - **Endpoints** ([`endpoints`](crate::ClientBuilder::endpoints)): calls
 //!   go round the healthy servers; one that cannot be reached is
 //!   pessimized (skipped) and probed with `grpc.health.v1` until it serves
-//!   again. Each has a small pool of HTTP/2 connections ([`PoolConfig`]):
+//!   again. A server given by DNS name is one endpoint per address it
+//!   resolves to, resolved again as the replicas move. Each has a small pool of HTTP/2 connections ([`PoolConfig`]):
 //!   the hot one first, more under load, idle ones closed.
 //! - **Retries** ([`RetryPolicy`], [`RetryBudget`]): every failure has a
 //!   class ([`ClientError::retry_class`]); reads are retried after any
