@@ -716,6 +716,20 @@ fn a_failed_fsync_while_fsyncs_overlap_loses_no_acknowledged_write() {
         let writers = Writers::start(&io);
         writers.wait_for(50);
         io.set_sync_failure_after(Some(seed * 3));
+        // The one failure planned may land on the fsync of a spare or of a
+        // new file's header, which is not fatal (the WAL goes on, rightly);
+        // plan another until a WAL fsync has failed.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while writers.d.wal_failure().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "seed {seed}: no WAL fsync failed"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+            if !io.sync_failure_planned() && writers.d.wal_failure().is_none() {
+                io.set_sync_failure_after(Some(0));
+            }
+        }
         // Every writer stops at its first refused write.
         let (d, overlapped, acked) = writers.join(false);
         overlaps += overlapped;

@@ -280,6 +280,12 @@ impl SimIo {
         self.lock().sync_failure_after = syncs;
     }
 
+    /// Whether a failed fsync planned by [`SimIo::set_sync_failure_after`]
+    /// has yet to happen.
+    pub fn sync_failure_planned(&self) -> bool {
+        self.lock().sync_failure_after.is_some()
+    }
+
     /// Bounds the total bytes of all files in the current namespace
     /// (`None`: unbounded).
     pub fn set_capacity(&self, bytes: Option<u64>) {
