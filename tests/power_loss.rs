@@ -619,9 +619,14 @@ impl Writers {
             .collect()
     }
 
-    /// Waits until `total` writes were acknowledged.
+    /// Waits until `total` writes were acknowledged (a bounded wait).
     fn wait_for(&self, total: u64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while self.acked().iter().sum::<u64>() < total {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{total} writes were never acknowledged"
+            );
             std::thread::yield_now();
         }
     }
