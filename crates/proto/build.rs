@@ -1,4 +1,5 @@
-//! Compiles the workspace's `proto/uuidmap/v1/*.proto` with protox (a pure-Rust protobuf
+//! Compiles the workspace's `proto/uuidmap/v1/*.proto` and
+//! `proto/uuidmap/raft/v1/raft.proto` with protox (a pure-Rust protobuf
 //! compiler, so no system `protoc` is needed) and generates the tonic
 //! server and client with tonic-prost-build. Also writes the encoded file
 //! descriptor set to `$OUT_DIR/uuidmap_descriptor.bin`, for gRPC
@@ -7,6 +8,7 @@
 use std::path::PathBuf;
 
 const PROTOS: [&str; 2] = ["uuidmap/v1/uuidmap.proto", "uuidmap/v1/admin.proto"];
+const RAFT_PROTOS: [&str; 1] = ["uuidmap/raft/v1/raft.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The protocol lives at the top of the workspace, beside README.md.
@@ -27,5 +29,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Undecodable requests are INVALID_ARGUMENT, not INTERNAL.
         .codec_path("crate::codec::UuidMapCodec")
         .compile_fds(compiler.file_descriptor_set())?;
+
+    // The Raft service of a replica group: served on its own listener, so
+    // it stays out of the client port's reflection descriptor.
+    let mut raft = protox::Compiler::new([&protos])?;
+    raft.open_files(RAFT_PROTOS)?;
+    tonic_prost_build::configure()
+        .bytes(".uuidmap.raft.v1")
+        .codec_path("crate::codec::UuidMapCodec")
+        .compile_fds(raft.file_descriptor_set())?;
     Ok(())
 }

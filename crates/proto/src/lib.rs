@@ -1,5 +1,5 @@
 //! uuidmap's wire protocol: the code generated from the workspace's
-//! `proto/uuidmap/v1/*.proto` (compiled by this crate's `build.rs` with
+//! `proto/uuidmap/v1/*.proto` and `proto/uuidmap/raft/v1/raft.proto` (compiled by this crate's `build.rs` with
 //! protox, so no system `protoc` is needed): the messages, the tonic servers
 //! and clients, the encoded descriptor set for gRPC reflection, and the
 //! codec both sides use ([`codec`]), and [`error_chain`] for their messages. The server and client crates build on
@@ -15,6 +15,16 @@ pub mod error_chain;
 #[allow(missing_docs, unreachable_pub)]
 pub mod v1 {
     tonic::include_proto!("uuidmap.v1");
+}
+
+/// Package `uuidmap.raft.v1`: the `Raft` service the members of a replica
+/// group call on one another (never served on the client port).
+pub mod raft {
+    /// Version 1.
+    #[allow(missing_docs, unreachable_pub)]
+    pub mod v1 {
+        tonic::include_proto!("uuidmap.raft.v1");
+    }
 }
 
 /// The metadata key (in the trailers) of a write refused with `UNAVAILABLE`

@@ -7,6 +7,8 @@
 //!   the [`DirLock`] while it writes; a second taker is refused with
 //!   [`StoreError::DirInUse`], which names the holder's PID.
 //! - [`op`]: the blind writes the log records.
+//! - [`op_bytes`]: how a sequence of ops is spelled in bytes, in a WAL
+//!   record and on a replica group's wire.
 //! - `error`: the layer's error type, `StoreError`.
 //! - [`wal`]: the write-ahead log: record format, the group-committing
 //!   writer, and replay.
@@ -20,6 +22,7 @@ pub mod error;
 pub mod io;
 mod le;
 pub mod op;
+pub mod op_bytes;
 pub mod recovery;
 pub mod replay_apply;
 pub mod snapshot;

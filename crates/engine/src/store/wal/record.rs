@@ -14,14 +14,11 @@
 //! Record (24 bytes, then the ops): `u32` byte length of the ops; `u64` LSN;
 //! `u32` op count; `u32` CRC-32C of those 16 bytes (the *header CRC*, so a
 //! damaged length is recognised as damage, never trusted); `u32` CRC-32C of
-//! the ops. Each op is a `u8` tag (1 = put, 2 = delete), the 16-byte key
-//! and, for a put, the 16-byte value.
-
-use crate::store::le::{u32_at, u64_at};
-use uuid::Uuid;
-use uuidmap_index::Key;
+//! the ops. The ops are spelled as `op_bytes` spells them.
 
 use crate::store::Op;
+use crate::store::le::{u32_at, u64_at};
+use crate::store::op_bytes::{PUT_LEN, decode_ops, encode_ops};
 
 /// The file magic.
 pub(super) const MAGIC: [u8; 8] = *b"UUIDMAPW";
@@ -45,11 +42,6 @@ pub const MAX_OPS_LEN: u32 = 64 << 20;
 /// [`MAX_OPS_LEN`] even if every op is a put. The writer layer refuses
 /// larger batches.
 pub const MAX_BATCH_OPS: usize = MAX_OPS_LEN as usize / PUT_LEN;
-
-const TAG_PUT: u8 = 1;
-const TAG_DELETE: u8 = 2;
-const PUT_LEN: usize = 33;
-const DELETE_LEN: usize = 17;
 
 /// The header of a WAL file whose first record has LSN `first_lsn`, both
 /// slots vouching for the empty file (no record, the end at the header): a
@@ -188,19 +180,7 @@ pub(super) fn encode_record(buf: &mut Vec<u8>, lsn: u64, ops: &[Op]) {
     );
     let start = buf.len();
     buf.extend_from_slice(&[0; RECORD_OVERHEAD]); // filled in below
-    for op in ops {
-        match op {
-            Op::Put { key, value } => {
-                buf.push(TAG_PUT);
-                buf.extend_from_slice(key.as_uuid().as_bytes());
-                buf.extend_from_slice(value.as_bytes());
-            }
-            Op::Delete { key } => {
-                buf.push(TAG_DELETE);
-                buf.extend_from_slice(key.as_uuid().as_bytes());
-            }
-        }
-    }
+    encode_ops(buf, ops);
     let ops_len = (buf.len() - start - RECORD_OVERHEAD) as u32;
     let ops_crc = crc32c::crc32c(&buf[start + RECORD_OVERHEAD..]);
     let head = &mut buf[start..start + RECORD_OVERHEAD];
@@ -284,64 +264,17 @@ pub(super) fn decode_record(buf: &[u8], ops: &mut Vec<Op>) -> Result<DecodedReco
         reason,
         written_so: true,
     };
-    let mut body = &rec[RECORD_OVERHEAD..];
-    if count > body.len() / DELETE_LEN {
-        return Err(certain(format!(
-            "the record claims {count} ops but has room for at most {}",
-            body.len() / DELETE_LEN
-        )));
-    }
-    ops.reserve(count);
-    for i in 0..count {
-        let op = match body.first() {
-            Some(&TAG_PUT) if body.len() >= PUT_LEN => {
-                let op = Op::Put {
-                    key: key_at(body).map_err(|why| certain(format!("op {i} {why}")))?,
-                    value: uuid_at(body, 17),
-                };
-                body = &body[PUT_LEN..];
-                op
-            }
-            Some(&TAG_DELETE) if body.len() >= DELETE_LEN => {
-                let op = Op::Delete {
-                    key: key_at(body).map_err(|why| certain(format!("op {i} {why}")))?,
-                };
-                body = &body[DELETE_LEN..];
-                op
-            }
-            Some(&(tag @ TAG_PUT | tag @ TAG_DELETE)) => {
-                return Err(certain(format!(
-                    "op {i} (tag {tag}) runs past the record's end"
-                )));
-            }
-            Some(tag) => return Err(certain(format!("op {i} has the unknown tag {tag}"))),
-            None => return Err(certain(format!("op {i} runs past the record's end"))),
-        };
-        ops.push(op);
-    }
-    if !body.is_empty() {
-        return Err(certain(format!(
-            "{} bytes are left after the record's {count} ops",
-            body.len()
-        )));
-    }
+    decode_ops(&rec[RECORD_OVERHEAD..], count, ops)
+        .map_err(|why| certain(format!("record LSN {lsn}: {why}")))?;
     Ok(DecodedRecord { lsn, len: extent })
-}
-
-/// The key of the op that starts `body`. A reserved key in a record whose
-/// checksum holds was never accepted, so the caller calls the record corrupt.
-fn key_at(body: &[u8]) -> Result<Key, String> {
-    let key = uuid_at(body, 1);
-    Key::new(key).map_err(|e| format!("has the reserved key {key} ({e})"))
-}
-
-fn uuid_at(b: &[u8], at: usize) -> Uuid {
-    Uuid::from_bytes(b[at..at + 16].try_into().expect("16 bytes"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::op_bytes::DELETE_LEN;
+    use uuid::Uuid;
+    use uuidmap_index::Key;
 
     fn put(k: u128, v: u128) -> Op {
         Op::Put {

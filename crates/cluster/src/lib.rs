@@ -1,0 +1,28 @@
+//! A replica group of uuidmap servers, replicated with openraft
+//! (docs/replication.md is the design; ARCHITECTURE.md says why openraft
+//! 0.10 and why it is pinned).
+//!
+//! Everything that names an openraft type lives in this crate, so that an
+//! upgrade of the pinned alpha touches nothing else.
+//!
+//! - [`types`]: the type configuration ([`UuidmapRaft`]) and short names for
+//!   the openraft types it makes.
+//! - [`node`]: a member's addresses ([`ClusterNode`]).
+//! - [`batch`]: what one log entry carries ([`RaftBatch`]) and what applying
+//!   it answers ([`Applied`]).
+//! - [`wire`]: the conversions between those types and the messages of the
+//!   `uuidmap.raft.v1` service, and [`WireError`] for what does not convert.
+//!
+//! Stage 0 of the plan: nothing calls this crate yet.
+
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod batch;
+pub mod node;
+pub mod types;
+pub mod wire;
+
+pub use batch::{Applied, RaftBatch};
+pub use node::ClusterNode;
+pub use types::UuidmapRaft;
+pub use wire::{FromWire, ToWire, WireError};
