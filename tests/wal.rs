@@ -91,6 +91,7 @@ fn write_log_then(
         WalOptions {
             segment_bytes,
             preallocate,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -311,7 +312,7 @@ proptest! {
         prop_assert_eq!(&clean, &seen);
 
         let io: Arc<dyn Io> = Arc::new(disk.clone());
-        let mut writer = WalWriter::create(io, &dir(), outcome.next_lsn, WalOptions { segment_bytes: 4096, preallocate: Preallocate::Inline }).unwrap();
+        let mut writer = WalWriter::create(io, &dir(), outcome.next_lsn, WalOptions { segment_bytes: 4096, preallocate: Preallocate::Inline, ..Default::default() }).unwrap();
         let more = vec![Op::Delete { key: Key::new(Uuid::from_u128(7)).unwrap() }];
         writer.append(outcome.next_lsn, &more);
         writer.commit(true).unwrap();
@@ -362,7 +363,7 @@ proptest! {
         let io: Arc<dyn Io> = Arc::new(sim.clone());
         let mut attempted: Vec<Record> = Vec::new();
         let mut must_survive = 0;
-        if let Ok(mut writer) = WalWriter::create(io, &dir(), 1, WalOptions { segment_bytes, preallocate: Preallocate::Inline }) {
+        if let Ok(mut writer) = WalWriter::create(io, &dir(), 1, WalOptions { segment_bytes, preallocate: Preallocate::Inline, ..Default::default() }) {
             for (batches, sync) in &groups {
                 for ops in batches {
                     let lsn = writer.next_lsn();
@@ -385,7 +386,7 @@ proptest! {
 
         // The recovered log can be continued, and reads back whole.
         let io: Arc<dyn Io> = Arc::new(disk.clone());
-        let mut writer = WalWriter::create(io, &dir(), outcome.next_lsn, WalOptions { segment_bytes, preallocate: Preallocate::Inline }).unwrap();
+        let mut writer = WalWriter::create(io, &dir(), outcome.next_lsn, WalOptions { segment_bytes, preallocate: Preallocate::Inline, ..Default::default() }).unwrap();
         let more = vec![Op::Delete { key: Key::new(Uuid::from_u128(9)).unwrap() }];
         writer.append(outcome.next_lsn, &more);
         writer.commit(true).unwrap();
@@ -404,7 +405,7 @@ proptest! {
         let sim = new_disk();
         sim.set_capacity(Some(capacity));
         let io: Arc<dyn Io> = Arc::new(sim.clone());
-        let mut writer = WalWriter::create(io, &dir(), 1, WalOptions { segment_bytes, preallocate: Preallocate::Inline }).unwrap();
+        let mut writer = WalWriter::create(io, &dir(), 1, WalOptions { segment_bytes, preallocate: Preallocate::Inline, ..Default::default() }).unwrap();
         let mut committed: Vec<Record> = Vec::new();
         let mut failures = 0;
         for (batches, sync) in &groups {
@@ -541,6 +542,7 @@ fn a_header_only_last_file_is_removed_and_the_writer_continues_with_the_same_nam
             WalOptions {
                 segment_bytes: 4096,
                 preallocate: Preallocate::Inline,
+                ..Default::default()
             },
         )
         .unwrap(),
@@ -556,6 +558,7 @@ fn a_header_only_last_file_is_removed_and_the_writer_continues_with_the_same_nam
         WalOptions {
             segment_bytes: 4096,
             preallocate: Preallocate::Inline,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -575,6 +578,7 @@ fn the_writer_refuses_to_replace_a_file_that_holds_records() {
         WalOptions {
             segment_bytes: 4096,
             preallocate: Preallocate::Inline,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -587,6 +591,7 @@ fn the_writer_refuses_to_replace_a_file_that_holds_records() {
         WalOptions {
             segment_bytes: 4096,
             preallocate: Preallocate::Inline,
+            ..Default::default()
         },
     )
     .err()
@@ -605,6 +610,7 @@ fn a_real_directory_round_trips() {
         WalOptions {
             segment_bytes: 100,
             preallocate: Preallocate::Inline,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -643,6 +649,7 @@ fn preallocated_writer(io: &SimIo, next_lsn: u64, segment_bytes: u64) -> WalWrit
     let options = WalOptions {
         segment_bytes,
         preallocate: Preallocate::Inline,
+        ..Default::default()
     };
     WalWriter::create(io, &dir(), next_lsn, options).unwrap()
 }

@@ -217,6 +217,7 @@ impl DurableIndex {
             WalOptions {
                 segment_bytes: config.wal_segment_bytes,
                 preallocate: config.wal_preallocate,
+                ..WalOptions::default()
             },
         )?;
         let channel = Snapshotter::channel();

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::files::{WalFile, list_wal_files};
-use super::record::{HEADER_LEN, RECORD_OVERHEAD, check_header, claimed_len, decode_record};
+use super::record::{HEADER_LEN, WalFormat, check_header, claimed_len, decode_record};
 use super::spare::all_zero;
 use crate::store::{Io, Op, StoreError};
 
@@ -56,6 +56,8 @@ pub struct WalFollower {
     pos: usize,
     /// The LSN the record at `pos` has (records of a file are consecutive).
     file_next: u64,
+    /// The record format of `file`.
+    format: WalFormat,
     /// Records of `buf` up to this LSN are trusted (see module docs).
     trusted_upto: u64,
     /// The next LSN to return.
@@ -88,6 +90,7 @@ impl WalFollower {
             capped: false,
             pos: 0,
             file_next: 0,
+            format: WalFormat::Single,
             trusted_upto: 0,
             next_lsn: from_lsn,
             ops: Vec::new(),
@@ -119,10 +122,11 @@ impl WalFollower {
             // What a read from `pos` must hold for the record there to be
             // whole: at least its header (a read can end inside one), and
             // what the header says, once it is whole.
-            let mut need = RECORD_OVERHEAD;
-            let unwritten = rest.len() >= RECORD_OVERHEAD && all_zero(&rest[..RECORD_OVERHEAD]);
-            if self.file_next <= self.trusted_upto && rest.len() >= RECORD_OVERHEAD && !unwritten {
-                match decode_record(rest, &mut self.ops) {
+            let overhead = self.format.record_overhead();
+            let mut need = overhead;
+            let unwritten = rest.len() >= overhead && all_zero(&rest[..overhead]);
+            if self.file_next <= self.trusted_upto && rest.len() >= overhead && !unwritten {
+                match decode_record(rest, self.format, &mut self.ops) {
                     Ok(rec) => {
                         if rec.lsn != self.file_next {
                             return Err(self.corrupt(format!(
@@ -141,7 +145,9 @@ impl WalFollower {
                     // Cut off (or not yet whole): more of it may have been
                     // written since, or read; re-read before calling it
                     // damage.
-                    Err(bad) if !bad.written_so => need = claimed_len(rest).unwrap_or(need),
+                    Err(bad) if !bad.written_so => {
+                        need = claimed_len(rest, self.format).unwrap_or(need)
+                    }
                     Err(bad) => return Err(self.corrupt(bad.reason)),
                 }
             }
@@ -204,12 +210,15 @@ impl WalFollower {
         self.buf = self.read(&file.path, 0, READ_CHUNK)?;
         self.capped = self.buf.len() == READ_CHUNK;
         self.trusted_upto = upto;
-        if let Err(bad) = check_header(&self.buf, file.first_lsn) {
-            return Err(StoreError::WalCorrupt {
-                path: file.path,
-                offset: 0,
-                reason: bad.reason,
-            });
+        match check_header(&self.buf, file.first_lsn) {
+            Ok(format) => self.format = format,
+            Err(bad) => {
+                return Err(StoreError::WalCorrupt {
+                    path: file.path,
+                    offset: 0,
+                    reason: bad.reason,
+                });
+            }
         }
         self.buf_start = 0;
         self.pos = HEADER_LEN;
@@ -295,6 +304,7 @@ mod tests {
             WalOptions {
                 segment_bytes,
                 preallocate: crate::store::wal::Preallocate::Inline,
+                ..Default::default()
             },
         )
         .unwrap();

@@ -44,7 +44,8 @@ use std::path::{Path, PathBuf};
 
 use super::files::{WalFile, list_wal_files};
 use super::record::{
-    BadRecord, HEADER_LEN, SyncedEnd, check_header, decode_record, read_synced_end,
+    BadRecord, EntryHead, HEADER_LEN, SyncedEnd, WalFormat, check_header, decode_record,
+    read_synced_end,
 };
 use super::spare::{all_zero, records_end};
 use crate::store::{Io, Op, StoreError};
@@ -54,8 +55,13 @@ use crate::store::{Io, Op, StoreError};
 pub struct WalRecord<'a> {
     /// Its LSN.
     pub lsn: u64,
-    /// Its ops, in order.
+    /// Its ops, in order (none for a blank or membership entry).
     pub ops: &'a [Op],
+    /// Its term, kind and proposal number (zeros and
+    /// [`super::EntryKind::Normal`] in a single node's log).
+    pub head: EntryHead,
+    /// Its body as stored: the ops' bytes (`op_bytes`), or a membership's.
+    pub body: &'a [u8],
     /// The file it is in.
     pub path: &'a Path,
     /// Its byte offset in that file.
@@ -106,6 +112,8 @@ pub struct WalCursor<'io> {
     offset: usize,
     /// The LSN the next record of the current file must have.
     expect_lsn: u64,
+    /// The record format of the current file.
+    format: WalFormat,
     /// Records read so far from the current file.
     file_records: u64,
     /// What the current file's header vouches for as synced (the whole
@@ -148,6 +156,7 @@ impl<'io> WalCursor<'io> {
             file_len: 0,
             offset: 0,
             expect_lsn: 0,
+            format: WalFormat::Single,
             file_records: 0,
             vouched: SyncedEnd { lsn: 0, offset: 0 },
             next_wanted: from_lsn,
@@ -162,7 +171,8 @@ impl<'io> WalCursor<'io> {
 
     /// Treats the records up to `lsn` as synced, whatever the file headers
     /// say (recovery passes the snapshot's LSN: the WAL was fsynced through
-    /// it before the snapshot was published).
+    /// it before the snapshot was published). 0 says nothing: a Raft log's
+    /// record 0 is never taken as synced this way (a snapshot holds more).
     pub fn synced_through(mut self, lsn: u64) -> Self {
         self.synced_through = lsn;
         self
@@ -192,7 +202,7 @@ impl<'io> WalCursor<'io> {
                 continue;
             }
             let start = self.offset;
-            let rec = match decode_record(&self.data[start..], &mut self.ops) {
+            let rec = match decode_record(&self.data[start..], self.format, &mut self.ops) {
                 Ok(rec) => rec,
                 Err(bad) => {
                     self.bad_record(start, bad)?;
@@ -221,6 +231,8 @@ impl<'io> WalCursor<'io> {
             return Ok(Some(WalRecord {
                 lsn: rec.lsn,
                 ops: &self.ops,
+                head: rec.head,
+                body: &self.data[start + rec.body_at..start + rec.len as usize],
                 path: &self.files[self.file].path,
                 offset: start as u64,
                 len: rec.len,
@@ -310,9 +322,10 @@ impl<'io> WalCursor<'io> {
         self.offset = HEADER_LEN;
         self.expect_lsn = file.first_lsn;
         self.file_records = 0;
-        if let Err(bad) = check_header(&self.data, file.first_lsn) {
+        match check_header(&self.data, file.first_lsn) {
+            Ok(format) => self.format = format,
             // Files are renamed into place with their whole header.
-            return Err(self.corrupt(0, bad.reason));
+            Err(bad) => return Err(self.corrupt(0, bad.reason)),
         }
         self.vouched = if last {
             // A damaged slot may have vouched for records the other does
@@ -361,7 +374,7 @@ impl<'io> WalCursor<'io> {
         if !last || bad.written_so {
             return Err(self.corrupt(offset, bad.reason));
         }
-        if self.expect_lsn <= self.synced_through {
+        if self.synced_through > 0 && self.expect_lsn <= self.synced_through {
             return Err(self.corrupt(
                 offset,
                 format!(

@@ -36,7 +36,7 @@ pub struct ReplayOptions {
     /// (the outcome says so) and replay up to it.
     pub read_only: bool,
     /// Records up to this LSN are known synced (a snapshot's LSN): damage to
-    /// one is corruption, never a torn tail.
+    /// one is corruption, never a torn tail. 0 says nothing.
     pub synced_through: u64,
 }
 
@@ -261,7 +261,7 @@ fn cut(io: &dyn Io, dir: &Path, path: &Path, offset: u64) -> Result<(), StoreErr
 /// more, written when the file held more, and would make the next start
 /// refuse the repaired file. Rewritten as a new file renamed into place, so
 /// a crash leaves the old file or the new one.
-fn cut_and_vouch(
+pub(super) fn cut_and_vouch(
     io: &dyn Io,
     dir: &Path,
     path: &Path,
@@ -367,13 +367,13 @@ fn discard_from(
 /// How many records at the start of a file's bytes decode cleanly, and the
 /// last one's LSN (for the report of what `truncate_corrupt` discards).
 fn count_readable(data: &[u8], first_lsn: u64) -> (u64, Option<u64>) {
-    if check_header(data, first_lsn).is_err() {
+    let Ok(format) = check_header(data, first_lsn) else {
         return (0, None);
-    }
+    };
     let mut ops = Vec::new();
     let (mut offset, mut n, mut last) = (HEADER_LEN, 0, None);
     while offset < data.len() {
-        match decode_record(&data[offset..], &mut ops) {
+        match decode_record(&data[offset..], format, &mut ops) {
             Ok(rec) => {
                 offset += rec.len as usize;
                 n += 1;

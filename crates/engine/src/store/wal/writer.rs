@@ -65,11 +65,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::files::wal_file_name;
+use super::files::{list_wal_files, wal_file_name};
 use super::record::{
-    HEADER_LEN, RECORD_OVERHEAD, SyncedEnd, empty_synced_end, encode_header, encode_record,
-    encode_synced_end,
+    EntryHead, HEADER_LEN, RECORD_OVERHEAD, SyncedEnd, WalFormat, check_header, decode_record,
+    empty_synced_end, encode_entry, encode_header, encode_record, encode_synced_end,
 };
+use super::replay::cut_and_vouch;
 use super::spare::{Preallocate, Spares, all_zero};
 use crate::store::{FileSync, Io, IoFile, Op, StoreError};
 
@@ -81,6 +82,9 @@ pub struct WalOptions {
     pub segment_bytes: u64,
     /// Whether new files come from a zero-filled spare (`spare`).
     pub preallocate: Preallocate,
+    /// The record format of the files it writes: a single node's (the
+    /// default) or a replica group's Raft log.
+    pub format: WalFormat,
 }
 
 impl Default for WalOptions {
@@ -88,6 +92,7 @@ impl Default for WalOptions {
         WalOptions {
             segment_bytes: 64 << 20,
             preallocate: Preallocate::default(),
+            format: WalFormat::default(),
         }
     }
 }
@@ -164,7 +169,8 @@ impl WalWriter {
         options: WalOptions,
     ) -> Result<WalWriter, StoreError> {
         let mut spares = Spares::new(io.clone(), dir, options.segment_bytes, options.preallocate);
-        let (file, path, preallocated) = start_file(&*io, dir, next_lsn, spares.take())?;
+        let (file, path, preallocated) =
+            start_file(&*io, dir, next_lsn, options.format, spares.take())?;
         spares.replenish();
         let empty = empty_synced_end(next_lsn);
         Ok(WalWriter {
@@ -199,10 +205,134 @@ impl WalWriter {
     ///
     /// # Panics
     /// If `ops` has more than [`super::MAX_BATCH_OPS`] ops.
+    /// In a Raft log ([`WalFormat::Raft`]) it is a normal entry of term 0,
+    /// which only tests write: members use [`WalWriter::append_entry`].
     pub fn append(&mut self, lsn: u64, ops: &[Op]) {
         debug_assert_eq!(lsn, self.next_lsn, "WAL records must have consecutive LSNs");
-        encode_record(&mut self.pending, lsn, ops);
+        match self.options.format {
+            WalFormat::Single => encode_record(&mut self.pending, lsn, ops),
+            WalFormat::Raft => {
+                let mut body = Vec::new();
+                crate::store::op_bytes::encode_ops(&mut body, ops);
+                encode_entry(
+                    &mut self.pending,
+                    lsn,
+                    EntryHead::default(),
+                    ops.len() as u32,
+                    &body,
+                );
+            }
+        }
         self.next_lsn += 1;
+    }
+
+    /// Encodes one Raft log entry into the pending group under `lsn`, which
+    /// must be [`WalWriter::next_lsn`]: `body` is a normal entry's `count`
+    /// ops as `op_bytes` spells them (as they came over the wire), nothing
+    /// for a blank entry, a membership's bytes otherwise.
+    ///
+    /// # Panics
+    /// If this writer does not write a Raft log, if the body is over
+    /// [`super::MAX_OPS_LEN`], or if a blank or membership entry claims ops.
+    pub fn append_entry(&mut self, lsn: u64, head: EntryHead, count: u32, body: &[u8]) {
+        assert_eq!(
+            self.options.format,
+            WalFormat::Raft,
+            "entries go to a Raft log only"
+        );
+        debug_assert_eq!(lsn, self.next_lsn, "WAL records must have consecutive LSNs");
+        encode_entry(&mut self.pending, lsn, head, count, body);
+        self.next_lsn += 1;
+    }
+
+    /// Removes every record from LSN `first_cut` on, durably, and goes on
+    /// writing at `first_cut` in a new file: a Raft follower's log that
+    /// conflicts with a new leader's loses the suffix that was never
+    /// committed (docs/replication.md, 2.4). Pending records are forgotten.
+    ///
+    /// Each step is durable before the next, so a crash leaves the old log
+    /// cut somewhere at or after `first_cut`, never a hole: later files
+    /// are removed newest first (the directory fsynced after each), the file
+    /// holding `first_cut` is rewritten without it and with its header
+    /// vouching for exactly what is left (a copy renamed into place), then
+    /// a new file starts at `first_cut`. Records before `first_cut` are not
+    /// touched. A Raft member never acknowledges anything on the cut
+    /// suffix, so getting it back after a crash is as if the cut had not
+    /// been asked for yet.
+    ///
+    /// Errors: the writer's own (failed, a fsync in flight); the file-system
+    /// errors of each step, after which the writer is failed for good (the
+    /// log on disk is some cut of the old one, which a restart reads).
+    pub fn truncate_from(&mut self, first_cut: u64) -> Result<(), StoreError> {
+        self.check_failed()?;
+        self.check_no_sync_in_flight()?;
+        self.forget_pending();
+        if first_cut >= self.committed_next {
+            return Ok(());
+        }
+        match self.cut_files(first_cut) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let cause = e.to_string();
+                tracing::error!(
+                    dir = %self.dir.display(),
+                    "{cause}: could not cut the WAL from LSN {first_cut} on; it accepts no \
+                     more writes; restart to recover from what is on disk"
+                );
+                self.failed = Some(cause);
+                Err(e)
+            }
+        }
+    }
+
+    fn cut_files(&mut self, first_cut: u64) -> Result<(), StoreError> {
+        let io = self.io.clone();
+        let files = list_wal_files(&*io, &self.dir)?;
+        let sync_dir = |dir: &Path| {
+            io.sync_dir(dir)
+                .map_err(|e| StoreError::io("syncing the data directory", dir, e))
+        };
+        // Newest first, each removal durable before the next: a crash
+        // leaves a shorter log, never one with a hole.
+        for file in files.iter().rev() {
+            if file.first_lsn < first_cut {
+                break;
+            }
+            io.remove(&file.path)
+                .map_err(|e| StoreError::io("removing the WAL file", &file.path, e))?;
+            sync_dir(&self.dir)?;
+        }
+        if let Some(holding) = files.iter().rev().find(|f| f.first_lsn < first_cut) {
+            let data = io
+                .read(&holding.path)
+                .map_err(|e| StoreError::io("reading the WAL file", &holding.path, e))?;
+            if let Some(offset) = record_offset(&data, holding.first_lsn, first_cut) {
+                cut_and_vouch(&*io, &self.dir, &holding.path, offset, first_cut - 1)?;
+            }
+        }
+        let (file, path, preallocated) = start_file(
+            &*io,
+            &self.dir,
+            first_cut,
+            self.options.format,
+            self.spares.take(),
+        )?;
+        self.spares.replenish();
+        self.file = file;
+        self.syncer = None;
+        self.path = path;
+        self.preallocated = preallocated;
+        self.end = HEADER_LEN as u64;
+        self.total_bytes += HEADER_LEN as u64;
+        self.rotate_pending = false;
+        self.rollback_to = None;
+        self.unsynced = false;
+        self.committed_next = first_cut;
+        self.next_lsn = first_cut;
+        self.synced = empty_synced_end(first_cut);
+        self.vouched = self.synced;
+        self.next_slot = 0;
+        Ok(())
     }
 
     /// Writes the pending group with one `write_all`, then fsyncs if `sync`
@@ -337,7 +467,7 @@ impl WalWriter {
         }
         self.in_flight = Some(InFlightSync {
             target: SyncedEnd {
-                lsn: self.committed_next - 1,
+                lsn: self.committed_next.saturating_sub(1),
                 offset: self.end,
             },
             wrote_slot,
@@ -434,7 +564,7 @@ impl WalWriter {
             self.next_slot ^= 1;
         }
         self.synced = SyncedEnd {
-            lsn: self.committed_next - 1,
+            lsn: self.committed_next.saturating_sub(1),
             offset: self.end,
         };
         self.unsynced = false;
@@ -537,6 +667,7 @@ impl WalWriter {
             &*self.io,
             &self.dir,
             self.committed_next,
+            self.options.format,
             self.spares.take(),
         )?;
         self.spares.replenish();
@@ -570,6 +701,7 @@ fn start_file(
     io: &dyn Io,
     dir: &Path,
     first_lsn: u64,
+    format: WalFormat,
     spare: Option<PathBuf>,
 ) -> Result<(Box<dyn IoFile>, PathBuf, bool), StoreError> {
     let path = dir.join(wal_file_name(first_lsn));
@@ -587,7 +719,7 @@ fn start_file(
         ));
     }
     if let Some(spare) = spare {
-        match from_spare(io, dir, &spare, &path, first_lsn) {
+        match from_spare(io, dir, &spare, &path, first_lsn, format) {
             Ok(file) => return Ok((file, path, true)),
             Err(e) => {
                 tracing::warn!(
@@ -609,7 +741,7 @@ fn start_file(
         .create(&temp)
         .map_err(|e| StoreError::io("creating the WAL file", &temp, e))?;
     let made = file
-        .write_all(&encode_header(first_lsn))
+        .write_all(&encode_header(first_lsn, format))
         .map_err(|e| StoreError::io("writing the WAL file header", &temp, e))
         .and_then(|()| {
             file.sync()
@@ -640,11 +772,12 @@ fn from_spare(
     spare: &Path,
     path: &Path,
     first_lsn: u64,
+    format: WalFormat,
 ) -> Result<Box<dyn IoFile>, StoreError> {
     let mut file = io
         .open_write(spare)
         .map_err(|e| StoreError::io("opening the spare WAL file", spare, e))?;
-    file.write_at(0, &encode_header(first_lsn))
+    file.write_at(0, &encode_header(first_lsn, format))
         .map_err(|e| StoreError::io("writing the WAL file header", spare, e))?;
     file.sync()
         .map_err(|e| StoreError::io("fsyncing the WAL file", spare, e))?;
@@ -653,4 +786,21 @@ fn from_spare(
     io.sync_dir(dir)
         .map_err(|e| StoreError::io("syncing the data directory", dir, e))?;
     Ok(file)
+}
+
+/// The byte offset of record `lsn` in a WAL file's bytes, if the file's
+/// records reach it (read as far as they decode cleanly).
+fn record_offset(data: &[u8], first_lsn: u64, lsn: u64) -> Option<u64> {
+    let format = check_header(data, first_lsn).ok()?;
+    let mut ops = Vec::new();
+    let (mut offset, mut at_lsn) = (HEADER_LEN, first_lsn);
+    while offset < data.len() {
+        if at_lsn == lsn {
+            return Some(offset as u64);
+        }
+        let rec = decode_record(&data[offset..], format, &mut ops).ok()?;
+        offset += rec.len as usize;
+        at_lsn += 1;
+    }
+    None
 }
