@@ -124,6 +124,49 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Neither slot of the Raft state file holds a valid state (see
+    /// `raft_state`).
+    #[error(
+        "Raft state file {path} is damaged: {reason}. Refusing to start: the file holds this \
+         node's vote, and a node that forgot its vote could vote twice in one term. Restore the \
+         file from a backup of this node, or remove the node from its replica group, empty its \
+         data directory and add it back"
+    )]
+    RaftStateCorrupt {
+        /// The `raft-state` file.
+        path: PathBuf,
+        /// What is wrong with each slot.
+        reason: String,
+    },
+    /// A slot of the Raft state file was written in a format version this
+    /// build does not read.
+    #[error(
+        "Raft state file {path} was written by another release of uuidmap (slot {slot} has \
+         format version {version}; this release reads version {expected}). Refusing to start, \
+         because that slot may hold the node's newest vote: start the release that wrote it"
+    )]
+    RaftStateVersion {
+        /// The `raft-state` file.
+        path: PathBuf,
+        /// The slot (0 or 1).
+        slot: usize,
+        /// The version it has.
+        version: u32,
+        /// The version this build reads.
+        expected: u32,
+    },
+    /// A failed write or fsync ended the Raft state file (see `raft_state`).
+    #[error(
+        "the Raft state file {path} can no longer be written: {cause}. A failed write or fsync \
+         may have lost the state without a trace, so this process writes no more Raft state; \
+         restart it to recover from what is on disk"
+    )]
+    RaftStateFailed {
+        /// The `raft-state` file.
+        path: PathBuf,
+        /// The failure, in words.
+        cause: String,
+    },
     /// Nothing in the data directory gives a state that is known to be right.
     #[error("cannot recover the data in {dir}: {reason}")]
     NoValidState {

@@ -14,6 +14,8 @@
 //!   writer, and replay.
 //! - [`snapshot`]: snapshot files: written while the writer goes on, mapped
 //!   back in place on restart.
+//! - [`raft_state`]: the `raft-state` file of a replica group's member
+//!   (vote, committed and purged log ids) in two checksummed slots.
 //! - [`recovery`]: from a data directory to a live index.
 //! - [`replay_apply`]: the replayed records applied on every core.
 
@@ -23,6 +25,7 @@ pub mod io;
 mod le;
 pub mod op;
 pub mod op_bytes;
+pub mod raft_state;
 pub mod recovery;
 pub mod replay_apply;
 pub mod snapshot;
