@@ -262,3 +262,38 @@ fn a_single_node_writer_keeps_writing_version_2_files() {
         (1, EntryHead::default(), &[put(1, 2)][..])
     );
 }
+
+#[test]
+fn the_log_goes_on_past_a_hole_a_snapshot_covers_and_a_reader_of_the_hole_is_told() {
+    let sim = new_disk();
+    let (mut writer, written) = write_log(&sim, 10, 1 << 20);
+    // A snapshot up to 49 was installed: the log goes on at 50.
+    writer.start_at(50).unwrap();
+    assert!(writer.start_at(20).is_err(), "LSNs are never reused");
+    let e = entry(50, 4, false);
+    append(&mut writer, &e);
+    writer.commit(true).unwrap();
+    let disk = sim.restart(3);
+    let mut cursor = WalCursor::open(&disk, &dir(), 50).unwrap();
+    let rec = cursor.next_record().unwrap().expect("entry 50");
+    assert_eq!((rec.lsn, rec.head), (50, e.head));
+    // From before the hole: the first ten, then the gap is an error.
+    let mut cursor = WalCursor::open(&disk, &dir(), 0).unwrap();
+    for w in &written {
+        assert_eq!(cursor.next_record().unwrap().unwrap().lsn, w.lsn);
+    }
+    let gap = cursor.next_record().unwrap_err();
+    assert!(gap.to_string().contains("missing records"), "{gap}");
+
+    // A writer that starts at once past an empty file removes that file.
+    let sim = new_disk();
+    let io: Arc<dyn Io> = Arc::new(sim.clone());
+    let mut writer = WalWriter::create(io, &dir(), 0, options(1 << 20)).unwrap();
+    writer.start_at(7).unwrap();
+    let names: Vec<u64> = wal::list_wal_files(&sim, &dir())
+        .unwrap()
+        .iter()
+        .map(|f| f.first_lsn)
+        .collect();
+    assert_eq!(names, vec![7]);
+}

@@ -10,15 +10,24 @@
 //! - [`node`]: a member's addresses ([`ClusterNode`]).
 //! - [`batch`]: what one log entry carries ([`RaftBatch`]) and what applying
 //!   it answers ([`Applied`]).
+//! - [`log_store`]: openraft's log storage on our WAL and `raft-state`
+//!   file ([`log_store::WalLogStore`]).
+//! - [`network`]: how a member calls the others (openraft's network over
+//!   tonic), and [`raft_service`]: what it serves them.
+//! - [`snapshot_file`]: a snapshot as a file.
 //! - [`wire`]: the conversions between those types and the messages of the
 //!   `uuidmap.raft.v1` service, and [`WireError`] for what does not convert.
 //!
-//! Stage 0 of the plan: nothing calls this crate yet.
+//! Stages 0–2 of the plan: nothing outside this crate calls it yet.
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod batch;
+pub mod log_store;
+pub mod network;
 pub mod node;
+pub mod raft_service;
+pub mod snapshot_file;
 pub mod types;
 pub mod wire;
 

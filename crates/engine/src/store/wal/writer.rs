@@ -285,6 +285,50 @@ impl WalWriter {
         }
     }
 
+    /// Goes on writing at `lsn`, past the records the log holds: a new
+    /// file starts there, and the LSNs between are a hole that a snapshot
+    /// covers (a Raft member that installed a leader's snapshot continues
+    /// its log after it). The current file is synced first, or removed if
+    /// it holds no record. Pending records are forgotten.
+    ///
+    /// Errors: `lsn` below [`WalWriter::next_lsn`] (that would reuse
+    /// LSNs: cut with [`WalWriter::truncate_from`] first); the writer's
+    /// own; the file system's, as for a rotation.
+    pub fn start_at(&mut self, lsn: u64) -> Result<(), StoreError> {
+        self.check_failed()?;
+        self.check_no_sync_in_flight()?;
+        self.forget_pending();
+        if lsn < self.committed_next {
+            return Err(StoreError::io(
+                "starting the WAL at a later LSN",
+                &self.path,
+                std::io::Error::other(format!(
+                    "LSN {lsn} is below the next LSN {}, which would reuse LSNs",
+                    self.committed_next
+                )),
+            ));
+        }
+        if lsn == self.committed_next {
+            return Ok(());
+        }
+        if let Some(len) = self.rollback_to {
+            self.roll_back(len)?;
+        }
+        let empty = (self.end == HEADER_LEN as u64).then(|| self.path.clone());
+        self.committed_next = lsn;
+        self.next_lsn = lsn;
+        self.rotate()?;
+        if let Some(empty) = empty {
+            self.io
+                .remove(&empty)
+                .map_err(|e| StoreError::io("removing the empty WAL file", &empty, e))?;
+            self.io
+                .sync_dir(&self.dir)
+                .map_err(|e| StoreError::io("syncing the data directory", &self.dir, e))?;
+        }
+        Ok(())
+    }
+
     fn cut_files(&mut self, first_cut: u64) -> Result<(), StoreError> {
         let io = self.io.clone();
         let files = list_wal_files(&*io, &self.dir)?;

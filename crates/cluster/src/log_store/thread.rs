@@ -1,0 +1,134 @@
+//! The log thread: the one owner of a member's WAL writer and `raft-state`
+//! file. openraft's calls reach it as [`Command`]s, in the order they were
+//! made, so the I/O ordering openraft asks for (appends, vote saves and
+//! truncations serialized) holds by construction.
+//!
+//! Appends are group-committed: the thread takes every command already
+//! queued, writes the appended entries as one group, commits it once (one
+//! fsync under the `always` policy), and only then reports each append
+//! flushed. Any other command first commits what is pending, so a vote is
+//! never durable ahead of an append issued before it.
+
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+
+use openraft::storage::IOFlushed;
+use tokio::sync::oneshot;
+use uuidmap_engine::store::StoreError;
+use uuidmap_engine::store::raft_state::{RaftHardState, RaftStateFile};
+use uuidmap_engine::store::wal::WalWriter;
+
+use super::records::entry_record;
+use super::tail::Tail;
+use crate::types::{Entry, UuidmapRaft};
+
+/// What openraft asked of the log, in order.
+pub(crate) enum Command {
+    /// Write these entries; report through `flushed` once durable.
+    Append {
+        entries: Vec<Entry>,
+        flushed: IOFlushed<UuidmapRaft>,
+    },
+    /// Remove every entry from index `from` on.
+    Truncate {
+        from: u64,
+        done: oneshot::Sender<std::io::Result<()>>,
+    },
+    /// Write the vote, committed and purged log ids; fsync if `sync`.
+    SaveState {
+        state: RaftHardState,
+        sync: bool,
+        done: Option<oneshot::Sender<std::io::Result<()>>>,
+    },
+}
+
+pub(crate) struct LogThread {
+    pub(crate) wal: WalWriter,
+    pub(crate) state: RaftStateFile,
+    pub(crate) tail: Arc<Mutex<Tail>>,
+    /// Fsync each group (the `always` policy).
+    pub(crate) sync: bool,
+}
+
+fn io_error(e: StoreError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+impl LogThread {
+    pub(crate) fn run(mut self, commands: Receiver<Command>) {
+        let mut waiting: Vec<IOFlushed<UuidmapRaft>> = Vec::new();
+        while let Ok(first) = commands.recv() {
+            let mut next = Some(first);
+            while let Some(command) = next.take() {
+                self.execute(command, &mut waiting);
+                // Empty or disconnected: the group ends here.
+                next = commands.try_recv().ok();
+            }
+            self.flush(&mut waiting);
+        }
+        self.flush(&mut waiting);
+    }
+
+    fn execute(&mut self, command: Command, waiting: &mut Vec<IOFlushed<UuidmapRaft>>) {
+        match command {
+            Command::Append { entries, flushed } => match self.append(&entries) {
+                Ok(()) => waiting.push(flushed),
+                Err(e) => {
+                    self.flush(waiting);
+                    flushed.io_completed(Err(e));
+                }
+            },
+            Command::Truncate { from, done } => {
+                self.flush(waiting);
+                let _ = done.send(self.wal.truncate_from(from).map_err(io_error));
+            }
+            Command::SaveState { state, sync, done } => {
+                self.flush(waiting);
+                let result = self.state.write(state, sync).map_err(io_error);
+                if let Some(done) = done {
+                    let _ = done.send(result);
+                } else if let Err(e) = result {
+                    tracing::error!(error = %e, "could not save the Raft state");
+                }
+            }
+        }
+    }
+
+    /// Encodes `entries` into the pending group. An entry past the log's
+    /// end (after a snapshot installed, or the first entry of a new log)
+    /// starts a new WAL file there, after committing what is pending.
+    fn append(&mut self, entries: &[Entry]) -> std::io::Result<()> {
+        for entry in entries {
+            let index = entry.log_id.index;
+            if index != self.wal.next_lsn() {
+                self.commit()?;
+                self.wal.start_at(index).map_err(io_error)?;
+            }
+            let (head, count, body) = entry_record(entry);
+            self.wal.append_entry(index, head, count, &body);
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self) -> std::io::Result<()> {
+        self.wal.commit(self.sync).map_err(io_error)?;
+        let mut tail = self.tail.lock().expect("the tail lock is never poisoned");
+        tail.flushed = self.wal.next_lsn().checked_sub(1);
+        tail.trim();
+        Ok(())
+    }
+
+    /// Commits the pending group and reports every append in it.
+    fn flush(&mut self, waiting: &mut Vec<IOFlushed<UuidmapRaft>>) {
+        if waiting.is_empty() {
+            return;
+        }
+        let result = self.commit();
+        for flushed in waiting.drain(..) {
+            flushed.io_completed(match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+            });
+        }
+    }
+}

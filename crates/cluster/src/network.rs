@@ -1,0 +1,302 @@
+//! The client side of the Raft service: how a member reaches the others
+//! (openraft's `RaftNetworkFactory` and `RaftNetworkV2` over tonic).
+//!
+//! - One lazily connected channel per target, to the target's
+//!   `raft_addr` from the membership, unless a local override names
+//!   another address for that node id (test rigs put a fault proxy there).
+//! - Every unary call carries openraft's deadline (`RPCOption::hard_ttl`).
+//!   A call that did not reach the target (connection refused, reset,
+//!   `UNAVAILABLE`) is `Unreachable`, which makes openraft back off; one
+//!   that ran out of time is `Timeout`.
+//! - A snapshot is sent as one client stream: its header, then the file in
+//!   [`SNAPSHOT_CHUNK`]-byte chunks, each with its CRC-32C. The transfer
+//!   has no overall deadline (a large snapshot takes what it takes); it
+//!   stops when openraft cancels it.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{
+    NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::{RPCTypes, RaftNetworkV2};
+use tonic::transport::{Channel, Endpoint};
+use uuidmap_proto::raft::v1 as pb;
+use uuidmap_proto::raft::v1::raft_client::RaftClient;
+
+use crate::node::ClusterNode;
+use crate::snapshot_file::SnapshotFile;
+use crate::types::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderError,
+    TransferLeaderRequest, UuidmapRaft, Vote, VoteRequest, VoteResponse,
+};
+use crate::wire::{FromWire, SnapshotHeader, ToWire};
+
+/// Bytes of a snapshot file per message.
+pub const SNAPSHOT_CHUNK: usize = 1 << 20;
+
+/// The largest message a member sends or takes: a log entry may hold up to
+/// 64 MiB of ops (the WAL's limit), plus its framing.
+pub const MAX_MESSAGE_BYTES: usize = (64 << 20) + (1 << 20);
+
+/// Makes a [`RaftPeer`] per target (openraft's network factory).
+#[derive(Clone, Default)]
+pub struct GrpcNetworkFactory {
+    /// This node's id, for the errors.
+    pub id: u64,
+    /// Addresses to use instead of the membership's, by node id.
+    pub overrides: Arc<HashMap<u64, String>>,
+}
+
+/// The connection to one other member.
+pub struct RaftPeer {
+    id: u64,
+    target: u64,
+    client: Result<RaftClient<Channel>, String>,
+}
+
+impl RaftNetworkFactory<UuidmapRaft> for GrpcNetworkFactory {
+    type Network = RaftPeer;
+
+    async fn new_client(&mut self, target: u64, node: &ClusterNode) -> RaftPeer {
+        let addr = self
+            .overrides
+            .get(&target)
+            .cloned()
+            .unwrap_or_else(|| node.raft_addr.clone());
+        let client = Endpoint::from_shared(format!("http://{addr}"))
+            .map(|e| {
+                let channel = e
+                    .connect_timeout(Duration::from_secs(1))
+                    .tcp_nodelay(true)
+                    // A snapshot is hundreds of MiB: big windows, or it
+                    // crawls.
+                    .initial_stream_window_size(8 << 20)
+                    .initial_connection_window_size(16 << 20)
+                    .connect_lazy();
+                RaftClient::new(channel)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES)
+            })
+            .map_err(|e| format!("node {target}'s Raft address {addr:?} is not usable: {e}"));
+        RaftPeer {
+            id: self.id,
+            target,
+            client,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct PeerError(String);
+
+impl RaftPeer {
+    fn client(&self) -> Result<RaftClient<Channel>, Unreachable<UuidmapRaft>> {
+        self.client
+            .clone()
+            .map_err(|e| Unreachable::new(&PeerError(e)))
+    }
+
+    /// Runs one unary call under openraft's deadline and maps its errors.
+    async fn call<T, Fut>(
+        &self,
+        action: RPCTypes,
+        option: &RPCOption,
+        call: Fut,
+    ) -> Result<T, RPCError<UuidmapRaft>>
+    where
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let ttl = option.hard_ttl();
+        match tokio::time::timeout(ttl, call).await {
+            Err(_) => Err(RPCError::Timeout(Timeout {
+                action,
+                id: self.id,
+                target: self.target,
+                timeout: ttl,
+            })),
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(status_error(self.target, &status)),
+        }
+    }
+}
+
+fn status_error(target: u64, status: &tonic::Status) -> RPCError<UuidmapRaft> {
+    let e = PeerError(format!(
+        "node {target} answered {:?}: {}",
+        status.code(),
+        status.message()
+    ));
+    match status.code() {
+        // Refused, reset, or stopping: back off.
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
+            RPCError::Unreachable(Unreachable::new(&e))
+        }
+        _ => RPCError::Network(NetworkError::new(&e)),
+    }
+}
+
+fn wire_error(target: u64, e: crate::wire::WireError) -> RPCError<UuidmapRaft> {
+    RPCError::Network(NetworkError::new(&PeerError(format!(
+        "node {target} answered a message that does not convert: {e}"
+    ))))
+}
+
+fn request<T>(message: T, option: &RPCOption) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    req.set_timeout(option.hard_ttl());
+    req
+}
+
+impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
+    type SnapshotData = SnapshotFile;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse, RPCError<UuidmapRaft>> {
+        let mut client = self.client()?;
+        let resp = self
+            .call(
+                RPCTypes::AppendEntries,
+                &option,
+                client.append_entries(request(rpc.to_wire(), &option)),
+            )
+            .await?;
+        AppendEntriesResponse::from_wire(resp).map_err(|e| wire_error(self.target, e))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest,
+        option: RPCOption,
+    ) -> Result<VoteResponse, RPCError<UuidmapRaft>> {
+        let mut client = self.client()?;
+        let resp = self
+            .call(
+                RPCTypes::Vote,
+                &option,
+                client.vote(request(rpc.to_wire(), &option)),
+            )
+            .await?;
+        VoteResponse::from_wire(resp).map_err(|e| wire_error(self.target, e))
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest,
+        option: RPCOption,
+    ) -> Result<VoteResponse, RPCError<UuidmapRaft>> {
+        let mut client = self.client()?;
+        let resp = self
+            .call(
+                RPCTypes::Vote,
+                &option,
+                client.pre_vote(request(rpc.to_wire(), &option)),
+            )
+            .await?;
+        VoteResponse::from_wire(resp).map_err(|e| wire_error(self.target, e))
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest,
+        option: RPCOption,
+    ) -> Result<Result<(), TransferLeaderError>, RPCError<UuidmapRaft>> {
+        let mut client = self.client()?;
+        let resp = self
+            .call(
+                RPCTypes::TransferLeader,
+                &option,
+                client.transfer_leader(request(req.to_wire(), &option)),
+            )
+            .await?;
+        <Result<(), TransferLeaderError>>::from_wire(resp).map_err(|e| wire_error(self.target, e))
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: openraft::storage::Snapshot<
+            crate::types::CommittedLeaderId,
+            u64,
+            ClusterNode,
+            SnapshotFile,
+        >,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse, StreamingError<UuidmapRaft>> {
+        let mut client = self.client()?;
+        let unreachable = |e: String| StreamingError::Unreachable(Unreachable::new(&PeerError(e)));
+        let file = snapshot.snapshot;
+        let mut reader = std::fs::File::open(&file.path)
+            .map_err(|e| unreachable(format!("opening {}: {e}", file.path.display())))?;
+        let file_len = reader
+            .metadata()
+            .map_err(|e| unreachable(format!("reading {}: {e}", file.path.display())))?
+            .len();
+        let header = SnapshotHeader {
+            vote,
+            meta: snapshot.meta,
+            file_len,
+            snapshot_lsn: file.snapshot_lsn,
+        };
+        // The chunks are read on a blocking thread and handed to the
+        // stream through a small channel (back-pressure: two chunks ahead).
+        let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(2);
+        let first = pb::SnapshotChunk {
+            chunk: Some(pb::snapshot_chunk::Chunk::Meta(header.to_wire())),
+        };
+        let path = file.path.clone();
+        let reading = tokio::task::spawn_blocking(move || -> Result<(), String> {
+            tx.blocking_send(first)
+                .map_err(|_| "the transfer ended".to_string())?;
+            let mut offset = 0u64;
+            loop {
+                let mut data = vec![0u8; SNAPSHOT_CHUNK];
+                let mut got = 0;
+                while got < data.len() {
+                    match reader.read(&mut data[got..]) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+                    }
+                }
+                if got == 0 {
+                    return Ok(());
+                }
+                data.truncate(got);
+                let chunk = pb::SnapshotBytes {
+                    offset,
+                    crc32c: crc32c::crc32c(&data),
+                    data: data.into(),
+                };
+                offset += got as u64;
+                tx.blocking_send(pb::SnapshotChunk {
+                    chunk: Some(pb::snapshot_chunk::Chunk::Bytes(chunk)),
+                })
+                .map_err(|_| "the transfer ended".to_string())?;
+            }
+        });
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let sent = tokio::select! {
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+            sent = client.install_snapshot(stream) => sent,
+        };
+        let resp = sent.map_err(|status| match status_error(self.target, &status) {
+            RPCError::Unreachable(u) => StreamingError::Unreachable(u),
+            other => StreamingError::Network(NetworkError::new(&PeerError(other.to_string()))),
+        })?;
+        if let Ok(Err(e)) = reading.await {
+            return Err(unreachable(e));
+        }
+        SnapshotResponse::from_wire(resp.into_inner())
+            .map_err(|e| StreamingError::Network(NetworkError::new(&PeerError(e.to_string()))))
+    }
+}

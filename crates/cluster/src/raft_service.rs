@@ -1,0 +1,206 @@
+//! The server side of the Raft service (`uuidmap.raft.v1.Raft`): what the
+//! other members call on this one. Each handler converts the message
+//! ([`crate::wire`]), hands it to openraft, and converts the answer back.
+//!
+//! - A message that does not convert is `INVALID_ARGUMENT` naming the
+//!   field; openraft stopping (`Fatal`) is `UNAVAILABLE`, so the caller
+//!   backs off.
+//! - `InstallSnapshot` writes the file to
+//!   `<snapshot_dir>/snapshot-incoming-….tmp` as it arrives: the first
+//!   message must be the header, then consecutive chunks whose CRC-32C
+//!   checks out, and the file must end at the length the header gave. Only
+//!   then is it fsynced and handed to openraft, whose state machine takes
+//!   the file; a file it did not take (an older snapshot, a stale leader),
+//!   and every file of a failed transfer, is removed.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use tokio::io::AsyncWriteExt;
+use tonic::{Request, Response, Status, Streaming};
+use uuidmap_proto::raft::v1 as pb;
+
+use crate::snapshot_file::SnapshotFile;
+use crate::types::{AppendEntriesRequest, TransferLeaderRequest, UuidmapRaft, VoteRequest};
+use crate::wire::{FromWire, SnapshotHeader, ToWire, WireError};
+
+/// The Raft service of one member, over its `openraft::Raft`.
+pub struct RaftService<SM>
+where
+    SM: RaftStateMachine<UuidmapRaft, SnapshotData = SnapshotFile>,
+{
+    raft: openraft::Raft<UuidmapRaft, SM>,
+    snapshot_dir: PathBuf,
+}
+
+impl<SM> RaftService<SM>
+where
+    SM: RaftStateMachine<UuidmapRaft, SnapshotData = SnapshotFile>,
+{
+    /// The service of `raft`; snapshots being received are written in
+    /// `snapshot_dir` (the data directory: the install renames them there).
+    pub fn new(raft: openraft::Raft<UuidmapRaft, SM>, snapshot_dir: PathBuf) -> Self {
+        RaftService { raft, snapshot_dir }
+    }
+
+    /// The tonic service to add to a server.
+    pub fn into_server(self) -> pb::raft_server::RaftServer<Self> {
+        pb::raft_server::RaftServer::new(self)
+            .max_decoding_message_size(crate::network::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::network::MAX_MESSAGE_BYTES)
+    }
+}
+
+fn invalid(e: WireError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+fn stopping(e: impl std::fmt::Display) -> Status {
+    Status::unavailable(format!("this node's Raft is stopping: {e}"))
+}
+
+/// Names the incoming files apart within the process.
+static INCOMING: AtomicU64 = AtomicU64::new(0);
+
+impl<SM> RaftService<SM>
+where
+    SM: RaftStateMachine<UuidmapRaft, SnapshotData = SnapshotFile>,
+{
+    /// Receives the file into `path`; returns the header.
+    async fn receive(
+        stream: &mut Streaming<pb::SnapshotChunk>,
+        path: &std::path::Path,
+    ) -> Result<SnapshotHeader, Status> {
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("the snapshot stream is empty"))?;
+        let Some(pb::snapshot_chunk::Chunk::Meta(meta)) = first.chunk else {
+            return Err(Status::invalid_argument(
+                "the first message of a snapshot must be its meta",
+            ));
+        };
+        let header = SnapshotHeader::from_wire(meta).map_err(invalid)?;
+        let mut file = tokio::fs::File::create(path)
+            .await
+            .map_err(|e| Status::unavailable(format!("cannot create {}: {e}", path.display())))?;
+        let mut written = 0u64;
+        while let Some(msg) = stream.message().await? {
+            let Some(pb::snapshot_chunk::Chunk::Bytes(chunk)) = msg.chunk else {
+                return Err(Status::invalid_argument(
+                    "a snapshot has one meta, at its start",
+                ));
+            };
+            if chunk.offset != written {
+                return Err(Status::invalid_argument(format!(
+                    "a snapshot chunk starts at byte {}, but {written} bytes came before it",
+                    chunk.offset
+                )));
+            }
+            if crc32c::crc32c(&chunk.data) != chunk.crc32c {
+                return Err(Status::invalid_argument(format!(
+                    "the snapshot chunk at byte {written} fails its CRC-32C"
+                )));
+            }
+            written += chunk.data.len() as u64;
+            if written > header.file_len {
+                return Err(Status::invalid_argument(format!(
+                    "the snapshot runs past the {} bytes its meta gave",
+                    header.file_len
+                )));
+            }
+            file.write_all(&chunk.data).await.map_err(|e| {
+                Status::unavailable(format!("cannot write {}: {e}", path.display()))
+            })?;
+        }
+        if written != header.file_len {
+            return Err(Status::invalid_argument(format!(
+                "the snapshot ended after {written} of the {} bytes its meta gave",
+                header.file_len
+            )));
+        }
+        file.sync_all()
+            .await
+            .map_err(|e| Status::unavailable(format!("cannot fsync {}: {e}", path.display())))?;
+        Ok(header)
+    }
+}
+
+#[tonic::async_trait]
+impl<SM> pb::raft_server::Raft for RaftService<SM>
+where
+    SM: RaftStateMachine<UuidmapRaft, SnapshotData = SnapshotFile>,
+{
+    async fn vote(
+        &self,
+        request: Request<pb::VoteRequest>,
+    ) -> Result<Response<pb::VoteResponse>, Status> {
+        let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        let resp = self.raft.vote(req).await.map_err(stopping)?;
+        Ok(Response::new(resp.to_wire()))
+    }
+
+    async fn pre_vote(
+        &self,
+        request: Request<pb::VoteRequest>,
+    ) -> Result<Response<pb::VoteResponse>, Status> {
+        let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        let resp = self.raft.pre_vote(req).await.map_err(stopping)?;
+        Ok(Response::new(resp.to_wire()))
+    }
+
+    async fn append_entries(
+        &self,
+        request: Request<pb::AppendEntriesRequest>,
+    ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+        let req = AppendEntriesRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        let resp = self.raft.append_entries(req).await.map_err(stopping)?;
+        Ok(Response::new(resp.to_wire()))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<pb::SnapshotChunk>>,
+    ) -> Result<Response<pb::SnapshotResponse>, Status> {
+        let mut stream = request.into_inner();
+        let path = self.snapshot_dir.join(format!(
+            "snapshot-incoming-{}-{}.tmp",
+            std::process::id(),
+            INCOMING.fetch_add(1, Ordering::Relaxed)
+        ));
+        let received = Self::receive(&mut stream, &path).await;
+        let header = match received {
+            Ok(header) => header,
+            Err(status) => {
+                let _ = tokio::fs::remove_file(&path).await;
+                return Err(status);
+            }
+        };
+        let snapshot = Snapshot {
+            meta: header.meta,
+            snapshot: SnapshotFile {
+                path: path.clone(),
+                snapshot_lsn: header.snapshot_lsn,
+            },
+        };
+        let installed = self.raft.install_full_snapshot(header.vote, snapshot).await;
+        // The state machine moves a file it installs; one left was not.
+        let _ = tokio::fs::remove_file(&path).await;
+        let resp = installed.map_err(stopping)?;
+        Ok(Response::new(resp.to_wire()))
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<pb::TransferLeaderRequest>,
+    ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        let req = TransferLeaderRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        let resp = self
+            .raft
+            .handle_transfer_leader(req)
+            .await
+            .map_err(stopping)?;
+        Ok(Response::new(resp.to_wire()))
+    }
+}
