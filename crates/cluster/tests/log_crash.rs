@@ -1,0 +1,191 @@
+//! The Raft log store under power loss, on the simulated disk: whatever
+//! moment the power goes, the store opens again; every append reported
+//! flushed and every vote reported saved is there; the log holds no hole
+//! and nothing that was never appended; a cut reported done stays done.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use openraft::EntryPayload;
+use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
+use openraft::type_config::TypeConfigExt;
+use proptest::prelude::*;
+use uuid::Uuid;
+use uuidmap_cluster::log_store::{LogStoreConfig, WalLogStore};
+use uuidmap_cluster::types::{Entry, Vote, log_id};
+use uuidmap_cluster::{RaftBatch, UuidmapRaft};
+use uuidmap_engine::store::wal::{Preallocate, WalOptions};
+use uuidmap_engine::store::{Io, Op};
+use uuidmap_index::Key;
+use uuidmap_testkit::SimIo;
+
+fn dir() -> PathBuf {
+    PathBuf::from("/data")
+}
+
+fn config(sim: &SimIo) -> LogStoreConfig {
+    LogStoreConfig {
+        io: Arc::new(sim.clone()),
+        dir: dir(),
+        wal: WalOptions {
+            segment_bytes: 1024,
+            preallocate: Preallocate::Inline,
+            ..WalOptions::default()
+        },
+        sync: true,
+        tail_entries: 8,
+    }
+}
+
+fn entry(term: u64, index: u64) -> Entry {
+    let op = Op::Put {
+        key: Key::new(Uuid::from_u128(u128::from(index) + 1)).unwrap(),
+        value: Uuid::from_u128(u128::from(term)),
+    };
+    Entry {
+        log_id: log_id(term, index),
+        payload: if index == 0 {
+            EntryPayload::Blank
+        } else {
+            EntryPayload::Normal(RaftBatch::new(index, &[op]))
+        },
+    }
+}
+
+/// One step a member's log goes through.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Append this many entries of the current term.
+    Append(u64),
+    /// Vote in the next term.
+    Vote,
+    /// Cut the last this-many entries (a new leader's log differs).
+    Cut(u64),
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        prop_oneof![
+            4 => (1u64..6).prop_map(Step::Append),
+            1 => Just(Step::Vote),
+            1 => (1u64..4).prop_map(Step::Cut),
+        ],
+        1..25,
+    )
+}
+
+/// What the run knows must survive, and what it attempted.
+#[derive(Default)]
+struct Known {
+    /// The log as the store holds it (every append that returned).
+    log: Vec<Entry>,
+    /// Entries `..durable` were reported flushed (and not cut since).
+    durable: usize,
+    /// The last vote reported saved.
+    vote: Option<Vote>,
+    /// Every entry ever handed to the store, by index, any term.
+    attempted: Vec<Vec<Entry>>,
+}
+
+async fn run(store: &mut WalLogStore, steps: &[Step], known: &mut Known) -> Result<(), String> {
+    let mut term = 1;
+    for step in steps {
+        match *step {
+            Step::Append(n) => {
+                let from = known.log.len() as u64;
+                let entries: Vec<Entry> = (from..from + n).map(|i| entry(term, i)).collect();
+                for e in &entries {
+                    let i = e.log_id.index as usize;
+                    if known.attempted.len() <= i {
+                        known.attempted.resize(i + 1, Vec::new());
+                    }
+                    known.attempted[i].push(e.clone());
+                }
+                let (tx, rx) = UuidmapRaft::oneshot();
+                store
+                    .append(entries.clone(), IOFlushed::signal(tx))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                known.log.extend(entries);
+                rx.await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+                known.durable = known.log.len();
+            }
+            Step::Vote => {
+                term += 1;
+                let vote = Vote::new(term, 1);
+                store.save_vote(&vote).await.map_err(|e| e.to_string())?;
+                known.vote = Some(vote);
+            }
+            Step::Cut(n) => {
+                let keep = known.log.len().saturating_sub(n as usize);
+                let last = keep.checked_sub(1).map(|i| known.log[i].log_id);
+                // Until the cut is done, a crash may leave the old suffix.
+                known.durable = known.durable.min(keep);
+                store
+                    .truncate_after(last)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                known.log.truncate(keep);
+                term += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn a_power_loss_anywhere_keeps_what_was_reported_durable(
+        steps in steps(),
+        crash_after in 0u64..300,
+        seed in any::<u64>(),
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let sim = SimIo::new();
+            sim.create_dir_all(&dir()).unwrap();
+            let mut known = Known::default();
+            if let Ok(mut store) = WalLogStore::open(config(&sim)) {
+                sim.set_crash_after(Some(crash_after));
+                let _ = run(&mut store, &steps, &mut known).await;
+            }
+            let disk = sim.restart(seed);
+            let mut store = WalLogStore::open(config(&disk))
+                .map_err(|e| TestCaseError::fail(format!("the store does not open: {e}")))?;
+            let mut reader = store.get_log_reader().await;
+            let vote = reader.read_vote().await.unwrap();
+            if let Some(saved) = known.vote {
+                prop_assert!(vote.is_some_and(|v| v >= saved), "lost vote {saved}: {vote:?}");
+            }
+            let state = store.get_log_state().await.unwrap();
+            let len = state.last_log_id.map_or(0, |l| l.index + 1) as usize;
+            let log = reader.try_get_log_entries(0..len as u64).await.unwrap();
+            prop_assert_eq!(log.len(), len, "a hole in the log");
+            prop_assert!(len >= known.durable, "lost flushed entries: {} < {}", len, known.durable);
+            prop_assert_eq!(&log[..known.durable], &known.log[..known.durable]);
+            for e in &log[known.durable..] {
+                let i = e.log_id.index as usize;
+                prop_assert!(
+                    known.attempted.get(i).is_some_and(|a| a.contains(e)),
+                    "entry {i} was never appended: {e:?}"
+                );
+            }
+            // And the log goes on.
+            let (tx, rx) = UuidmapRaft::oneshot();
+            let next = entry(99, len as u64);
+            store.append(vec![next.clone()], IOFlushed::signal(tx)).await.unwrap();
+            rx.await.unwrap().unwrap();
+            let got = reader.try_get_log_entries(len as u64..len as u64 + 1).await.unwrap();
+            prop_assert_eq!(got, vec![next]);
+            Ok(())
+        })?;
+    }
+}
