@@ -15,6 +15,8 @@
 //! - [`network`]: how a member calls the others (openraft's network over
 //!   tonic), and [`raft_service`]: what it serves them.
 //! - [`snapshot_file`]: a snapshot as a file.
+//! - [`timing`]: openraft's configuration: timings for a busy machine, and
+//!   snapshots and purges left to our snapshotter.
 //! - [`wire`]: the conversions between those types and the messages of the
 //!   `uuidmap.raft.v1` service, and [`WireError`] for what does not convert.
 //!
@@ -28,6 +30,7 @@ pub mod network;
 pub mod node;
 pub mod raft_service;
 pub mod snapshot_file;
+pub mod timing;
 pub mod types;
 pub mod wire;
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::KvMachine;
-use openraft::{Config, Raft, SnapshotPolicy};
+use openraft::{Config, Raft};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -20,6 +20,7 @@ use uuid::Uuid;
 use uuidmap_cluster::log_store::{LogStoreConfig, TAIL_ENTRIES, WalLogStore};
 use uuidmap_cluster::network::GrpcNetworkFactory;
 use uuidmap_cluster::raft_service::RaftService;
+use uuidmap_cluster::timing::{RaftTiming, raft_config};
 use uuidmap_cluster::{ClusterNode, RaftBatch, UuidmapRaft};
 use uuidmap_engine::store::wal::WalOptions;
 use uuidmap_engine::store::{Op, OsIo};
@@ -34,21 +35,9 @@ struct Member {
     _dir: TempDir,
 }
 
+/// The product's configuration (`timing`), as a member of a group runs.
 fn config() -> Arc<Config> {
-    Arc::new(
-        Config {
-            heartbeat_interval: 100,
-            election_timeout_min: 500,
-            election_timeout_max: 900,
-            enable_pre_vote: Some(true),
-            snapshot_policy: SnapshotPolicy::Never,
-            max_in_snapshot_log_to_keep: 0,
-            install_snapshot_timeout: 5_000,
-            ..Config::default()
-        }
-        .validate()
-        .expect("a valid Raft config"),
-    )
+    raft_config(&RaftTiming::default()).expect("a valid Raft config")
 }
 
 async fn start(id: u64) -> Member {
