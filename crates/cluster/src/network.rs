@@ -102,26 +102,33 @@ impl RaftPeer {
             .map_err(|e| Unreachable::new(&PeerError(e)))
     }
 
-    /// Runs one unary call under openraft's deadline and maps its errors.
-    async fn call<T, Fut>(
+    /// Sends `message` with `call` under openraft's deadline, maps the
+    /// errors, and converts the answer.
+    async fn unary<M, W, R, Fut>(
         &self,
         action: RPCTypes,
         option: &RPCOption,
-        call: Fut,
-    ) -> Result<T, RPCError<UuidmapRaft>>
+        message: &M,
+        call: impl FnOnce(RaftClient<Channel>, tonic::Request<W>) -> Fut,
+    ) -> Result<R, RPCError<UuidmapRaft>>
     where
-        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+        M: ToWire<Wire = W>,
+        R: FromWire,
+        Fut: Future<Output = Result<tonic::Response<R::Wire>, tonic::Status>>,
     {
+        let client = self.client()?;
+        let mut request = tonic::Request::new(message.to_wire());
         let ttl = option.hard_ttl();
-        match tokio::time::timeout(ttl, call).await {
+        request.set_timeout(ttl);
+        match tokio::time::timeout(ttl, call(client, request)).await {
             Err(_) => Err(RPCError::Timeout(Timeout {
                 action,
                 id: self.id,
                 target: self.target,
                 timeout: ttl,
             })),
-            Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) => Err(status_error(self.target, &status)),
+            Ok(Ok(resp)) => R::from_wire(resp.into_inner()).map_err(|e| wire_error(self.target, e)),
         }
     }
 }
@@ -147,12 +154,6 @@ fn wire_error(target: u64, e: crate::wire::WireError) -> RPCError<UuidmapRaft> {
     ))))
 }
 
-fn request<T>(message: T, option: &RPCOption) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(message);
-    req.set_timeout(option.hard_ttl());
-    req
-}
-
 impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
     type SnapshotData = SnapshotFile;
 
@@ -161,15 +162,13 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
         rpc: AppendEntriesRequest,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse, RPCError<UuidmapRaft>> {
-        let mut client = self.client()?;
-        let resp = self
-            .call(
-                RPCTypes::AppendEntries,
-                &option,
-                client.append_entries(request(rpc.to_wire(), &option)),
-            )
-            .await?;
-        AppendEntriesResponse::from_wire(resp).map_err(|e| wire_error(self.target, e))
+        self.unary(
+            RPCTypes::AppendEntries,
+            &option,
+            &rpc,
+            |mut c, r| async move { c.append_entries(r).await },
+        )
+        .await
     }
 
     async fn vote(
@@ -177,15 +176,10 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, RPCError<UuidmapRaft>> {
-        let mut client = self.client()?;
-        let resp = self
-            .call(
-                RPCTypes::Vote,
-                &option,
-                client.vote(request(rpc.to_wire(), &option)),
-            )
-            .await?;
-        VoteResponse::from_wire(resp).map_err(|e| wire_error(self.target, e))
+        self.unary(RPCTypes::Vote, &option, &rpc, |mut c, r| async move {
+            c.vote(r).await
+        })
+        .await
     }
 
     async fn pre_vote(
@@ -193,15 +187,10 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, RPCError<UuidmapRaft>> {
-        let mut client = self.client()?;
-        let resp = self
-            .call(
-                RPCTypes::Vote,
-                &option,
-                client.pre_vote(request(rpc.to_wire(), &option)),
-            )
-            .await?;
-        VoteResponse::from_wire(resp).map_err(|e| wire_error(self.target, e))
+        self.unary(RPCTypes::Vote, &option, &rpc, |mut c, r| async move {
+            c.pre_vote(r).await
+        })
+        .await
     }
 
     async fn transfer_leader(
@@ -209,15 +198,13 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
         req: TransferLeaderRequest,
         option: RPCOption,
     ) -> Result<Result<(), TransferLeaderError>, RPCError<UuidmapRaft>> {
-        let mut client = self.client()?;
-        let resp = self
-            .call(
-                RPCTypes::TransferLeader,
-                &option,
-                client.transfer_leader(request(req.to_wire(), &option)),
-            )
-            .await?;
-        <Result<(), TransferLeaderError>>::from_wire(resp).map_err(|e| wire_error(self.target, e))
+        self.unary(
+            RPCTypes::TransferLeader,
+            &option,
+            &req,
+            |mut c, r| async move { c.transfer_leader(r).await },
+        )
+        .await
     }
 
     async fn full_snapshot(

@@ -354,29 +354,11 @@ impl WalWriter {
                 cut_and_vouch(&*io, &self.dir, &holding.path, offset, first_cut - 1)?;
             }
         }
-        let (file, path, preallocated) = start_file(
-            &*io,
-            &self.dir,
-            first_cut,
-            self.options.format,
-            self.spares.take(),
-        )?;
-        self.spares.replenish();
-        self.file = file;
-        self.syncer = None;
-        self.path = path;
-        self.preallocated = preallocated;
-        self.end = HEADER_LEN as u64;
-        self.total_bytes += HEADER_LEN as u64;
-        self.rotate_pending = false;
         self.rollback_to = None;
         self.unsynced = false;
         self.committed_next = first_cut;
         self.next_lsn = first_cut;
-        self.synced = empty_synced_end(first_cut);
-        self.vouched = self.synced;
-        self.next_slot = 0;
-        Ok(())
+        self.start_next_file()
     }
 
     /// Writes the pending group with one `write_all`, then fsyncs if `sync`
@@ -707,6 +689,12 @@ impl WalWriter {
                 return Err(self.fail("fsyncing the WAL file", e));
             }
         }
+        self.start_next_file()
+    }
+
+    /// Switches to a new file starting at `committed_next` (the previous
+    /// one synced and left as the callers require).
+    fn start_next_file(&mut self) -> Result<(), StoreError> {
         let (file, path, preallocated) = start_file(
             &*self.io,
             &self.dir,
