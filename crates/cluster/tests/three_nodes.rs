@@ -1,7 +1,9 @@
 //! Three members over the real Raft service on loopback (in one process):
 //! they elect a leader, replicate, and go on under a new leader when the
 //! first one stops; a member added later, after the log was compacted,
-//! catches up from a snapshot shipped as a file in checksummed chunks.
+//! catches up from a snapshot shipped as a file in checksummed chunks; a
+//! member restarted on its own directory rebuilds from its log and takes
+//! the rest from the leader.
 //! Each member's log is a `WalLogStore` in its own directory; the state
 //! machine is the tests' small one (`common`).
 
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::KvMachine;
+use openraft::async_runtime::WatchReceiver;
 use openraft::{Config, Raft};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
@@ -31,8 +34,8 @@ struct Member {
     raft: Raft<UuidmapRaft, KvMachine>,
     machine: KvMachine,
     node: ClusterNode,
-    stop: Option<oneshot::Sender<()>>,
-    _dir: TempDir,
+    stop: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
+    dir: Option<TempDir>,
 }
 
 /// The product's configuration (`timing`), as a member of a group runs.
@@ -41,8 +44,13 @@ fn config() -> Arc<Config> {
 }
 
 async fn start(id: u64) -> Member {
-    let dir = tempfile::tempdir().unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_in(id, tempfile::tempdir().unwrap(), "127.0.0.1:0").await
+}
+
+/// Starts member `id` on the data directory `dir` (new, or one it ran on
+/// before), its Raft service listening on `listen`.
+async fn start_in(id: u64, dir: TempDir, listen: &str) -> Member {
+    let listener = TcpListener::bind(listen).await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let store = WalLogStore::open(LogStoreConfig {
         io: Arc::new(OsIo),
@@ -62,7 +70,7 @@ async fn start(id: u64) -> Member {
         .unwrap();
     let service = RaftService::new(raft.clone(), dir.path().to_path_buf()).into_server();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
+    let server = tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(service)
             .serve_with_incoming_shutdown(
@@ -82,17 +90,28 @@ async fn start(id: u64) -> Member {
             raft_addr: addr.clone(),
             api_url: format!("http://api-of-{id}"),
         },
-        stop: Some(stop),
-        _dir: dir,
+        stop: Some((stop, server)),
+        dir: Some(dir),
     }
 }
 
 impl Member {
     async fn stop(&mut self) {
         self.raft.shutdown().await.unwrap();
-        if let Some(stop) = self.stop.take() {
+        if let Some((stop, server)) = self.stop.take() {
             let _ = stop.send(());
+            server.await.unwrap();
         }
+    }
+
+    /// Stops and starts again on the same directory and address, as an
+    /// operator restart does.
+    async fn restart(mut self) -> Member {
+        self.stop().await;
+        let dir = self.dir.take().unwrap();
+        let (id, addr) = (self.id, self.node.raft_addr.clone());
+        drop(self);
+        start_in(id, dir, &addr).await
     }
 }
 
@@ -244,4 +263,40 @@ async fn a_member_added_after_compaction_catches_up_from_a_shipped_snapshot() {
     );
     one.stop().await;
     two.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_restarted_on_its_directory_catches_up_from_its_log_and_the_leaders() {
+    let mut members = vec![start(1).await, start(2).await, start(3).await];
+    let nodes: BTreeMap<u64, ClusterNode> =
+        members.iter().map(|m| (m.id, m.node.clone())).collect();
+    members[0].raft.initialize(nodes).await.unwrap();
+    let all: Vec<&Member> = members.iter().collect();
+    let first = leader(&all).await;
+    let lead = members.iter().find(|m| m.id == first).unwrap();
+    let lsn = write(lead, 0..20).await;
+    for m in &members {
+        applied(m, lsn).await;
+    }
+
+    // A follower goes down; the others go on without it.
+    let at = members.iter().position(|m| m.id != first).unwrap();
+    let down = members.remove(at);
+    let term_before = down.raft.metrics().borrow_watched().current_term;
+    let mut down = Some(down);
+    down.as_mut().unwrap().stop().await;
+    let lead = members.iter().find(|m| m.id == first).unwrap();
+    let lsn = write(lead, 20..40).await;
+
+    // It comes back on its own log (its state machine starts empty and
+    // is rebuilt from the log, LSN 0's membership entry included), and
+    // takes the rest from the leader.
+    let back = down.take().unwrap().restart().await;
+    applied(&back, lsn).await;
+    assert_eq!(back.machine.map(), expected(0..40));
+    assert!(back.raft.metrics().borrow_watched().current_term >= term_before);
+    members.push(back);
+    for m in members.iter_mut() {
+        m.stop().await;
+    }
 }
