@@ -3,14 +3,11 @@
 //! purges, votes, log states and start-up), plus what the suite does not
 //! ask: the log and the vote survive a reopen, and a cut survives one.
 //!
-//! The suite needs a state machine beside the store: the tests' small one
-//! (`common`).
-
-mod common;
+//! The suite needs a state machine beside the store: the testkit's small
+//! one (`KvMachine`).
 
 use std::sync::Arc;
 
-use common::KvMachine;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::type_config::TypeConfigExt;
@@ -23,6 +20,7 @@ use uuidmap_cluster::{RaftBatch, UuidmapRaft};
 use uuidmap_engine::store::wal::{Preallocate, WalOptions};
 use uuidmap_engine::store::{Op, OsIo};
 use uuidmap_index::Key;
+use uuidmap_testkit::cluster::KvMachine;
 
 fn config(dir: &std::path::Path) -> LogStoreConfig {
     config_keeping(dir, uuidmap_cluster::log_store::TAIL_ENTRIES)

@@ -5,154 +5,23 @@
 //! member restarted on its own directory rebuilds from its log and takes
 //! the rest from the leader.
 //! Each member's log is a `WalLogStore` in its own directory; the state
-//! machine is the tests' small one (`common`).
+//! machine is the testkit's small one (`KvMachine`).
 
-mod common;
-
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::KvMachine;
 use openraft::async_runtime::WatchReceiver;
-use openraft::{Config, Raft};
-use tempfile::TempDir;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use uuid::Uuid;
-use uuidmap_cluster::log_store::{LogStoreConfig, TAIL_ENTRIES, WalLogStore};
-use uuidmap_cluster::network::GrpcNetworkFactory;
-use uuidmap_cluster::raft_service::RaftService;
-use uuidmap_cluster::timing::{RaftTiming, raft_config};
-use uuidmap_cluster::{ClusterNode, RaftBatch, UuidmapRaft};
-use uuidmap_engine::store::wal::WalOptions;
-use uuidmap_engine::store::{Op, OsIo};
+use uuidmap_cluster::RaftBatch;
+use uuidmap_engine::store::Op;
 use uuidmap_index::Key;
-
-struct Member {
-    id: u64,
-    raft: Raft<UuidmapRaft, KvMachine>,
-    machine: KvMachine,
-    node: ClusterNode,
-    stop: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
-    dir: Option<TempDir>,
-}
-
-/// The product's configuration (`timing`), as a member of a group runs.
-fn config() -> Arc<Config> {
-    raft_config(&RaftTiming::default()).expect("a valid Raft config")
-}
-
-async fn start(id: u64) -> Member {
-    start_in(id, tempfile::tempdir().unwrap(), "127.0.0.1:0").await
-}
-
-/// Starts member `id` on the data directory `dir` (new, or one it ran on
-/// before), its Raft service listening on `listen`.
-async fn start_in(id: u64, dir: TempDir, listen: &str) -> Member {
-    let listener = TcpListener::bind(listen).await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let store = WalLogStore::open(LogStoreConfig {
-        io: Arc::new(OsIo),
-        dir: dir.path().to_path_buf(),
-        wal: WalOptions::default(),
-        sync: true,
-        tail_entries: TAIL_ENTRIES,
-    })
-    .unwrap();
-    let machine = KvMachine::new(dir.path());
-    let network = GrpcNetworkFactory {
-        id,
-        overrides: Arc::new(HashMap::new()),
-    };
-    let raft = Raft::new(id, config(), network, store, machine.clone())
-        .await
-        .unwrap();
-    let service = RaftService::new(raft.clone(), dir.path().to_path_buf()).into_server();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                async {
-                    let _ = stopped.await;
-                },
-            )
-            .await
-            .unwrap();
-    });
-    Member {
-        id,
-        raft,
-        machine,
-        node: ClusterNode {
-            raft_addr: addr.clone(),
-            api_url: format!("http://api-of-{id}"),
-        },
-        stop: Some((stop, server)),
-        dir: Some(dir),
-    }
-}
-
-impl Member {
-    async fn stop(&mut self) {
-        self.raft.shutdown().await.unwrap();
-        if let Some((stop, server)) = self.stop.take() {
-            let _ = stop.send(());
-            server.await.unwrap();
-        }
-    }
-
-    /// Stops and starts again on the same directory and address, as an
-    /// operator restart does.
-    async fn restart(mut self) -> Member {
-        self.stop().await;
-        let dir = self.dir.take().unwrap();
-        let (id, addr) = (self.id, self.node.raft_addr.clone());
-        drop(self);
-        start_in(id, dir, &addr).await
-    }
-}
+use uuidmap_testkit::cluster::{Member, leader};
 
 fn put(k: u128, v: u128) -> Op {
     Op::Put {
         key: Key::new(Uuid::from_u128(k)).unwrap(),
         value: Uuid::from_u128(v),
     }
-}
-
-/// The member that leads, once one does (waits up to 10 s).
-async fn leader(members: &[&Member]) -> u64 {
-    let m = members[0]
-        .raft
-        .wait(Some(Duration::from_secs(10)))
-        .metrics(
-            |m| {
-                m.current_leader
-                    .is_some_and(|l| members.iter().any(|x| x.id == l))
-            },
-            "a leader among the live members",
-        )
-        .await
-        .expect("a leader is elected");
-    let id = m.current_leader.unwrap();
-    // Until the leader itself knows it leads (and has committed its first
-    // entry), a write is sent back with ForwardToLeader.
-    let lead = members.iter().find(|x| x.id == id).unwrap();
-    lead.raft
-        .wait(Some(Duration::from_secs(10)))
-        .metrics(
-            |m| m.state == openraft::ServerState::Leader && m.current_leader == Some(id),
-            "the leader knows it leads",
-        )
-        .await
-        .expect("the leader settles");
-    lead.raft
-        .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
-        .await
-        .expect("the leader confirms its leadership");
-    id
 }
 
 /// Writes keys `range` through the leader, one batch each; returns the
@@ -188,10 +57,7 @@ fn expected(range: std::ops::Range<u128>) -> BTreeMap<Uuid, Uuid> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_elect_replicate_and_go_on_under_a_new_leader() {
-    let mut members = vec![start(1).await, start(2).await, start(3).await];
-    let nodes: BTreeMap<u64, ClusterNode> =
-        members.iter().map(|m| (m.id, m.node.clone())).collect();
-    members[0].raft.initialize(nodes).await.unwrap();
+    let mut members = Member::group(3).await;
 
     let all: Vec<&Member> = members.iter().collect();
     let first = leader(&all).await;
@@ -223,7 +89,7 @@ async fn three_members_elect_replicate_and_go_on_under_a_new_leader() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_added_after_compaction_catches_up_from_a_shipped_snapshot() {
-    let mut one = start(1).await;
+    let mut one = Member::start(1).await;
     one.raft
         .initialize(BTreeMap::from([(1, one.node.clone())]))
         .await
@@ -249,7 +115,7 @@ async fn a_member_added_after_compaction_catches_up_from_a_shipped_snapshot() {
         .await
         .unwrap();
 
-    let mut two = start(2).await;
+    let mut two = Member::start(2).await;
     one.raft
         .add_learner(2, two.node.clone(), true)
         .await
@@ -267,10 +133,7 @@ async fn a_member_added_after_compaction_catches_up_from_a_shipped_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_restarted_on_its_directory_catches_up_from_its_log_and_the_leaders() {
-    let mut members = vec![start(1).await, start(2).await, start(3).await];
-    let nodes: BTreeMap<u64, ClusterNode> =
-        members.iter().map(|m| (m.id, m.node.clone())).collect();
-    members[0].raft.initialize(nodes).await.unwrap();
+    let mut members = Member::group(3).await;
     let all: Vec<&Member> = members.iter().collect();
     let first = leader(&all).await;
     let lead = members.iter().find(|m| m.id == first).unwrap();

@@ -8,11 +8,12 @@
 //! scraping, throw-away certificates), and a TCP proxy that cuts, swallows
 //! and blackholes on command ([`proxy`]); and a linearizability checker for
 //! histories of independent registers ([`linearizability`]), for the fault
-//! tests of replication. The product's crates never depend on it; their
-//! tests do.
+//! tests of replication; and a replica group in one process
+//! ([`cluster`]). The product's crates never depend on it; their tests do.
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod cluster;
 pub mod crashtest;
 pub mod data;
 pub mod linearizability;

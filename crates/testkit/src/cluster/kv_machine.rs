@@ -1,9 +1,7 @@
-//! A small state machine for the cluster crate's tests: a map from key to
-//! value, applied from the entries' blind ops, whose snapshots are files
-//! (so they travel as the real ones do). The real state machine, over the
-//! index, is stage 3 of docs/replication.md.
-
-#![allow(dead_code)]
+//! [`KvMachine`]: a small state machine for the replica group's tests and
+//! benches: a map from key to value, applied from the entries' blind ops,
+//! whose snapshots are files (so they travel as the real ones do). The real
+//! state machine, over the index, is stage 3 of docs/replication.md.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,17 +20,23 @@ use uuidmap_engine::store::Op;
 /// A snapshot of the test machine.
 pub type KvSnapshot = Snapshot<CommittedLeaderId, u64, ClusterNode, SnapshotFile>;
 
+/// What a [`KvMachine`] holds.
 #[derive(Default)]
 pub struct KvState {
+    /// The last entry applied.
     pub applied: Option<LogId>,
+    /// The last membership applied.
     pub membership: StoredMembership,
+    /// The map the entries built.
     pub map: BTreeMap<Uuid, Uuid>,
+    /// The newest snapshot, and its file.
     pub snapshot: Option<(SnapshotMeta, PathBuf)>,
 }
 
 /// The test machine; clones share the state.
 #[derive(Clone)]
 pub struct KvMachine {
+    /// Its state.
     pub state: Arc<Mutex<KvState>>,
     dir: PathBuf,
 }
@@ -48,10 +52,12 @@ impl KvMachine {
         }
     }
 
+    /// A copy of the map.
     pub fn map(&self) -> BTreeMap<Uuid, Uuid> {
         self.state.lock().unwrap().map.clone()
     }
 
+    /// The index of the last entry applied.
     pub fn applied_index(&self) -> Option<u64> {
         self.state.lock().unwrap().applied.map(|l| l.index)
     }
