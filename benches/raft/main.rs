@@ -103,12 +103,17 @@ async fn group(n: u64, writers: u64, window: Duration) -> f64 {
     let mut members = Member::group(n).await;
     let all: Vec<&Member> = members.iter().collect();
     let id = leader(&all).await;
-    let raft = members
-        .iter()
-        .find(|m| m.id == id)
-        .expect("the leader")
-        .raft
-        .clone();
+    let lead = members.iter().find(|m| m.id == id).expect("the leader");
+    let raft = lead.raft.clone();
+    let log = lead.log.clone();
+    let counts = || {
+        (
+            log.appends.load(Ordering::Relaxed),
+            log.entries.load(Ordering::Relaxed),
+            log.groups.load(Ordering::Relaxed),
+        )
+    };
+    let before = counts();
     let rate = drive(writers, window, move |w, i| {
         let raft = raft.clone();
         async move {
@@ -123,6 +128,18 @@ async fn group(n: u64, writers: u64, window: Duration) -> f64 {
         }
     })
     .await;
+    let after = counts();
+    let (appends, entries, groups) = (
+        after.0 - before.0,
+        after.1 - before.1,
+        (after.2 - before.2).max(1),
+    );
+    eprintln!(
+        "raft bench: group of {n}: the leader's log took {:.1} entries per append, \
+         {:.1} per group (fsync)",
+        entries as f64 / appends.max(1) as f64,
+        entries as f64 / groups as f64
+    );
     for m in members.iter_mut() {
         m.stop().await;
     }

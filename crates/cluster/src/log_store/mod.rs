@@ -75,6 +75,7 @@ pub struct LogStoreConfig {
 }
 
 pub use self::tail::TAIL_ENTRIES;
+pub use self::thread::LogStats;
 
 struct Shared {
     tail: Arc<Mutex<Tail>>,
@@ -96,6 +97,7 @@ pub struct WalLogStore {
     thread: Option<JoinHandle<()>>,
     /// The state last handed to the log thread.
     hard: RaftHardState,
+    stats: Arc<LogStats>,
 }
 
 /// A reader of a [`WalLogStore`]'s log, for openraft's replication tasks.
@@ -181,11 +183,13 @@ impl WalLogStore {
             dir,
         });
         let (commands, receiver) = mpsc::channel();
+        let stats = Arc::new(LogStats::default());
         let log_thread = LogThread {
             wal,
             state,
             tail,
             sync,
+            stats: stats.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("raft-log".into())
@@ -196,7 +200,13 @@ impl WalLogStore {
             commands: Some(commands),
             thread: Some(thread),
             hard,
+            stats,
         })
+    }
+
+    /// What the log thread has done so far.
+    pub fn stats(&self) -> Arc<LogStats> {
+        self.stats.clone()
     }
 
     /// Hands `command` to the log thread.

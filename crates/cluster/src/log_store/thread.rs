@@ -9,6 +9,7 @@
 //! flushed. Any other command first commits what is pending, so a vote is
 //! never durable ahead of an append issued before it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
@@ -48,6 +49,18 @@ pub(crate) struct LogThread {
     pub(crate) tail: Arc<Mutex<Tail>>,
     /// Fsync each group (the `always` policy).
     pub(crate) sync: bool,
+    pub(crate) stats: Arc<LogStats>,
+}
+
+/// What the log thread has done, for benches and metrics.
+#[derive(Debug, Default)]
+pub struct LogStats {
+    /// `append` calls.
+    pub appends: AtomicU64,
+    /// Entries appended.
+    pub entries: AtomicU64,
+    /// Groups committed (one write, and one fsync under `always`).
+    pub groups: AtomicU64,
 }
 
 fn io_error(e: StoreError) -> std::io::Error {
@@ -71,7 +84,13 @@ impl LogThread {
 
     fn execute(&mut self, command: Command, waiting: &mut Vec<IOFlushed<UuidmapRaft>>) {
         match command {
-            Command::Append { entries, flushed } => match self.append(&entries) {
+            Command::Append { entries, flushed } => match {
+                self.stats.appends.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .entries
+                    .fetch_add(entries.len() as u64, Ordering::Relaxed);
+                self.append(&entries)
+            } {
                 Ok(()) => waiting.push(flushed),
                 Err(e) => {
                     self.flush(waiting);
@@ -112,6 +131,7 @@ impl LogThread {
 
     fn commit(&mut self) -> std::io::Result<()> {
         self.wal.commit(self.sync).map_err(io_error)?;
+        self.stats.groups.fetch_add(1, Ordering::Relaxed);
         let mut tail = self.tail.lock().expect("the tail lock is never poisoned");
         tail.flushed = self.wal.next_lsn().checked_sub(1);
         tail.trim();

@@ -10,7 +10,7 @@ use openraft::Raft;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use uuidmap_cluster::log_store::{LogStoreConfig, TAIL_ENTRIES, WalLogStore};
+use uuidmap_cluster::log_store::{LogStats, LogStoreConfig, TAIL_ENTRIES, WalLogStore};
 use uuidmap_cluster::network::GrpcNetworkFactory;
 use uuidmap_cluster::raft_service::RaftService;
 use uuidmap_cluster::timing::{RaftTiming, raft_config};
@@ -30,6 +30,8 @@ pub struct Member {
     pub machine: KvMachine,
     /// Its addresses, as the membership records them.
     pub node: ClusterNode,
+    /// What its log thread has done.
+    pub log: Arc<LogStats>,
     stop: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
     dir: Option<TempDir>,
 }
@@ -55,6 +57,7 @@ impl Member {
             tail_entries: TAIL_ENTRIES,
         })
         .expect("the log store opens");
+        let log = store.stats();
         let machine = KvMachine::new(dir.path());
         let network = GrpcNetworkFactory {
             id,
@@ -86,6 +89,7 @@ impl Member {
                 raft_addr: addr,
                 api_url: format!("http://api-of-{id}"),
             },
+            log,
             stop: Some((stop, server)),
             dir: Some(dir),
         }
