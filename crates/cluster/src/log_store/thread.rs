@@ -84,19 +84,19 @@ impl LogThread {
 
     fn execute(&mut self, command: Command, waiting: &mut Vec<IOFlushed<UuidmapRaft>>) {
         match command {
-            Command::Append { entries, flushed } => match {
+            Command::Append { entries, flushed } => {
                 self.stats.appends.fetch_add(1, Ordering::Relaxed);
                 self.stats
                     .entries
                     .fetch_add(entries.len() as u64, Ordering::Relaxed);
-                self.append(&entries)
-            } {
-                Ok(()) => waiting.push(flushed),
-                Err(e) => {
-                    self.flush(waiting);
-                    flushed.io_completed(Err(e));
+                match self.append(&entries) {
+                    Ok(()) => waiting.push(flushed),
+                    Err(e) => {
+                        self.flush(waiting);
+                        flushed.io_completed(Err(e));
+                    }
                 }
-            },
+            }
             Command::Truncate { from, done } => {
                 self.flush(waiting);
                 let _ = done.send(self.wal.truncate_from(from).map_err(io_error));
