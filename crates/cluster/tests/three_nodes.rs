@@ -55,10 +55,10 @@ fn expected(range: std::ops::Range<u128>) -> BTreeMap<Uuid, Uuid> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_members_elect_replicate_and_go_on_under_a_new_leader() {
-    let mut members = Member::group(3).await;
-
+/// A group of three that took keys 0..20 through its leader, every member
+/// having applied them; returns it and the leader's id.
+async fn three_with_20_writes() -> (Vec<Member>, u64) {
+    let members = Member::group(3).await;
     let all: Vec<&Member> = members.iter().collect();
     let first = leader(&all).await;
     let lead = members.iter().find(|m| m.id == first).unwrap();
@@ -67,6 +67,12 @@ async fn three_members_elect_replicate_and_go_on_under_a_new_leader() {
         applied(m, lsn).await;
         assert_eq!(m.machine.map(), expected(0..20), "member {}", m.id);
     }
+    (members, first)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_elect_replicate_and_go_on_under_a_new_leader() {
+    let (mut members, first) = three_with_20_writes().await;
 
     // The leader stops; the other two elect one of themselves and go on.
     let at = members.iter().position(|m| m.id == first).unwrap();
@@ -133,14 +139,7 @@ async fn a_member_added_after_compaction_catches_up_from_a_shipped_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_restarted_on_its_directory_catches_up_from_its_log_and_the_leaders() {
-    let mut members = Member::group(3).await;
-    let all: Vec<&Member> = members.iter().collect();
-    let first = leader(&all).await;
-    let lead = members.iter().find(|m| m.id == first).unwrap();
-    let lsn = write(lead, 0..20).await;
-    for m in &members {
-        applied(m, lsn).await;
-    }
+    let (mut members, first) = three_with_20_writes().await;
 
     // A follower goes down; the others go on without it.
     let at = members.iter().position(|m| m.id != first).unwrap();

@@ -113,22 +113,31 @@ fn uuid_at(b: &[u8], at: usize) -> Uuid {
     Uuid::from_bytes(b[at..at + 16].try_into().expect("16 bytes"))
 }
 
+/// Ops for the tests of this crate.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_ops {
     use super::*;
 
-    fn put(k: u128, v: u128) -> Op {
+    /// `Put` of key `k` (not 0) to value `v`.
+    pub(crate) fn put(k: u128, v: u128) -> Op {
         Op::Put {
             key: Key::new(Uuid::from_u128(k)).unwrap(),
             value: Uuid::from_u128(v),
         }
     }
 
-    fn del(k: u128) -> Op {
+    /// `Delete` of key `k` (not 0).
+    pub(crate) fn del(k: u128) -> Op {
         Op::Delete {
             key: Key::new(Uuid::from_u128(k)).unwrap(),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_ops::{del, put};
+    use super::*;
 
     #[test]
     fn ops_decode_to_what_was_encoded_and_count_alike() {

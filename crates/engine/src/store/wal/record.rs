@@ -455,21 +455,7 @@ pub(super) fn decode_record(
 mod tests {
     use super::*;
     use crate::store::op_bytes::DELETE_LEN;
-    use uuid::Uuid;
-    use uuidmap_index::Key;
-
-    fn put(k: u128, v: u128) -> Op {
-        Op::Put {
-            key: Key::new(Uuid::from_u128(k)).unwrap(),
-            value: Uuid::from_u128(v),
-        }
-    }
-
-    fn del(k: u128) -> Op {
-        Op::Delete {
-            key: Key::new(Uuid::from_u128(k)).unwrap(),
-        }
-    }
+    use crate::store::op_bytes::test_ops::{del, put};
 
     #[test]
     fn a_record_decodes_to_what_was_encoded() {
