@@ -61,6 +61,9 @@ enum Step {
     Vote,
     /// Cut the last this-many entries (a new leader's log differs).
     Cut(u64),
+    /// A snapshot this many entries past the log's end was installed:
+    /// openraft purges up to it, and the log goes on after it.
+    Snapshot(u64),
 }
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
@@ -69,6 +72,7 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
             4 => (1u64..6).prop_map(Step::Append),
             1 => Just(Step::Vote),
             1 => (1u64..4).prop_map(Step::Cut),
+            1 => (1u64..30).prop_map(Step::Snapshot),
         ],
         1..25,
     )
@@ -77,9 +81,13 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
 /// What the run knows must survive, and what it attempted.
 #[derive(Default)]
 struct Known {
-    /// The log as the store holds it (every append that returned).
+    /// The index of `log[0]` (after a snapshot, the entry after it).
+    base: u64,
+    /// The log as the store holds it (every append that returned), from
+    /// `base`.
     log: Vec<Entry>,
-    /// Entries `..durable` were reported flushed (and not cut since).
+    /// Entries `..durable` of `log` were reported flushed (and not cut
+    /// since).
     durable: usize,
     /// The last vote reported saved.
     vote: Option<Vote>,
@@ -92,7 +100,7 @@ async fn run(store: &mut WalLogStore, steps: &[Step], known: &mut Known) -> Resu
     for step in steps {
         match *step {
             Step::Append(n) => {
-                let from = known.log.len() as u64;
+                let from = known.base + known.log.len() as u64;
                 let entries: Vec<Entry> = (from..from + n).map(|i| entry(term, i)).collect();
                 for e in &entries {
                     let i = e.log_id.index as usize;
@@ -120,6 +128,9 @@ async fn run(store: &mut WalLogStore, steps: &[Step], known: &mut Known) -> Resu
             }
             Step::Cut(n) => {
                 let keep = known.log.len().saturating_sub(n as usize);
+                if keep == 0 && known.base > 0 {
+                    continue; // never below a snapshot
+                }
                 let last = keep.checked_sub(1).map(|i| known.log[i].log_id);
                 // Until the cut is done, a crash may leave the old suffix.
                 known.durable = known.durable.min(keep);
@@ -129,6 +140,17 @@ async fn run(store: &mut WalLogStore, steps: &[Step], known: &mut Known) -> Resu
                     .map_err(|e| e.to_string())?;
                 known.log.truncate(keep);
                 term += 1;
+            }
+            Step::Snapshot(past) => {
+                let upto = known.base + known.log.len() as u64 + (past - 1);
+                store
+                    .purge(log_id(term, upto))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // Nothing before the snapshot is asked for again.
+                known.base = upto + 1;
+                known.log.clear();
+                known.durable = 0;
             }
         }
     }
@@ -166,12 +188,26 @@ proptest! {
                 prop_assert!(vote.is_some_and(|v| v >= saved), "lost vote {saved}: {vote:?}");
             }
             let state = store.get_log_state().await.unwrap();
-            let len = state.last_log_id.map_or(0, |l| l.index + 1) as usize;
-            let log = reader.try_get_log_entries(0..len as u64).await.unwrap();
-            prop_assert_eq!(log.len(), len, "a hole in the log");
-            prop_assert!(len >= known.durable, "lost flushed entries: {} < {}", len, known.durable);
-            prop_assert_eq!(&log[..known.durable], &known.log[..known.durable]);
-            for e in &log[known.durable..] {
+            let start = state.last_purged_log_id.map_or(0, |p| p.index + 1);
+            let end = state.last_log_id.map_or(0, |l| l.index + 1);
+            let log = reader.try_get_log_entries(start..end).await.unwrap();
+            prop_assert_eq!(log.len() as u64, end - start.min(end), "a hole in the log");
+            // What was reported durable after the last snapshot is there
+            // (a purge that did not reach the disk leaves older entries in
+            // front of it, which is allowed).
+            let durable = &known.log[..known.durable];
+            if let Some(first) = durable.first() {
+                let at = log.iter().position(|e| e.log_id == first.log_id);
+                let Some(at) = at else {
+                    return Err(TestCaseError::fail(format!(
+                        "lost flushed entry {}", first.log_id
+                    )));
+                };
+                prop_assert!(log.len() >= at + durable.len(), "lost flushed entries");
+                prop_assert_eq!(&log[at..at + durable.len()], durable);
+            }
+            let len = end as usize;
+            for e in &log {
                 let i = e.log_id.index as usize;
                 prop_assert!(
                     known.attempted.get(i).is_some_and(|a| a.contains(e)),

@@ -130,3 +130,25 @@ async fn reopen_keeping(keep: usize) {
         vec![batch_entry(3, 260)]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_that_jumped_past_a_snapshot_opens_again_from_after_the_hole() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = WalLogStore::open(config(dir.path())).unwrap();
+        append(&mut store, (0..10).map(|i| batch_entry(1, i)).collect()).await;
+        // A snapshot up to 49 was installed: openraft purges past the end
+        // and the log goes on at 50.
+        store.purge(log_id(2, 49)).await.unwrap();
+        append(&mut store, (50..53).map(|i| batch_entry(2, i)).collect()).await;
+    }
+    let mut store = WalLogStore::open(config(dir.path())).unwrap();
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(2, 49)));
+    assert_eq!(state.last_log_id, Some(log_id(2, 52)));
+    let mut reader = store.get_log_reader().await;
+    assert_eq!(
+        reader.try_get_log_entries(0..60).await.unwrap(),
+        (50..53).map(|i| batch_entry(2, i)).collect::<Vec<_>>()
+    );
+}

@@ -141,15 +141,18 @@ impl WalLogStore {
             ..Tail::default()
         };
         if let Some(oldest) = files.first() {
+            // Where the log this member holds begins: after the purged
+            // entry (the files before a snapshot's hole hold only purged
+            // ones), or at the oldest file.
+            let from = tail.first.max(oldest.first_lsn);
             // The same repair as a restart's: a torn tail is cut.
             wal::replay(
                 &*io,
                 &dir,
-                oldest.first_lsn.saturating_sub(1),
+                from.saturating_sub(1),
                 &ReplayOptions::default(),
                 |_, _| {},
             )?;
-            let from = tail.first.max(oldest.first_lsn);
             let mut cursor = WalCursor::open(&*io, &dir, from)?;
             let mut first = true;
             while let Some(rec) = cursor.next_record()? {

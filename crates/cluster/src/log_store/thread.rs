@@ -121,6 +121,11 @@ impl LogThread {
             let index = entry.log_id.index;
             if index != self.wal.next_lsn() {
                 self.commit()?;
+                // A jump follows a purge past the log's end (a snapshot
+                // installed): the purge, written without a fsync, must be
+                // durable before the hole is, or a restart would find a
+                // hole it cannot explain.
+                self.state.sync().map_err(io_error)?;
                 self.wal.start_at(index).map_err(io_error)?;
             }
             let (head, count, body) = entry_record(entry);
