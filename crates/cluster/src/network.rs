@@ -5,9 +5,9 @@
 //!   `raft_addr` from the membership, unless a local override names
 //!   another address for that node id (test rigs put a fault proxy there).
 //! - Every unary call carries openraft's deadline (`RPCOption::hard_ttl`).
-//!   A call that did not reach the target (connection refused, reset,
-//!   `UNAVAILABLE`) is `Unreachable`, which makes openraft back off; one
-//!   that ran out of time is `Timeout`.
+//!   A call that failed (connection refused or reset, any gRPC status, an
+//!   answer that does not convert) is `Unreachable`, which makes openraft
+//!   back off; one that ran out of time is `Timeout`.
 //! - A snapshot is sent as one client stream: its header, then the file in
 //!   [`SNAPSHOT_CHUNK`]-byte chunks, each with its CRC-32C. The transfer
 //!   has no overall deadline (a large snapshot takes what it takes); it
@@ -19,9 +19,7 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{
-    NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
-};
+use openraft::error::{RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::{RPCTypes, RaftNetworkV2};
 use tonic::transport::{Channel, Endpoint};
@@ -133,23 +131,19 @@ impl RaftPeer {
     }
 }
 
+/// Every failed call backs off (`Unreachable`): openraft retries a
+/// `Network` error at once, and a member that keeps refusing (stopping,
+/// another release, a bad message) would then be called in a hot loop.
 fn status_error(target: u64, status: &tonic::Status) -> RPCError<UuidmapRaft> {
-    let e = PeerError(format!(
+    RPCError::Unreachable(Unreachable::new(&PeerError(format!(
         "node {target} answered {:?}: {}",
         status.code(),
         status.message()
-    ));
-    match status.code() {
-        // Refused, reset, or stopping: back off.
-        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
-            RPCError::Unreachable(Unreachable::new(&e))
-        }
-        _ => RPCError::Network(NetworkError::new(&e)),
-    }
+    ))))
 }
 
 fn wire_error(target: u64, e: crate::wire::WireError) -> RPCError<UuidmapRaft> {
-    RPCError::Network(NetworkError::new(&PeerError(format!(
+    RPCError::Unreachable(Unreachable::new(&PeerError(format!(
         "node {target} answered a message that does not convert: {e}"
     ))))
 }
@@ -276,14 +270,18 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
             closed = cancel => return Err(StreamingError::Closed(closed)),
             sent = client.install_snapshot(stream) => sent,
         };
-        let resp = sent.map_err(|status| match status_error(self.target, &status) {
-            RPCError::Unreachable(u) => StreamingError::Unreachable(u),
-            other => StreamingError::Network(NetworkError::new(&PeerError(other.to_string()))),
+        let resp = sent.map_err(|status| {
+            StreamingError::Unreachable(Unreachable::new(&PeerError(format!(
+                "node {} answered {:?}: {}",
+                self.target,
+                status.code(),
+                status.message()
+            ))))
         })?;
         if let Ok(Err(e)) = reading.await {
             return Err(unreachable(e));
         }
         SnapshotResponse::from_wire(resp.into_inner())
-            .map_err(|e| StreamingError::Network(NetworkError::new(&PeerError(e.to_string()))))
+            .map_err(|e| StreamingError::Unreachable(Unreachable::new(&PeerError(e.to_string()))))
     }
 }
