@@ -28,7 +28,9 @@
 //!
 //! # Opening
 //!
-//! [`WalLogStore::open`] reads `raft-state`, repairs the WAL's end as a
+//! [`WalLogStore::open`] takes the data directory's lock (a second store
+//! on the directory, in this process or another, is refused with
+//! `StoreError::DirInUse`), reads `raft-state`, repairs the WAL's end as a
 //! restart does (a torn tail is cut), reads the retained entries after the
 //! purged log id into the tail, and starts a new WAL file after the last.
 
@@ -49,7 +51,7 @@ use uuidmap_engine::store::raft_state::{RaftHardState, RaftStateFile};
 use uuidmap_engine::store::wal::{
     self, ReplayOptions, WalCursor, WalFormat, WalOptions, WalWriter,
 };
-use uuidmap_engine::store::{Io, StoreError};
+use uuidmap_engine::store::{DirLock, Io, StoreError, lock_data_dir};
 
 use self::records::{log_id_of, log_pos, record_entry, vote_of, vote_state};
 use self::tail::Tail;
@@ -98,6 +100,9 @@ pub struct WalLogStore {
     /// The state last handed to the log thread.
     hard: RaftHardState,
     stats: Arc<LogStats>,
+    /// The data directory's lock, held for the store's life (released
+    /// after the log thread has stopped: fields drop after `drop`).
+    _lock: DirLock,
 }
 
 /// A reader of a [`WalLogStore`]'s log, for openraft's replication tasks.
@@ -123,6 +128,9 @@ impl WalLogStore {
         } = config;
         io.create_dir_all(&dir)
             .map_err(|e| StoreError::io("creating the data directory", &dir, e))?;
+        // One writer per directory: a second store (or process) is refused
+        // with the holder's PID before it reads or cuts anything.
+        let lock = lock_data_dir(&*io, &dir)?;
         let state = RaftStateFile::open(io.clone(), &dir)?;
         let hard = *state.state();
         let purged = hard.purged.as_ref().map(log_id_of);
@@ -204,6 +212,7 @@ impl WalLogStore {
             thread: Some(thread),
             hard,
             stats,
+            _lock: lock,
         })
     }
 

@@ -7,10 +7,12 @@
 //! queued, writes the appended entries as one group, commits it once (one
 //! fsync under the `always` policy), and only then reports each append
 //! flushed. Any other command first commits what is pending, so a vote is
-//! never durable ahead of an append issued before it.
+//! never durable ahead of an append issued before it. After
+//! `VOUCH_AFTER_IDLE` without a command, and at stop, the WAL header is
+//! made to vouch for everything synced (the single node's rule).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::IOFlushed;
@@ -18,6 +20,7 @@ use tokio::sync::oneshot;
 use uuidmap_engine::store::StoreError;
 use uuidmap_engine::store::raft_state::{RaftHardState, RaftStateFile};
 use uuidmap_engine::store::wal::WalWriter;
+use uuidmap_engine::writer::VOUCH_AFTER_IDLE;
 
 use super::records::entry_record;
 use super::tail::Tail;
@@ -70,7 +73,26 @@ fn io_error(e: StoreError) -> std::io::Error {
 impl LogThread {
     pub(crate) fn run(mut self, commands: Receiver<Command>) {
         let mut waiting: Vec<IOFlushed<UuidmapRaft>> = Vec::new();
-        while let Ok(first) = commands.recv() {
+        // Set after a group under `always`: once the log has been idle for
+        // `VOUCH_AFTER_IDLE`, the header is made to vouch for it.
+        let mut vouch_due = false;
+        loop {
+            let first = if vouch_due {
+                match commands.recv_timeout(VOUCH_AFTER_IDLE) {
+                    Ok(c) => c,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.vouch();
+                        vouch_due = false;
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match commands.recv() {
+                    Ok(c) => c,
+                    Err(_) => break,
+                }
+            };
             let mut next = Some(first);
             while let Some(command) = next.take() {
                 self.execute(command, &mut waiting);
@@ -78,8 +100,22 @@ impl LogThread {
                 next = commands.try_recv().ok();
             }
             self.flush(&mut waiting);
+            vouch_due = self.sync;
         }
         self.flush(&mut waiting);
+        // Whatever the policy, a stop leaves the log synced and vouched for.
+        self.vouch();
+    }
+
+    /// Makes the newest file's header vouch for every synced record (one
+    /// fsync, if it does not already), as the single node's writer does
+    /// when idle: a record a header vouches for that is damaged later is
+    /// refused as corruption, not cut as a torn tail. A failure fails the
+    /// WAL for good, and the next append reports it.
+    fn vouch(&mut self) {
+        if let Err(e) = self.wal.vouch() {
+            tracing::error!(error = %e, "could not vouch for the Raft log's synced end");
+        }
     }
 
     fn execute(&mut self, command: Command, waiting: &mut Vec<IOFlushed<UuidmapRaft>>) {

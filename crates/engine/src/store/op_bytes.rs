@@ -48,29 +48,9 @@ pub fn decode_ops(mut body: &[u8], count: usize, out: &mut Vec<Op>) -> Result<()
     }
     out.reserve(count);
     for i in 0..count {
-        let op = match body.first() {
-            Some(&TAG_PUT) if body.len() >= PUT_LEN => {
-                let op = Op::Put {
-                    key: key_at(body).map_err(|why| format!("op {i} {why}"))?,
-                    value: uuid_at(body, 17),
-                };
-                body = &body[PUT_LEN..];
-                op
-            }
-            Some(&TAG_DELETE) if body.len() >= DELETE_LEN => {
-                let op = Op::Delete {
-                    key: key_at(body).map_err(|why| format!("op {i} {why}"))?,
-                };
-                body = &body[DELETE_LEN..];
-                op
-            }
-            Some(&(tag @ TAG_PUT | tag @ TAG_DELETE)) => {
-                return Err(format!("op {i} (tag {tag}) runs past the end"));
-            }
-            Some(tag) => return Err(format!("op {i} has the unknown tag {tag}")),
-            None => return Err(format!("op {i} runs past the end")),
-        };
+        let (op, len) = op_at(body, i)?;
         out.push(op);
+        body = &body[len..];
     }
     if !body.is_empty() {
         return Err(format!(
@@ -81,25 +61,39 @@ pub fn decode_ops(mut body: &[u8], count: usize, out: &mut Vec<Op>) -> Result<()
     Ok(())
 }
 
-/// Counts the ops in `body` without decoding them, or says why it is not a
-/// sequence of ops. (The wire does not send the count: it follows from the
-/// bytes.)
+/// Counts the ops in `body`, checking each as [`decode_ops`] does, or says
+/// why it is not a sequence of ops. (The wire does not send the count: it
+/// follows from the bytes.)
 pub fn count_ops(mut body: &[u8]) -> Result<usize, String> {
     let mut count = 0;
-    while let Some(&tag) = body.first() {
-        let len = match tag {
-            TAG_PUT => PUT_LEN,
-            TAG_DELETE => DELETE_LEN,
-            _ => return Err(format!("op {count} has the unknown tag {tag}")),
-        };
-        if body.len() < len {
-            return Err(format!("op {count} (tag {tag}) runs past the end"));
-        }
-        key_at(body).map_err(|why| format!("op {count} {why}"))?;
+    while !body.is_empty() {
+        let (_, len) = op_at(body, count)?;
         body = &body[len..];
         count += 1;
     }
     Ok(count)
+}
+
+/// The op that starts `body` (op number `i`, for the error) and its length
+/// in bytes.
+#[inline]
+fn op_at(body: &[u8], i: usize) -> Result<(Op, usize), String> {
+    match body.first() {
+        Some(&TAG_PUT) if body.len() >= PUT_LEN => {
+            let key = key_at(body).map_err(|why| format!("op {i} {why}"))?;
+            let value = uuid_at(body, 17);
+            Ok((Op::Put { key, value }, PUT_LEN))
+        }
+        Some(&TAG_DELETE) if body.len() >= DELETE_LEN => {
+            let key = key_at(body).map_err(|why| format!("op {i} {why}"))?;
+            Ok((Op::Delete { key }, DELETE_LEN))
+        }
+        Some(&(tag @ TAG_PUT | tag @ TAG_DELETE)) => {
+            Err(format!("op {i} (tag {tag}) runs past the end"))
+        }
+        Some(tag) => Err(format!("op {i} has the unknown tag {tag}")),
+        None => Err(format!("op {i} runs past the end")),
+    }
 }
 
 /// The key of the op that starts `body`. A reserved key in bytes whose

@@ -541,7 +541,13 @@ impl WriterThread {
                     group_ops += r.ops.len();
                     self.decide(r);
                 }
-                Some(Message::Sync(lsn, reply)) => self.sync_through(lsn, reply),
+                Some(Message::Sync(lsn, reply)) => {
+                    // A group may still be in flight (the queue was not
+                    // empty when this turn began): the LSN may be one of
+                    // its, and the WAL takes no second fsync meanwhile.
+                    self.settle();
+                    self.sync_through(lsn, reply);
+                }
             }
             // Drain what else is queued into the same group. After `Stop`,
             // keep draining: those batches were accepted before it.
