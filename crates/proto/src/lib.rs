@@ -38,6 +38,14 @@ pub const OUTCOME_METADATA: &str = "uuidmap-outcome";
 /// The value of [`OUTCOME_METADATA`].
 pub const OUTCOME_UNKNOWN: &str = "unknown";
 
+/// The key of the metadata a member of a replica group adds to an
+/// `UNAVAILABLE` answer to a write it does not lead: the URL the leader's
+/// clients use (when the member knows it). Send the write there.
+pub const LEADER_METADATA: &str = "uuidmap-leader";
+
+/// With [`LEADER_METADATA`]: the leader's node id, in decimal.
+pub const LEADER_ID_METADATA: &str = "uuidmap-leader-id";
+
 /// The encoded `FileDescriptorSet` of the protocol, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/uuidmap_descriptor.bin"));

@@ -41,7 +41,7 @@ use tonic::Status;
 
 use crate::errors::{AdmissionError, AuthError, RequestError, WaitBound};
 use uuidmap_engine::store::StoreError;
-use uuidmap_engine::writer::WriteError;
+use uuidmap_engine::writer::{LeaderHint, WriteError};
 use uuidmap_index::sync::WaitTimedOut;
 
 impl From<RequestError> for Status {
@@ -75,10 +75,42 @@ pub fn write_error(e: WriteError) -> Status {
             status
         }
         WriteError::Wal(_) | WriteError::ShuttingDown => Status::unavailable(e.to_string()),
+        // Nothing was logged: the write may go to the leader as it is.
+        WriteError::NotLeader { ref leader } => {
+            let mut status = Status::unavailable(e.to_string());
+            add_leader(&mut status, leader.as_ref());
+            status
+        }
+        // Logged by a leader that lost its leadership: it may still commit.
+        WriteError::LeadershipLost { ref leader } => {
+            let mut status = Status::unavailable(e.to_string());
+            add_leader(&mut status, leader.as_ref());
+            status.metadata_mut().insert(
+                uuidmap_proto::OUTCOME_METADATA,
+                tonic::metadata::MetadataValue::from_static(uuidmap_proto::OUTCOME_UNKNOWN),
+            );
+            status
+        }
         // A kind of refusal added to the engine after this was written:
         // nothing was applied (the engine refuses before logging), and a
         // retry may succeed.
         _ => Status::unavailable(e.to_string()),
+    }
+}
+
+/// Names the leader in `status`'s metadata ([`uuidmap_proto::LEADER_METADATA`]).
+fn add_leader(status: &mut Status, leader: Option<&LeaderHint>) {
+    let Some(leader) = leader else { return };
+    let metadata = status.metadata_mut();
+    metadata.insert(
+        uuidmap_proto::LEADER_ID_METADATA,
+        tonic::metadata::MetadataValue::from(leader.id),
+    );
+    // A URL that is not valid metadata is left out (the message names it).
+    if let Some(url) = &leader.url
+        && let Ok(value) = url.parse()
+    {
+        metadata.insert(uuidmap_proto::LEADER_METADATA, value);
     }
 }
 
@@ -235,6 +267,51 @@ mod tests {
             s.message()
         );
         assert_eq!(write_error(WriteError::Empty).code(), Code::InvalidArgument);
+    }
+
+    #[test]
+    fn a_write_to_a_follower_names_the_leader_and_only_a_lost_one_is_of_unknown_outcome() {
+        let leader = LeaderHint {
+            id: 3,
+            url: Some("http://10.0.0.3:7000".into()),
+        };
+        let s = write_error(WriteError::NotLeader {
+            leader: Some(leader.clone()),
+        });
+        assert_eq!(s.code(), Code::Unavailable);
+        let md = s.metadata();
+        assert_eq!(
+            md.get(uuidmap_proto::LEADER_METADATA).unwrap(),
+            "http://10.0.0.3:7000"
+        );
+        assert_eq!(md.get(uuidmap_proto::LEADER_ID_METADATA).unwrap(), "3");
+        assert!(md.get(uuidmap_proto::OUTCOME_METADATA).is_none());
+
+        let s = write_error(WriteError::LeadershipLost {
+            leader: Some(leader),
+        });
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(
+            s.metadata().get(uuidmap_proto::OUTCOME_METADATA).unwrap(),
+            uuidmap_proto::OUTCOME_UNKNOWN
+        );
+        assert_eq!(
+            s.metadata().get(uuidmap_proto::LEADER_ID_METADATA).unwrap(),
+            "3"
+        );
+
+        // No leader known: no metadata, and the message says so.
+        let s = write_error(WriteError::NotLeader { leader: None });
+        assert!(
+            s.metadata()
+                .get(uuidmap_proto::LEADER_ID_METADATA)
+                .is_none()
+        );
+        assert!(
+            s.message().contains("no leader is known yet"),
+            "{}",
+            s.message()
+        );
     }
 
     #[test]

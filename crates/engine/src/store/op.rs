@@ -31,4 +31,12 @@ impl Op {
             Op::Put { key, .. } | Op::Delete { key } => key,
         }
     }
+
+    /// The value it leaves its key with (`None`: absent).
+    pub fn value(&self) -> Option<uuid::Uuid> {
+        match *self {
+            Op::Put { value, .. } => Some(value),
+            Op::Delete { .. } => None,
+        }
+    }
 }

@@ -7,10 +7,14 @@
 //!   written.
 //! - `snapshotter`: the snapshot thread and its triggers.
 //! - `durable_index`: [`DurableIndex`], recovery plus both threads.
+//! - `replica`: [`ReplicaPipeline`], the writer thread of a replica group
+//!   member: decides what the leader proposes, applies what the group
+//!   committed.
 
 mod durable_index;
 mod pipeline;
 mod policy;
+mod replica;
 mod request;
 mod snapshotter;
 mod sync_thread;
@@ -21,7 +25,11 @@ pub use pipeline::{
     WriteHandle,
 };
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
-pub use request::{WriteError, WriteOp, WriteOutcome};
+pub use replica::{
+    CommittedEntry, DecidedBatch, Proposer, ReplicaControl, ReplicaPipeline, WriteReply,
+    WriterStopped,
+};
+pub use request::{LeaderHint, WriteError, WriteOp, WriteOutcome};
 pub use snapshotter::{
     DEFAULT_REPLAY_BYTES_PER_SEC, MIN_BUDGET_TRIGGER_BYTES, ReplayBudget, SnapshotResult,
     SnapshotStats,

@@ -203,14 +203,15 @@ fn add_elapsed(counter: &AtomicU64, since: Instant) {
 }
 
 /// A caller's batch and where to send its answer.
-struct Request {
-    ops: Vec<WriteOp>,
-    reply: oneshot::Sender<Result<WriteOutcome, WriteError>>,
+pub(super) struct Request {
+    pub(super) ops: Vec<WriteOp>,
+    pub(super) reply: oneshot::Sender<Result<WriteOutcome, WriteError>>,
     /// When the caller submitted it.
-    submitted: Instant,
+    pub(super) submitted: Instant,
 }
 
-enum Message {
+/// What a [`WriteHandle`] sends its writer thread.
+pub(super) enum Message {
     Write(Request),
     /// Make the WAL durable through this LSN (which must be committed).
     Sync(u64, oneshot::Sender<Result<(), Arc<StoreError>>>),
@@ -254,16 +255,10 @@ impl Pipeline {
         watermark: Arc<LsnWatermark>,
         ask_for_snapshot: Option<Box<dyn FnMut() + Send>>,
     ) -> std::io::Result<Pipeline> {
-        let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
-        let stats = Arc::new(PipelineStats::default());
+        let (handle, rx) = WriteHandle::new(&config);
+        let stats = handle.stats.clone();
         stats.synced_lsn.store(wal.synced_lsn(), Ordering::Relaxed);
         let (failed_tx, failure) = watch::channel(None);
-        let handle = WriteHandle {
-            tx,
-            closed: Arc::new(AtomicBool::new(false)),
-            max_batch_ops: config.max_batch_ops,
-            stats: stats.clone(),
-        };
         let next_lsn = wal.next_lsn();
         let sync_thread = if config.overlap_syncs && config.policy == FsyncPolicy::Always {
             Some(SyncThread::spawn()?)
@@ -322,16 +317,8 @@ impl Pipeline {
 
     fn stop_thread(&mut self) -> Option<PipelineExit> {
         let thread = self.thread.take()?;
-        self.handle.closed.store(true, Ordering::SeqCst);
-        // The queue may be full: the thread is then busy draining it, so
-        // retry shortly. (Not `blocking_send`: a server may drop the
-        // pipeline from inside its async runtime, where that panics.) If the
-        // thread is gone already, the send fails and join says why.
-        let mut stop = Message::Stop;
-        while let Err(mpsc::error::TrySendError::Full(back)) = self.handle.tx.try_send(stop) {
-            stop = back;
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        // If the thread is gone already, the send fails and join says why.
+        self.handle.send_stop();
         match thread.join() {
             Ok(exit) => Some(exit),
             Err(panic) => std::panic::resume_unwind(panic),
@@ -348,6 +335,30 @@ impl Drop for Pipeline {
 }
 
 impl WriteHandle {
+    /// A handle and the receiving end its writer thread reads.
+    pub(super) fn new(config: &PipelineConfig) -> (WriteHandle, mpsc::Receiver<Message>) {
+        let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
+        let handle = WriteHandle {
+            tx,
+            closed: Arc::new(AtomicBool::new(false)),
+            max_batch_ops: config.max_batch_ops,
+            stats: Arc::new(PipelineStats::default()),
+        };
+        (handle, rx)
+    }
+
+    /// Refuses later writes and asks the thread to stop (retrying while
+    /// the queue is full). Not `blocking_send`: an owner may stop from
+    /// inside its async runtime, where that panics.
+    pub(super) fn send_stop(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let mut stop = Message::Stop;
+        while let Err(mpsc::error::TrySendError::Full(back)) = self.tx.try_send(stop) {
+            stop = back;
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Submits a batch and waits until it is applied (and durable as the
     /// policy says). A full queue makes this wait for room.
     pub async fn write(&self, ops: Vec<WriteOp>) -> Result<WriteOutcome, WriteError> {
@@ -417,6 +428,11 @@ impl WriteHandle {
     /// The pipeline's counters.
     pub fn stats(&self) -> &PipelineStats {
         &self.stats
+    }
+
+    /// The pipeline's counters, shared with its writer thread.
+    pub(super) fn stats_arc(&self) -> Arc<PipelineStats> {
+        self.stats.clone()
     }
 
     /// Checks what can be checked without the index, and makes the request.

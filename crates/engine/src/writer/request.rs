@@ -103,6 +103,26 @@ pub enum WriteError {
     /// before it was queued.
     #[error("the server is shutting down and accepts no more writes")]
     ShuttingDown,
+    /// This member of a replica group does not lead it, so it takes no
+    /// writes; nothing was logged, and the batch may be sent to the leader
+    /// as it is.
+    #[error("this server does not lead its replica group{}; nothing was applied: send the write to the leader", describe_leader(.leader))]
+    NotLeader {
+        /// The leader, when this member knows it.
+        leader: Option<LeaderHint>,
+    },
+    /// The batch was logged by a leader that lost its leadership before the
+    /// batch committed: the next leader may commit it or drop it, so its
+    /// outcome is unknown.
+    #[error(
+        "the leader lost its leadership after logging this batch, which may or may not be \
+         applied (read the keys to find out){}",
+        describe_leader(.leader)
+    )]
+    LeadershipLost {
+        /// The new leader, when this member knows it.
+        leader: Option<LeaderHint>,
+    },
     /// The batch was queued, but the writer ended without answering it (it
     /// stopped abnormally): it may or may not have been logged.
     #[error(
@@ -119,6 +139,23 @@ fn resume_hint(e: &StoreError) -> &'static str {
         "; free space on the data disk and writes resume by themselves, without a restart"
     } else {
         ""
+    }
+}
+
+/// The leader of a replica group, as a member knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderHint {
+    /// Its node id.
+    pub id: u64,
+    /// The URL its clients use, when the membership records it.
+    pub url: Option<String>,
+}
+
+fn describe_leader(leader: &Option<LeaderHint>) -> String {
+    match leader {
+        Some(LeaderHint { id, url: Some(url) }) => format!(" (the leader is node {id}, at {url})"),
+        Some(LeaderHint { id, url: None }) => format!(" (the leader is node {id})"),
+        None => " (no leader is known yet)".to_string(),
     }
 }
 

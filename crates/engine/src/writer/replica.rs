@@ -1,0 +1,488 @@
+//! The writer thread of a replica group member: the single writer without
+//! a WAL of its own. The replicated log (a Raft log, kept by the caller)
+//! stands where the WAL stands in [`Pipeline`](super::Pipeline); this
+//! thread decides what the leader proposes and applies what the group
+//! committed (docs/replication.md, sections 3.2 and 3.3).
+//!
+//! # Two inputs
+//!
+//! - **Callers' batches**, through the same [`WriteHandle`] as a single
+//!   node's. While this member leads, each is **decided** here, in queue
+//!   order: its compare-and-sets are checked against the *overlay* (every
+//!   write this leader proposed and has not applied yet) and then the
+//!   index, and an accepted batch becomes blind writes ([`Op`]s), gets the
+//!   next *proposal number* (`seq`) and goes to the [`Proposer`], which
+//!   logs it and answers the caller once it is applied. A refused batch is
+//!   logged nowhere. While this member does not lead, every batch is
+//!   refused with [`WriteError::NotLeader`].
+//! - **Control messages** ([`ReplicaControl`]), which come first when both
+//!   wait:
+//!   - `apply`: committed entries, in log order. Each normal entry's ops
+//!     are applied with its log index (its LSN) as the stamp, then the last
+//!     LSN is published on the [`LsnWatermark`]. An entry this leader
+//!     proposed in its current term takes its writes out of the overlay
+//!     (a key leaves only if this entry is the last proposal that set it).
+//!   - `lead(term)`: this member leads `term`, *and everything committed
+//!     before its term is applied* (the caller's gate: openraft's
+//!     `ensure_linearizable` in the new term). The overlay starts empty,
+//!     and is complete from then on: every entry above the applied LSN was
+//!     proposed by this thread in this term.
+//!   - `follow(leader)`: it does not lead (or no longer): the overlay is
+//!     dropped and writes are refused, naming the leader if known.
+//!
+//! # Why a decision made here holds
+//!
+//! A decision in term T rests on the applied prefix plus this leader's
+//! pending proposals. The proposer must log each batch *only in term T*
+//! (openraft: `write(..).with_leader(T)`) and in decision order; then a
+//! committed proposal's predecessors in the log are exactly what the
+//! decision saw (Raft's log matching), and every replica applies the same
+//! blind writes. A proposal refused for a changed term fails every later
+//! proposal of T too (terms only grow).
+//!
+//! **A refused compare-and-set is a read** ("the value was X"), so it is
+//! answered only once every proposal it looked at is applied; if the
+//! leadership changes first, it is answered [`WriteError::NotLeader`]
+//! (nothing was logged, a retry is safe). It is *not* yet confirmed by a
+//! read-index round, so a deposed leader that has not heard of its
+//! successor can still answer one from its own state: that is the read
+//! gate of docs/replication.md section 6, not built yet.
+//!
+//! **Architecture Invariant:** only this thread mutates the index, and it
+//! applies only entries the group committed, in log order.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::pipeline::{Message, PipelineConfig, PipelineExit, Request, WriteHandle};
+use super::request::{LeaderHint, WriteError, WriteOp, WriteOutcome};
+use crate::store::{Op, StoreError};
+use uuidmap_index::sync::LsnWatermark;
+use uuidmap_index::{IndexWriter, Key};
+
+/// Where a caller's answer goes.
+pub type WriteReply = oneshot::Sender<Result<WriteOutcome, WriteError>>;
+
+/// A batch the leader decided: blind writes, its proposal number, and the
+/// term it was decided in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecidedBatch {
+    /// The term this leader decided it in: it may be logged in no other.
+    pub term: u64,
+    /// The proposal number, unique in this process; the applied entry
+    /// carries it back.
+    pub seq: u64,
+    /// The puts and deletes.
+    pub ops: Vec<Op>,
+}
+
+/// Where a leader's writer hands what it decided (module docs).
+pub trait Proposer: Send + 'static {
+    /// Logs `batch` in `batch.term` only, after every batch proposed
+    /// before it, and answers `reply` once it is applied (with its LSN),
+    /// or with why not. Must not block: it runs on the writer thread.
+    fn propose(&mut self, batch: DecidedBatch, reply: WriteReply);
+}
+
+/// A committed log entry, as the writer applies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedEntry {
+    /// Its log index: the LSN.
+    pub lsn: u64,
+    /// The term it was logged in.
+    pub term: u64,
+    /// A client batch's proposal number and ops; `None` for an entry that
+    /// changes nothing in the index (a new leader's blank entry, a
+    /// membership).
+    pub batch: Option<(u64, Vec<Op>)>,
+}
+
+/// What the replicated log tells the writer.
+enum Control {
+    Apply(Vec<CommittedEntry>, oneshot::Sender<()>),
+    Lead(u64),
+    Follow(Option<LeaderHint>),
+}
+
+/// The writer thread is gone: it stopped, or failed.
+#[derive(Debug, thiserror::Error)]
+#[error("the writer thread has stopped")]
+pub struct WriterStopped;
+
+/// Sends the writer what the replicated log decided; cloneable.
+#[derive(Clone)]
+pub struct ReplicaControl {
+    tx: mpsc::UnboundedSender<Control>,
+}
+
+impl ReplicaControl {
+    /// Applies committed `entries` (in log order, after every entry sent
+    /// before) and returns once they are visible.
+    pub async fn apply(&self, entries: Vec<CommittedEntry>) -> Result<(), WriterStopped> {
+        let (done, applied) = oneshot::channel();
+        self.tx
+            .send(Control::Apply(entries, done))
+            .map_err(|_| WriterStopped)?;
+        applied.await.map_err(|_| WriterStopped)
+    }
+
+    /// This member leads `term`, and every entry committed before the term
+    /// began is applied (module docs).
+    pub fn lead(&self, term: u64) -> Result<(), WriterStopped> {
+        self.tx.send(Control::Lead(term)).map_err(|_| WriterStopped)
+    }
+
+    /// This member does not lead; `leader` is who does, if known.
+    pub fn follow(&self, leader: Option<LeaderHint>) -> Result<(), WriterStopped> {
+        self.tx
+            .send(Control::Follow(leader))
+            .map_err(|_| WriterStopped)
+    }
+}
+
+/// The running writer thread of a replica.
+pub struct ReplicaPipeline {
+    handle: WriteHandle,
+    control: ReplicaControl,
+    thread: Option<JoinHandle<PipelineExit>>,
+}
+
+impl ReplicaPipeline {
+    /// Starts the thread over `writer`, whose index holds every entry up to
+    /// `watermark`'s LSN; it follows until told it leads. `config`'s queue
+    /// depth and batch limit apply; its fsync policy is the log's business.
+    pub fn start(
+        config: &PipelineConfig,
+        writer: IndexWriter,
+        watermark: Arc<LsnWatermark>,
+        proposer: Box<dyn Proposer>,
+    ) -> std::io::Result<ReplicaPipeline> {
+        let (handle, rx) = WriteHandle::new(config);
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let state = ReplicaThread {
+            writer,
+            watermark,
+            proposer,
+            stats: handle.stats_arc(),
+            role: Role::Following(None),
+            overlay: HashMap::default(),
+            batch_overlay: HashMap::default(),
+            next_seq: 1,
+            last_proposed: 0,
+            applied_own: 0,
+            refusals: VecDeque::new(),
+            ops: Vec::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("uuidmap-replica-writer".into())
+            .spawn(move || state.run(rx, control_rx))?;
+        Ok(ReplicaPipeline {
+            handle,
+            control: ReplicaControl { tx: control_tx },
+            thread: Some(thread),
+        })
+    }
+
+    /// A handle for submitting writes.
+    pub fn handle(&self) -> WriteHandle {
+        self.handle.clone()
+    }
+
+    /// The handle the replicated log drives the writer with.
+    pub fn control(&self) -> ReplicaControl {
+        self.control.clone()
+    }
+
+    /// Stops accepting writes, decides what is queued, and returns the
+    /// writer.
+    pub fn stop(mut self) -> Option<PipelineExit> {
+        self.stop_thread()
+    }
+
+    fn stop_thread(&mut self) -> Option<PipelineExit> {
+        let thread = self.thread.take()?;
+        self.handle.send_stop();
+        match thread.join() {
+            Ok(exit) => Some(exit),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for ReplicaPipeline {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.stop_thread();
+        }
+    }
+}
+
+enum Role {
+    Following(Option<LeaderHint>),
+    Leading(u64),
+}
+
+/// A refused batch waiting for the proposals it looked at.
+struct Refusal {
+    /// Answered once this member's proposals up to this one are applied.
+    after_seq: u64,
+    reply: WriteReply,
+    error: WriteError,
+}
+
+struct ReplicaThread {
+    writer: IndexWriter,
+    watermark: Arc<LsnWatermark>,
+    proposer: Box<dyn Proposer>,
+    stats: Arc<super::PipelineStats>,
+    role: Role,
+    /// Each key this leader's pending proposals write: its value after
+    /// them (`None`: removed) and the last proposal that set it.
+    overlay: HashMap<Key, (Option<Uuid>, u64), ahash::RandomState>,
+    /// The batch being decided: its writes so far, for its own later
+    /// compare-and-sets.
+    batch_overlay: HashMap<Key, Option<Uuid>, ahash::RandomState>,
+    next_seq: u64,
+    /// The last proposal made, and the last of this term applied.
+    last_proposed: u64,
+    applied_own: u64,
+    refusals: VecDeque<Refusal>,
+    ops: Vec<Op>,
+}
+
+enum Input {
+    Control(Control),
+    Client(Option<Message>),
+}
+
+impl ReplicaThread {
+    fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Message>,
+        mut control: mpsc::UnboundedReceiver<Control>,
+    ) -> PipelineExit {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("building the replica writer's runtime");
+        let mut control_open = true;
+        loop {
+            let input = runtime.block_on(async {
+                tokio::select! {
+                    biased;
+                    c = control.recv(), if control_open => c.map(Input::Control),
+                    m = rx.recv() => Some(Input::Client(m)),
+                }
+            });
+            match input {
+                // The log's side hung up: only callers are left.
+                None => control_open = false,
+                Some(Input::Control(c)) => self.on_control(c),
+                Some(Input::Client(None | Some(Message::Stop))) => break,
+                Some(Input::Client(Some(Message::Write(request)))) => self.decide(request),
+                Some(Input::Client(Some(Message::Sync(lsn, reply)))) => {
+                    // The replicated log is made durable by its own store;
+                    // snapshots of a replica are stage 5 of
+                    // docs/replication.md.
+                    let _ = reply.send(Err(Arc::new(StoreError::io(
+                        "making the log durable for a snapshot",
+                        "the replicated log",
+                        std::io::Error::other(format!(
+                            "a replica group member takes no snapshots yet (asked for LSN {lsn})"
+                        )),
+                    ))));
+                }
+            }
+        }
+        // Batches queued before the stop are answered: decided (and handed
+        // to the proposer, which answers them) or refused.
+        while let Ok(message) = rx.try_recv() {
+            if let Message::Write(request) = message {
+                self.decide(request);
+            }
+        }
+        let next_lsn = self.watermark.current() + 1;
+        PipelineExit {
+            writer: self.writer,
+            next_lsn,
+        }
+    }
+
+    fn on_control(&mut self, control: Control) {
+        match control {
+            Control::Apply(entries, done) => {
+                self.apply(&entries);
+                let _ = done.send(());
+            }
+            Control::Lead(term) => {
+                self.drop_pending(None);
+                self.applied_own = self.last_proposed;
+                self.role = Role::Leading(term);
+            }
+            Control::Follow(leader) => {
+                self.drop_pending(leader.clone());
+                self.role = Role::Following(leader);
+            }
+        }
+    }
+
+    /// Forgets this leader's pending proposals (the leadership changed)
+    /// and answers the refusals that waited on them: nothing was logged.
+    fn drop_pending(&mut self, leader: Option<LeaderHint>) {
+        self.overlay.clear();
+        for refusal in self.refusals.drain(..) {
+            let _ = refusal.reply.send(Err(WriteError::NotLeader {
+                leader: leader.clone(),
+            }));
+        }
+    }
+
+    fn apply(&mut self, entries: &[CommittedEntry]) {
+        let started = Instant::now();
+        let leading = match self.role {
+            Role::Leading(term) => Some(term),
+            Role::Following(_) => None,
+        };
+        let mut batches = 0;
+        for entry in entries {
+            let Some((seq, ops)) = &entry.batch else {
+                continue;
+            };
+            self.writer.set_stamp(entry.lsn);
+            for op in ops {
+                match *op {
+                    Op::Put { key, value } => {
+                        self.writer.insert_key(key, value);
+                    }
+                    Op::Delete { key } => {
+                        self.writer.remove_key(key);
+                    }
+                }
+            }
+            batches += 1;
+            if leading == Some(entry.term) {
+                for op in ops {
+                    let key = op.key();
+                    if self.overlay.get(&key).is_some_and(|(_, s)| s == seq) {
+                        self.overlay.remove(&key);
+                    }
+                }
+                self.applied_own = self.applied_own.max(*seq);
+            }
+        }
+        if let Some(last) = entries.last() {
+            self.watermark.publish(last.lsn);
+        }
+        self.writer.reclaim();
+        while self
+            .refusals
+            .front()
+            .is_some_and(|r| r.after_seq <= self.applied_own)
+        {
+            let refusal = self.refusals.pop_front().expect("checked");
+            let _ = refusal.reply.send(Err(refusal.error));
+        }
+        let stats = &self.stats;
+        stats.groups.fetch_add(1, Ordering::Relaxed);
+        stats.batches.fetch_add(batches, Ordering::Relaxed);
+        stats
+            .steps
+            .apply_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Decides a caller's batch (module docs): proposes it, refuses it, or
+    /// sends it to the leader.
+    fn decide(&mut self, request: Request) {
+        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+        let taken = Instant::now();
+        self.stats.steps.queue_ns.fetch_add(
+            taken.duration_since(request.submitted).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
+        let term = match &self.role {
+            Role::Leading(term) => *term,
+            Role::Following(leader) => {
+                let _ = request.reply.send(Err(WriteError::NotLeader {
+                    leader: leader.clone(),
+                }));
+                return;
+            }
+        };
+        self.ops.clear();
+        self.batch_overlay.clear();
+        let mut refused = None;
+        for (index, op) in request.ops.iter().enumerate() {
+            let op = match *op {
+                WriteOp::Put { key, value } => Op::Put { key, value },
+                WriteOp::Delete { key } => Op::Delete { key },
+                WriteOp::CompareAndSet { key, expected, new } => {
+                    let current = self.current(key);
+                    if current != expected {
+                        refused = Some(WriteError::CasMismatch {
+                            index,
+                            key,
+                            expected,
+                            current,
+                        });
+                        break;
+                    }
+                    match new {
+                        Some(value) => Op::Put { key, value },
+                        None => Op::Delete { key },
+                    }
+                }
+            };
+            if request.ops.len() > 1 {
+                // A lone op's compare-and-set comes before any write.
+                self.batch_overlay.insert(op.key(), op.value());
+            }
+            self.ops.push(op);
+        }
+        if let Some(error) = refused {
+            if self.applied_own >= self.last_proposed {
+                let _ = request.reply.send(Err(error));
+            } else {
+                self.refusals.push_back(Refusal {
+                    after_seq: self.last_proposed,
+                    reply: request.reply,
+                    error,
+                });
+            }
+        } else {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.last_proposed = seq;
+            for op in &self.ops {
+                self.overlay.insert(op.key(), (op.value(), seq));
+            }
+            let batch = DecidedBatch {
+                term,
+                seq,
+                ops: std::mem::take(&mut self.ops),
+            };
+            self.proposer.propose(batch, request.reply);
+        }
+        self.stats
+            .steps
+            .decide_ns
+            .fetch_add(taken.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// The value of `key` after this batch's earlier writes, this leader's
+    /// pending proposals, and the applied index, in that order.
+    fn current(&self, key: Key) -> Option<Uuid> {
+        if let Some(v) = self.batch_overlay.get(&key) {
+            return *v;
+        }
+        if let Some(&(v, _)) = self.overlay.get(&key) {
+            return v;
+        }
+        self.writer.get(key.as_uuid())
+    }
+}

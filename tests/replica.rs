@@ -1,0 +1,409 @@
+//! The replica writer (`writer::replica`): what a leader decides against
+//! its pending proposals, what a follower refuses, and what applying
+//! committed entries does. The proposer here is a fake that keeps what it
+//! was given, so each test plays the replicated log's part by hand.
+
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use uuid::Uuid;
+use uuidmap::store::Op;
+use uuidmap::sync::LsnWatermark;
+use uuidmap::writer::{
+    CommittedEntry, DecidedBatch, LeaderHint, PipelineConfig, Proposer, ReplicaControl,
+    ReplicaPipeline, WriteError, WriteHandle, WriteOp, WriteOutcome, WriteReply,
+};
+use uuidmap::{Index, Key};
+
+type Proposed = Arc<Mutex<Vec<(DecidedBatch, WriteReply)>>>;
+
+struct KeepProposals(Proposed);
+
+impl Proposer for KeepProposals {
+    fn propose(&mut self, batch: DecidedBatch, reply: WriteReply) {
+        self.0.lock().unwrap().push((batch, reply));
+    }
+}
+
+struct Rig {
+    pipeline: ReplicaPipeline,
+    index: Index,
+    watermark: Arc<LsnWatermark>,
+    proposed: Proposed,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn key(n: u128) -> Key {
+    Key::new(Uuid::from_u128(n)).unwrap()
+}
+
+fn val(n: u128) -> Uuid {
+    Uuid::from_u128(1000 + n)
+}
+
+fn put(k: u128, v: u128) -> WriteOp {
+    WriteOp::Put {
+        key: key(k),
+        value: val(v),
+    }
+}
+
+fn cas(k: u128, expected: Option<u128>, new: Option<u128>) -> WriteOp {
+    WriteOp::CompareAndSet {
+        key: key(k),
+        expected: expected.map(val),
+        new: new.map(val),
+    }
+}
+
+fn rig() -> Rig {
+    let (writer, index) = Index::with_capacity(64);
+    let watermark = Arc::new(LsnWatermark::new(0));
+    let proposed = Proposed::default();
+    let pipeline = ReplicaPipeline::start(
+        &PipelineConfig::default(),
+        writer,
+        watermark.clone(),
+        Box::new(KeepProposals(proposed.clone())),
+    )
+    .expect("the thread starts");
+    Rig {
+        pipeline,
+        index,
+        watermark,
+        proposed,
+        runtime: tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap(),
+    }
+}
+
+type Answer = std_mpsc::Receiver<Result<WriteOutcome, WriteError>>;
+
+/// Submits a batch from another thread; the answer arrives when the writer
+/// (or the proposer's owner) gives it.
+fn submit(handle: &WriteHandle, ops: Vec<WriteOp>) -> Answer {
+    let (tx, rx) = std_mpsc::channel();
+    let handle = handle.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(handle.write_blocking(ops));
+    });
+    rx
+}
+
+fn answer(rx: &Answer) -> Result<WriteOutcome, WriteError> {
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("an answer within 10 s")
+}
+
+fn no_answer_yet(rx: &Answer) {
+    assert!(
+        rx.recv_timeout(Duration::from_millis(100)).is_err(),
+        "answered too early"
+    );
+}
+
+impl Rig {
+    fn control(&self) -> ReplicaControl {
+        self.pipeline.control()
+    }
+
+    fn apply(&self, entries: Vec<CommittedEntry>) {
+        self.runtime
+            .block_on(self.control().apply(entries))
+            .expect("the writer runs");
+    }
+
+    /// Waits for the `n`-th proposal (counting from 1) and returns its
+    /// batch; the reply stays with the rig.
+    fn proposal(&self, n: usize) -> DecidedBatch {
+        for _ in 0..1000 {
+            if let Some((batch, _)) = self.proposed.lock().unwrap().get(n - 1) {
+                return batch.clone();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("no proposal #{n} within 5 s");
+    }
+
+    /// Commits proposal `n` at `lsn`: applies it as the log would, and
+    /// answers its caller as the proposer would.
+    fn commit(&self, n: usize, lsn: u64) {
+        let batch = self.proposal(n);
+        self.apply(vec![CommittedEntry {
+            lsn,
+            term: batch.term,
+            batch: Some((batch.seq, batch.ops)),
+        }]);
+        let (_, reply) = self.proposed.lock().unwrap().remove(n - 1);
+        let _ = reply.send(Ok(WriteOutcome { lsn }));
+        // Keep the numbering: the removed slot is refilled with a marker.
+        self.proposed.lock().unwrap().insert(
+            n - 1,
+            (
+                DecidedBatch {
+                    term: 0,
+                    seq: 0,
+                    ops: Vec::new(),
+                },
+                tokio::sync::oneshot::channel().0,
+            ),
+        );
+    }
+
+    fn get(&self, k: u128) -> Option<Uuid> {
+        self.index.get(&Uuid::from_u128(k))
+    }
+}
+
+#[test]
+fn a_follower_refuses_writes_naming_the_leader_and_applies_what_is_committed() {
+    let rig = rig();
+    let handle = rig.pipeline.handle();
+    let refused = answer(&submit(&handle, vec![put(1, 1)]));
+    assert!(
+        matches!(refused, Err(WriteError::NotLeader { leader: None })),
+        "{refused:?}"
+    );
+    let leader = LeaderHint {
+        id: 2,
+        url: Some("http://10.0.0.2:7000".into()),
+    };
+    rig.control().follow(Some(leader.clone())).unwrap();
+    let refused = answer(&submit(&handle, vec![put(1, 1)])).unwrap_err();
+    assert!(
+        matches!(&refused, WriteError::NotLeader { leader: Some(l) } if *l == leader),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("node 2, at http://10.0.0.2:7000"),
+        "{refused}"
+    );
+    assert!(rig.proposed.lock().unwrap().is_empty());
+
+    // Committed entries of another leader: applied in order, stamped with
+    // their LSN; entries without a batch still move the LSN on.
+    rig.apply(vec![
+        CommittedEntry {
+            lsn: 1,
+            term: 1,
+            batch: None,
+        },
+        CommittedEntry {
+            lsn: 2,
+            term: 1,
+            batch: Some((
+                7,
+                vec![
+                    Op::Put {
+                        key: key(1),
+                        value: val(1),
+                    },
+                    Op::Put {
+                        key: key(2),
+                        value: val(2),
+                    },
+                ],
+            )),
+        },
+        CommittedEntry {
+            lsn: 3,
+            term: 1,
+            batch: Some((8, vec![Op::Delete { key: key(2) }])),
+        },
+    ]);
+    assert_eq!(rig.watermark.current(), 3);
+    assert_eq!(rig.get(1), Some(val(1)));
+    assert_eq!(rig.get(2), None);
+    rig.apply(vec![CommittedEntry {
+        lsn: 4,
+        term: 2,
+        batch: None,
+    }]);
+    assert_eq!(rig.watermark.current(), 4, "a blank entry is an LSN too");
+}
+
+#[test]
+fn a_leader_decides_compare_and_set_against_its_pending_proposals() {
+    let rig = rig();
+    let handle = rig.pipeline.handle();
+    rig.control().lead(3).unwrap();
+
+    let first = submit(&handle, vec![put(1, 1)]);
+    assert_eq!(
+        rig.proposal(1),
+        DecidedBatch {
+            term: 3,
+            seq: 1,
+            ops: vec![Op::Put {
+                key: key(1),
+                value: val(1)
+            }],
+        }
+    );
+    // Not applied yet, but the leader proposed it: a CAS sees it.
+    let second = submit(&handle, vec![cas(1, Some(1), Some(2))]);
+    let second_batch = rig.proposal(2);
+    assert_eq!(second_batch.seq, 2);
+    assert_eq!(
+        second_batch.ops,
+        vec![Op::Put {
+            key: key(1),
+            value: val(2)
+        }]
+    );
+    assert_eq!(rig.get(1), None, "nothing is applied before it commits");
+
+    // A CAS that expects the applied value (absent) is refused, but only
+    // once the proposals it looked at are applied: a refusal is a read.
+    let refused = submit(&handle, vec![cas(1, None, Some(9))]);
+    no_answer_yet(&refused);
+    rig.commit(1, 5);
+    assert_eq!(answer(&first).unwrap(), WriteOutcome { lsn: 5 });
+    no_answer_yet(&refused);
+    // After proposal 1 applied, key 1 still reads 2 from proposal 2.
+    let third = submit(&handle, vec![cas(1, Some(2), Some(3))]);
+    assert_eq!(rig.proposal(3).seq, 3);
+    rig.commit(2, 6);
+    assert_eq!(answer(&second).unwrap(), WriteOutcome { lsn: 6 });
+    // It looked at proposals 1 and 2 only: answered now, proposal 3 still
+    // pending.
+    match answer(&refused) {
+        Err(WriteError::CasMismatch {
+            current, expected, ..
+        }) => {
+            assert_eq!(current, Some(val(2)), "the value when it was decided");
+            assert_eq!(expected, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    no_answer_yet(&third);
+    rig.commit(3, 7);
+    assert_eq!(answer(&third).unwrap(), WriteOutcome { lsn: 7 });
+    assert_eq!(rig.get(1), Some(val(3)));
+    assert_eq!(rig.watermark.current(), 7);
+
+    // Everything applied: the overlay is empty again and a CAS reads the
+    // index.
+    let fourth = submit(&handle, vec![cas(1, Some(3), None)]);
+    assert_eq!(rig.proposal(4).ops, vec![Op::Delete { key: key(1) }]);
+    rig.commit(4, 8);
+    assert_eq!(answer(&fourth).unwrap(), WriteOutcome { lsn: 8 });
+    assert_eq!(rig.get(1), None);
+}
+
+#[test]
+fn a_batch_sees_its_own_earlier_writes_and_a_refused_batch_proposes_nothing() {
+    let rig = rig();
+    let handle = rig.pipeline.handle();
+    rig.control().lead(1).unwrap();
+    let accepted = submit(
+        &handle,
+        vec![put(4, 1), cas(4, Some(1), Some(2)), cas(5, None, None)],
+    );
+    assert_eq!(
+        rig.proposal(1).ops,
+        vec![
+            Op::Put {
+                key: key(4),
+                value: val(1)
+            },
+            Op::Put {
+                key: key(4),
+                value: val(2)
+            },
+            Op::Delete { key: key(5) },
+        ]
+    );
+    // A refusal waits for the pending proposal, then is answered.
+    let waiting = submit(&handle, vec![put(6, 1), cas(6, Some(2), Some(3))]);
+    no_answer_yet(&waiting);
+    rig.commit(1, 2);
+    assert_eq!(answer(&accepted).unwrap(), WriteOutcome { lsn: 2 });
+    assert!(matches!(
+        answer(&waiting),
+        Err(WriteError::CasMismatch { index: 1, .. })
+    ));
+    assert_eq!(rig.get(6), None, "a refused batch writes nothing");
+    assert_eq!(
+        rig.proposed.lock().unwrap().len(),
+        1,
+        "nothing else proposed"
+    );
+    // Nothing pending: a refusal is answered at once.
+    let refused = answer(&submit(&handle, vec![put(7, 1), cas(7, Some(2), None)]));
+    match refused {
+        Err(WriteError::CasMismatch { index, current, .. }) => {
+            assert_eq!(index, 1);
+            assert_eq!(current, Some(val(1)), "the batch's own put");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(rig.proposed.lock().unwrap().len(), 1);
+    assert_eq!(rig.get(7), None);
+}
+
+#[test]
+fn losing_the_leadership_drops_pending_decisions_and_answers_waiting_refusals() {
+    let rig = rig();
+    let handle = rig.pipeline.handle();
+    rig.control().lead(4).unwrap();
+    let _first = submit(&handle, vec![put(1, 1)]);
+    rig.proposal(1);
+    let refused = submit(&handle, vec![cas(1, Some(5), None)]);
+    no_answer_yet(&refused);
+    let leader = LeaderHint { id: 3, url: None };
+    rig.control().follow(Some(leader.clone())).unwrap();
+    match answer(&refused) {
+        Err(WriteError::NotLeader { leader: Some(l) }) => assert_eq!(l, leader),
+        other => panic!("{other:?}"),
+    }
+    // The proposal may still commit under the next leader: it is applied
+    // as any committed entry, without being in anyone's overlay.
+    let p = rig.proposal(1);
+    rig.apply(vec![CommittedEntry {
+        lsn: 9,
+        term: p.term,
+        batch: Some((p.seq, p.ops)),
+    }]);
+    assert_eq!(rig.get(1), Some(val(1)));
+
+    // Leading again (term 6): decisions start from the applied index.
+    rig.control().lead(6).unwrap();
+    let next = submit(&handle, vec![cas(1, Some(1), Some(2))]);
+    let batch = rig.proposal(2);
+    assert_eq!((batch.term, batch.seq), (6, 2));
+    // An entry of another term with the same proposal number does not take
+    // the key out of this leader's overlay.
+    rig.apply(vec![CommittedEntry {
+        lsn: 10,
+        term: 5,
+        batch: Some((2, vec![Op::Delete { key: key(8) }])),
+    }]);
+    let after = submit(&handle, vec![cas(1, Some(2), Some(3))]);
+    assert_eq!(
+        rig.proposal(3).seq,
+        3,
+        "key 1 still reads 2 from proposal 2"
+    );
+    drop((next, after));
+}
+
+#[test]
+fn stopping_answers_what_is_queued_and_refuses_later_writes() {
+    let rig = rig();
+    let handle = rig.pipeline.handle();
+    let Rig {
+        pipeline, index, ..
+    } = rig;
+    let exit = pipeline.stop().expect("the thread stops");
+    assert_eq!(exit.next_lsn, 1);
+    assert!(matches!(
+        handle.write_blocking(vec![put(1, 1)]),
+        Err(WriteError::ShuttingDown)
+    ));
+    assert_eq!(index.len(), 0);
+}
