@@ -3,16 +3,18 @@
 //! committed entries does. The proposer here is a fake that keeps what it
 //! was given, so each test plays the replicated log's part by hand.
 
+use std::future::Future;
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use uuid::Uuid;
 use uuidmap::store::Op;
 use uuidmap::sync::LsnWatermark;
 use uuidmap::writer::{
-    CommittedEntry, DecidedBatch, LeaderHint, PipelineConfig, Proposer, ReplicaControl,
-    ReplicaPipeline, WriteError, WriteHandle, WriteOp, WriteOutcome, WriteReply,
+    CommittedEntry, DecidedBatch, LeaderHint, PipelineConfig, ProposalChain, Proposer,
+    ReplicaControl, ReplicaPipeline, WriteError, WriteHandle, WriteOp, WriteOutcome, WriteReply,
 };
 use uuidmap::{Index, Key};
 
@@ -32,6 +34,11 @@ struct Rig {
     watermark: Arc<LsnWatermark>,
     proposed: Proposed,
     runtime: tokio::runtime::Runtime,
+}
+
+/// The proposal number of the `n`-th proposal of leadership `epoch`.
+fn seq(epoch: u64, n: u64) -> u64 {
+    (epoch << 32) | n
 }
 
 fn key(n: u128) -> Key {
@@ -81,14 +88,26 @@ fn rig() -> Rig {
 
 type Answer = std_mpsc::Receiver<Result<WriteOutcome, WriteError>>;
 
-/// Submits a batch from another thread; the answer arrives when the writer
+/// Submits a batch: it is in the writer's queue, behind every batch
+/// submitted before, when this returns; the answer arrives when the writer
 /// (or the proposer's owner) gives it.
 fn submit(handle: &WriteHandle, ops: Vec<WriteOp>) -> Answer {
     let (tx, rx) = std_mpsc::channel();
     let handle = handle.clone();
-    std::thread::spawn(move || {
-        let _ = tx.send(handle.write_blocking(ops));
-    });
+    let mut write = Box::pin(async move { handle.write(ops).await });
+    // The first poll queues the batch (the queue has room) and then waits
+    // for the answer, which another thread goes on waiting for.
+    match write.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(answer) => tx.send(answer).unwrap(),
+        Poll::Pending => {
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                let _ = tx.send(runtime.block_on(write));
+            });
+        }
+    }
     rx
 }
 
@@ -196,7 +215,7 @@ fn a_follower_refuses_writes_naming_the_leader_and_applies_what_is_committed() {
             lsn: 2,
             term: 1,
             batch: Some((
-                7,
+                seq(1, 1),
                 vec![
                     Op::Put {
                         key: key(1),
@@ -212,7 +231,7 @@ fn a_follower_refuses_writes_naming_the_leader_and_applies_what_is_committed() {
         CommittedEntry {
             lsn: 3,
             term: 1,
-            batch: Some((8, vec![Op::Delete { key: key(2) }])),
+            batch: Some((seq(1, 2), vec![Op::Delete { key: key(2) }])),
         },
     ]);
     assert_eq!(rig.watermark.current(), 3);
@@ -237,7 +256,7 @@ fn a_leader_decides_compare_and_set_against_its_pending_proposals() {
         rig.proposal(1),
         DecidedBatch {
             term: 3,
-            seq: 1,
+            seq: seq(1, 1),
             ops: vec![Op::Put {
                 key: key(1),
                 value: val(1)
@@ -247,7 +266,7 @@ fn a_leader_decides_compare_and_set_against_its_pending_proposals() {
     // Not applied yet, but the leader proposed it: a CAS sees it.
     let second = submit(&handle, vec![cas(1, Some(1), Some(2))]);
     let second_batch = rig.proposal(2);
-    assert_eq!(second_batch.seq, 2);
+    assert_eq!(second_batch.seq, seq(1, 2));
     assert_eq!(
         second_batch.ops,
         vec![Op::Put {
@@ -266,7 +285,7 @@ fn a_leader_decides_compare_and_set_against_its_pending_proposals() {
     no_answer_yet(&refused);
     // After proposal 1 applied, key 1 still reads 2 from proposal 2.
     let third = submit(&handle, vec![cas(1, Some(2), Some(3))]);
-    assert_eq!(rig.proposal(3).seq, 3);
+    assert_eq!(rig.proposal(3).seq, seq(1, 3));
     rig.commit(2, 6);
     assert_eq!(answer(&second).unwrap(), WriteOutcome { lsn: 6 });
     // It looked at proposals 1 and 2 only: answered now, proposal 3 still
@@ -375,18 +394,18 @@ fn losing_the_leadership_drops_pending_decisions_and_answers_waiting_refusals() 
     rig.control().lead(6).unwrap();
     let next = submit(&handle, vec![cas(1, Some(1), Some(2))]);
     let batch = rig.proposal(2);
-    assert_eq!((batch.term, batch.seq), (6, 2));
+    assert_eq!((batch.term, batch.seq), (6, seq(2, 1)), "a new epoch");
     // An entry of another term with the same proposal number does not take
     // the key out of this leader's overlay.
     rig.apply(vec![CommittedEntry {
         lsn: 10,
         term: 5,
-        batch: Some((2, vec![Op::Delete { key: key(8) }])),
+        batch: Some((seq(2, 1), vec![Op::Delete { key: key(8) }])),
     }]);
     let after = submit(&handle, vec![cas(1, Some(2), Some(3))]);
     assert_eq!(
         rig.proposal(3).seq,
-        3,
+        seq(2, 2),
         "key 1 still reads 2 from proposal 2"
     );
     drop((next, after));
@@ -406,4 +425,88 @@ fn stopping_answers_what_is_queued_and_refuses_later_writes() {
         Err(WriteError::ShuttingDown)
     ));
     assert_eq!(index.len(), 0);
+}
+
+#[test]
+fn the_chain_admits_the_next_proposal_or_the_first_of_a_later_epoch_or_term() {
+    let mut chain = ProposalChain::default();
+    assert!(chain.admit(2, seq(1, 1)), "the first batch of all");
+    assert!(chain.admit(2, seq(1, 2)));
+    assert!(!chain.admit(2, seq(1, 4)), "a gap: proposal 3 was refused");
+    assert!(
+        !chain.admit(2, seq(1, 5)),
+        "every later one of the epoch too"
+    );
+    assert_eq!(chain.seq, seq(1, 2), "a void entry leaves the chain");
+    assert!(!chain.admit(2, seq(2, 2)), "a new epoch starts at 1");
+    assert!(chain.admit(2, seq(2, 1)));
+    assert!(!chain.admit(2, seq(1, 3)), "an older epoch never again");
+    assert!(chain.admit(3, seq(1, 1)), "a new term, another leader");
+    assert!(!chain.admit(2, seq(3, 1)), "an older term never again");
+}
+
+#[test]
+fn a_proposal_the_log_refused_voids_the_rest_of_its_epoch() {
+    let rig = rig();
+    let handle = rig.pipeline.handle();
+    rig.control().lead(2).unwrap();
+    let a = submit(&handle, vec![put(1, 1)]);
+    let pa = rig.proposal(1);
+    let b = submit(&handle, vec![cas(1, Some(1), Some(2))]);
+    let pb = rig.proposal(2);
+    let c = submit(&handle, vec![cas(1, Some(2), Some(3))]);
+    let pc = rig.proposal(3);
+    // The log takes a, refuses b (a lapsed lease, say), then takes c,
+    // which rests on b's write.
+    rig.commit(1, 4);
+    assert_eq!(answer(&a).unwrap(), WriteOutcome { lsn: 4 });
+    rig.control().refused(pb.seq).unwrap();
+    let outcome = rig
+        .runtime
+        .block_on(rig.control().apply(vec![CommittedEntry {
+            lsn: 5,
+            term: pc.term,
+            batch: Some((pc.seq, pc.ops)),
+        }]))
+        .unwrap();
+    assert_eq!(outcome.void, vec![5], "c takes its LSN and changes nothing");
+    assert_eq!(rig.get(1), Some(val(1)));
+    assert_eq!(rig.watermark.current(), 5);
+    // The writer stopped deciding: a write now is sent to the leader.
+    let d = answer(&submit(&handle, vec![put(2, 2)]));
+    assert!(matches!(d, Err(WriteError::NotLeader { .. })), "{d:?}");
+    drop((b, c));
+    // A new lead starts a new epoch, which the chain admits.
+    rig.control().lead(2).unwrap();
+    let e = submit(&handle, vec![cas(1, Some(1), Some(5))]);
+    let pe = rig.proposal(4);
+    assert_eq!(pe.seq, seq(2, 1));
+    rig.commit(4, 6);
+    assert_eq!(answer(&e).unwrap(), WriteOutcome { lsn: 6 });
+    assert_eq!(rig.get(1), Some(val(5)));
+    let _ = pa;
+}
+
+#[test]
+fn a_void_entry_of_its_own_epoch_stops_the_leader_even_before_the_refusal_arrives() {
+    let rig = rig();
+    let handle = rig.pipeline.handle();
+    rig.control().lead(7).unwrap();
+    let _a = submit(&handle, vec![put(1, 1)]);
+    rig.proposal(1);
+    let _b = submit(&handle, vec![put(2, 2)]);
+    let pb = rig.proposal(2);
+    // Proposal 1 never reached the log; 2 did.
+    let outcome = rig
+        .runtime
+        .block_on(rig.control().apply(vec![CommittedEntry {
+            lsn: 3,
+            term: 7,
+            batch: Some((pb.seq, pb.ops)),
+        }]))
+        .unwrap();
+    assert_eq!(outcome.void, vec![3]);
+    assert_eq!(rig.get(2), None);
+    let c = answer(&submit(&handle, vec![put(3, 3)]));
+    assert!(matches!(c, Err(WriteError::NotLeader { .. })), "{c:?}");
 }

@@ -26,8 +26,8 @@ pub use pipeline::{
 };
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
 pub use replica::{
-    CommittedEntry, DecidedBatch, Proposer, ReplicaControl, ReplicaPipeline, WriteReply,
-    WriterStopped,
+    ApplyOutcome, CommittedEntry, DecidedBatch, ProposalChain, Proposer, ReplicaControl,
+    ReplicaPipeline, WriteReply, WriterStopped, proposal_epoch,
 };
 pub use request::{LeaderHint, WriteError, WriteOp, WriteOutcome};
 pub use snapshotter::{

@@ -40,6 +40,24 @@
 //! blind writes. A proposal refused for a changed term fails every later
 //! proposal of T too (terms only grow).
 //!
+//! # The proposal chain: a rejected proposal voids the ones after it
+//!
+//! The log may refuse a proposal of term T and still take a later one of
+//! the same term: openraft refuses writes while a leadership transfer is
+//! under way, or while the leader's lease has lapsed, and takes them again
+//! afterwards. A later proposal may rest on the refused one's writes (the
+//! overlay held them), so it must not take effect. Each proposal therefore
+//! carries its place in a *chain*: `seq` is `epoch << 32 | n`, where the
+//! epoch grows at every `lead` and `n` counts the epoch's proposals from 1.
+//! Every replica applies a batch entry only if it continues the chain of
+//! the last batch applied: the same term and epoch and the next `n`, or a
+//! later term or epoch and `n = 1`. Otherwise the entry is *void*: it takes
+//! its LSN and changes nothing, on every replica alike (the rule reads only
+//! the log), and its caller learns it was not applied, so a retry is safe.
+//! After a gap every later proposal of the epoch is void, so the writer
+//! stops deciding at the first refusal or void entry of its epoch, and
+//! decides again only after a new `lead` (a new epoch, after the gate).
+//!
 //! **A refused compare-and-set is a read** ("the value was X"), so it is
 //! answered only once every proposal it looked at is applied; if the
 //! leadership changes first, it is answered [`WriteError::NotLeader`]
@@ -75,8 +93,9 @@ pub type WriteReply = oneshot::Sender<Result<WriteOutcome, WriteError>>;
 pub struct DecidedBatch {
     /// The term this leader decided it in: it may be logged in no other.
     pub term: u64,
-    /// The proposal number, unique in this process; the applied entry
-    /// carries it back.
+    /// The proposal number, unique in this process: `epoch << 32 | n`
+    /// (module docs, "The proposal chain"); the applied entry carries it
+    /// back.
     pub seq: u64,
     /// The puts and deletes.
     pub ops: Vec<Op>,
@@ -103,11 +122,53 @@ pub struct CommittedEntry {
     pub batch: Option<(u64, Vec<Op>)>,
 }
 
+/// Which of a call's entries were void (module docs, "The proposal
+/// chain"): each took its LSN and changed nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyOutcome {
+    /// The LSNs of the void entries, in order (usually none).
+    pub void: Vec<u64>,
+}
+
+/// The epoch of a proposal number (module docs).
+pub fn proposal_epoch(seq: u64) -> u64 {
+    seq >> 32
+}
+
+/// Where the last batch applied sits in its leader's chain of proposals.
+/// Every replica keeps the same one, read from the log alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProposalChain {
+    /// The term of the last batch applied (0: none yet).
+    pub term: u64,
+    /// Its proposal number.
+    pub seq: u64,
+}
+
+impl ProposalChain {
+    /// Whether a batch entry of `term` with proposal number `seq` continues
+    /// the chain; if it does, the chain moves on to it.
+    pub fn admit(&mut self, term: u64, seq: u64) -> bool {
+        let (epoch, n) = (seq >> 32, seq & 0xffff_ffff);
+        let last = (self.term, self.seq >> 32);
+        let continues = if (term, epoch) == last {
+            n == (self.seq & 0xffff_ffff) + 1
+        } else {
+            (term, epoch) > last && n == 1
+        };
+        if continues {
+            (self.term, self.seq) = (term, seq);
+        }
+        continues
+    }
+}
+
 /// What the replicated log tells the writer.
 enum Control {
-    Apply(Vec<CommittedEntry>, oneshot::Sender<()>),
+    Apply(Vec<CommittedEntry>, oneshot::Sender<ApplyOutcome>),
     Lead(u64),
     Follow(Option<LeaderHint>),
+    Refused(u64),
 }
 
 /// The writer thread is gone: it stopped, or failed.
@@ -123,8 +184,8 @@ pub struct ReplicaControl {
 
 impl ReplicaControl {
     /// Applies committed `entries` (in log order, after every entry sent
-    /// before) and returns once they are visible.
-    pub async fn apply(&self, entries: Vec<CommittedEntry>) -> Result<(), WriterStopped> {
+    /// before) and returns once they are visible, saying which were void.
+    pub async fn apply(&self, entries: Vec<CommittedEntry>) -> Result<ApplyOutcome, WriterStopped> {
         let (done, applied) = oneshot::channel();
         self.tx
             .send(Control::Apply(entries, done))
@@ -136,6 +197,15 @@ impl ReplicaControl {
     /// began is applied (module docs).
     pub fn lead(&self, term: u64) -> Result<(), WriterStopped> {
         self.tx.send(Control::Lead(term)).map_err(|_| WriterStopped)
+    }
+
+    /// The log refused the proposal `seq` before logging it (module docs,
+    /// "The proposal chain"): the writer stops deciding until the next
+    /// `lead`.
+    pub fn refused(&self, seq: u64) -> Result<(), WriterStopped> {
+        self.tx
+            .send(Control::Refused(seq))
+            .map_err(|_| WriterStopped)
     }
 
     /// This member does not lead; `leader` is who does, if known.
@@ -173,7 +243,9 @@ impl ReplicaPipeline {
             role: Role::Following(None),
             overlay: HashMap::default(),
             batch_overlay: HashMap::default(),
+            epoch: 0,
             next_seq: 1,
+            chain: ProposalChain::default(),
             last_proposed: 0,
             applied_own: 0,
             refusals: VecDeque::new(),
@@ -248,7 +320,11 @@ struct ReplicaThread {
     /// The batch being decided: its writes so far, for its own later
     /// compare-and-sets.
     batch_overlay: HashMap<Key, Option<Uuid>, ahash::RandomState>,
+    /// The epoch of the current leadership (module docs).
+    epoch: u64,
+    /// The proposal number the next accepted batch takes.
     next_seq: u64,
+    chain: ProposalChain,
     /// The last proposal made, and the last of this term applied.
     last_proposed: u64,
     applied_own: u64,
@@ -316,11 +392,13 @@ impl ReplicaThread {
     fn on_control(&mut self, control: Control) {
         match control {
             Control::Apply(entries, done) => {
-                self.apply(&entries);
-                let _ = done.send(());
+                let outcome = self.apply(&entries);
+                let _ = done.send(outcome);
             }
             Control::Lead(term) => {
                 self.drop_pending(None);
+                self.epoch += 1;
+                self.next_seq = (self.epoch << 32) | 1;
                 self.applied_own = self.last_proposed;
                 self.role = Role::Leading(term);
             }
@@ -328,6 +406,7 @@ impl ReplicaThread {
                 self.drop_pending(leader.clone());
                 self.role = Role::Following(leader);
             }
+            Control::Refused(seq) => self.chain_broken(seq),
         }
     }
 
@@ -342,17 +421,34 @@ impl ReplicaThread {
         }
     }
 
-    fn apply(&mut self, entries: &[CommittedEntry]) {
+    /// A proposal of this epoch was refused or void: the ones decided
+    /// after it may rest on it, so stop deciding until the next `lead`.
+    fn chain_broken(&mut self, seq: u64) {
+        if matches!(self.role, Role::Leading(_)) && proposal_epoch(seq) == self.epoch {
+            self.drop_pending(None);
+            self.role = Role::Following(None);
+        }
+    }
+
+    fn apply(&mut self, entries: &[CommittedEntry]) -> ApplyOutcome {
         let started = Instant::now();
         let leading = match self.role {
             Role::Leading(term) => Some(term),
             Role::Following(_) => None,
         };
         let mut batches = 0;
+        let mut outcome = ApplyOutcome::default();
         for entry in entries {
             let Some((seq, ops)) = &entry.batch else {
                 continue;
             };
+            if !self.chain.admit(entry.term, *seq) {
+                outcome.void.push(entry.lsn);
+                if leading == Some(entry.term) {
+                    self.chain_broken(*seq);
+                }
+                continue;
+            }
             self.writer.set_stamp(entry.lsn);
             for op in ops {
                 match *op {
@@ -394,6 +490,7 @@ impl ReplicaThread {
             .steps
             .apply_ns
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        outcome
     }
 
     /// Decides a caller's batch (module docs): proposes it, refuses it, or
