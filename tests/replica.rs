@@ -4,6 +4,7 @@
 //! was given, so each test plays the replicated log's part by hand.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -20,11 +21,19 @@ use uuidmap::{Index, Key};
 
 type Proposed = Arc<Mutex<Vec<(DecidedBatch, WriteReply)>>>;
 
-struct KeepProposals(Proposed);
+/// Keeps batches and gates (proposals with no ops) apart.
+struct KeepProposals {
+    batches: Proposed,
+    gates: Arc<Mutex<Vec<DecidedBatch>>>,
+}
 
 impl Proposer for KeepProposals {
     fn propose(&mut self, batch: DecidedBatch, reply: WriteReply) {
-        self.0.lock().unwrap().push((batch, reply));
+        if batch.ops.is_empty() {
+            self.gates.lock().unwrap().push(batch);
+        } else {
+            self.batches.lock().unwrap().push((batch, reply));
+        }
     }
 }
 
@@ -33,6 +42,8 @@ struct Rig {
     index: Index,
     watermark: Arc<LsnWatermark>,
     proposed: Proposed,
+    gates: Arc<Mutex<Vec<DecidedBatch>>>,
+    stalls: Arc<AtomicUsize>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -68,11 +79,20 @@ fn rig() -> Rig {
     let (writer, index) = Index::with_capacity(64);
     let watermark = Arc::new(LsnWatermark::new(0));
     let proposed = Proposed::default();
+    let gates = Arc::<Mutex<Vec<DecidedBatch>>>::default();
+    let stalls = Arc::new(AtomicUsize::new(0));
+    let counted = stalls.clone();
     let pipeline = ReplicaPipeline::start(
         &PipelineConfig::default(),
         writer,
         watermark.clone(),
-        Box::new(KeepProposals(proposed.clone())),
+        Box::new(KeepProposals {
+            batches: proposed.clone(),
+            gates: gates.clone(),
+        }),
+        Box::new(move || {
+            counted.fetch_add(1, AtomicOrdering::SeqCst);
+        }),
     )
     .expect("the thread starts");
     Rig {
@@ -80,6 +100,8 @@ fn rig() -> Rig {
         index,
         watermark,
         proposed,
+        gates,
+        stalls,
         runtime: tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap(),
@@ -126,6 +148,30 @@ fn no_answer_yet(rx: &Answer) {
 impl Rig {
     fn control(&self) -> ReplicaControl {
         self.pipeline.control()
+    }
+
+    /// Makes the writer lead `term`, and commits its gate at `lsn`.
+    fn lead(&self, term: u64, lsn: u64) {
+        let before = self.gates.lock().unwrap().len();
+        self.control().lead(term).unwrap();
+        let gate = self.gate(before + 1);
+        assert_eq!(gate.term, term);
+        self.apply(vec![CommittedEntry {
+            lsn,
+            term,
+            batch: Some((gate.seq, Vec::new())),
+        }]);
+    }
+
+    /// Waits for the `n`-th gate proposed.
+    fn gate(&self, n: usize) -> DecidedBatch {
+        for _ in 0..1000 {
+            if let Some(gate) = self.gates.lock().unwrap().get(n - 1) {
+                return gate.clone();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("no gate #{n} within 5 s");
     }
 
     fn apply(&self, entries: Vec<CommittedEntry>) {
@@ -249,7 +295,7 @@ fn a_follower_refuses_writes_naming_the_leader_and_applies_what_is_committed() {
 fn a_leader_decides_compare_and_set_against_its_pending_proposals() {
     let rig = rig();
     let handle = rig.pipeline.handle();
-    rig.control().lead(3).unwrap();
+    rig.lead(3, 4);
 
     let first = submit(&handle, vec![put(1, 1)]);
     assert_eq!(
@@ -318,7 +364,7 @@ fn a_leader_decides_compare_and_set_against_its_pending_proposals() {
 fn a_batch_sees_its_own_earlier_writes_and_a_refused_batch_proposes_nothing() {
     let rig = rig();
     let handle = rig.pipeline.handle();
-    rig.control().lead(1).unwrap();
+    rig.lead(1, 1);
     let accepted = submit(
         &handle,
         vec![put(4, 1), cas(4, Some(1), Some(2)), cas(5, None, None)],
@@ -369,7 +415,7 @@ fn a_batch_sees_its_own_earlier_writes_and_a_refused_batch_proposes_nothing() {
 fn losing_the_leadership_drops_pending_decisions_and_answers_waiting_refusals() {
     let rig = rig();
     let handle = rig.pipeline.handle();
-    rig.control().lead(4).unwrap();
+    rig.lead(4, 1);
     let _first = submit(&handle, vec![put(1, 1)]);
     rig.proposal(1);
     let refused = submit(&handle, vec![cas(1, Some(5), None)]);
@@ -391,14 +437,14 @@ fn losing_the_leadership_drops_pending_decisions_and_answers_waiting_refusals() 
     assert_eq!(rig.get(1), Some(val(1)));
 
     // Leading again (term 6): decisions start from the applied index.
-    rig.control().lead(6).unwrap();
+    rig.lead(6, 10);
     let next = submit(&handle, vec![cas(1, Some(1), Some(2))]);
     let batch = rig.proposal(2);
     assert_eq!((batch.term, batch.seq), (6, seq(2, 1)), "a new epoch");
     // An entry of another term with the same proposal number does not take
     // the key out of this leader's overlay.
     rig.apply(vec![CommittedEntry {
-        lsn: 10,
+        lsn: 11,
         term: 5,
         batch: Some((seq(2, 1), vec![Op::Delete { key: key(8) }])),
     }]);
@@ -449,7 +495,7 @@ fn the_chain_admits_the_next_proposal_or_the_first_of_a_later_epoch_or_term() {
 fn a_proposal_the_log_refused_voids_the_rest_of_its_epoch() {
     let rig = rig();
     let handle = rig.pipeline.handle();
-    rig.control().lead(2).unwrap();
+    rig.lead(2, 3);
     let a = submit(&handle, vec![put(1, 1)]);
     let pa = rig.proposal(1);
     let b = submit(&handle, vec![cas(1, Some(1), Some(2))]);
@@ -476,13 +522,14 @@ fn a_proposal_the_log_refused_voids_the_rest_of_its_epoch() {
     let d = answer(&submit(&handle, vec![put(2, 2)]));
     assert!(matches!(d, Err(WriteError::NotLeader { .. })), "{d:?}");
     drop((b, c));
+    assert_eq!(rig.stalls.load(AtomicOrdering::SeqCst), 1);
     // A new lead starts a new epoch, which the chain admits.
-    rig.control().lead(2).unwrap();
+    rig.lead(2, 6);
     let e = submit(&handle, vec![cas(1, Some(1), Some(5))]);
     let pe = rig.proposal(4);
     assert_eq!(pe.seq, seq(2, 1));
-    rig.commit(4, 6);
-    assert_eq!(answer(&e).unwrap(), WriteOutcome { lsn: 6 });
+    rig.commit(4, 7);
+    assert_eq!(answer(&e).unwrap(), WriteOutcome { lsn: 7 });
     assert_eq!(rig.get(1), Some(val(5)));
     let _ = pa;
 }
@@ -491,7 +538,7 @@ fn a_proposal_the_log_refused_voids_the_rest_of_its_epoch() {
 fn a_void_entry_of_its_own_epoch_stops_the_leader_even_before_the_refusal_arrives() {
     let rig = rig();
     let handle = rig.pipeline.handle();
-    rig.control().lead(7).unwrap();
+    rig.lead(7, 2);
     let _a = submit(&handle, vec![put(1, 1)]);
     rig.proposal(1);
     let _b = submit(&handle, vec![put(2, 2)]);
@@ -509,4 +556,70 @@ fn a_void_entry_of_its_own_epoch_stops_the_leader_even_before_the_refusal_arrive
     assert_eq!(rig.get(2), None);
     let c = answer(&submit(&handle, vec![put(3, 3)]));
     assert!(matches!(c, Err(WriteError::NotLeader { .. })), "{c:?}");
+}
+
+#[test]
+fn batches_wait_for_the_gate_and_a_refused_gate_stalls_the_leader() {
+    let rig = rig();
+    let handle = rig.pipeline.handle();
+    rig.control().lead(3).unwrap();
+    let gate = rig.gate(1);
+    assert_eq!((gate.term, gate.seq), (3, seq(1, 0)));
+    // Until the gate is applied, a batch waits: an older entry may still
+    // change what it reads.
+    let waiting = submit(&handle, vec![cas(1, Some(1), Some(2))]);
+    no_answer_yet(&waiting);
+    assert!(rig.proposed.lock().unwrap().is_empty());
+    // An entry logged before the gate (an older leader's) is applied
+    // first, then the gate, and only then is the batch decided.
+    rig.apply(vec![
+        CommittedEntry {
+            lsn: 1,
+            term: 2,
+            batch: Some((
+                seq(9, 1),
+                vec![Op::Put {
+                    key: key(1),
+                    value: val(1),
+                }],
+            )),
+        },
+        CommittedEntry {
+            lsn: 2,
+            term: 3,
+            batch: Some((gate.seq, Vec::new())),
+        },
+    ]);
+    let p = rig.proposal(1);
+    assert_eq!(p.seq, seq(1, 1));
+    assert_eq!(
+        p.ops,
+        vec![Op::Put {
+            key: key(1),
+            value: val(2)
+        }]
+    );
+
+    // A refusal of an older epoch changes nothing.
+    rig.control().refused(seq(0, 5)).unwrap();
+    let next = submit(&handle, vec![put(3, 3)]);
+    assert_eq!(rig.proposal(2).seq, seq(1, 2));
+    assert_eq!(rig.stalls.load(AtomicOrdering::SeqCst), 0);
+
+    // Lead again in the same term: a new epoch behind a new gate, which
+    // the log refuses: the leader stalls and says so, and the batch that
+    // waited for the gate is sent away.
+    rig.control().lead(3).unwrap();
+    let gate = rig.gate(2);
+    assert_eq!(gate.seq, seq(2, 0));
+    let sent_away = submit(&handle, vec![put(4, 4)]);
+    no_answer_yet(&sent_away);
+    rig.control().refused(gate.seq).unwrap();
+    let answer = answer(&sent_away);
+    assert!(
+        matches!(answer, Err(WriteError::NotLeader { .. })),
+        "{answer:?}"
+    );
+    assert_eq!(rig.stalls.load(AtomicOrdering::SeqCst), 1);
+    drop((waiting, next));
 }

@@ -22,13 +22,17 @@
 //!     LSN is published on the [`LsnWatermark`]. An entry this leader
 //!     proposed in its current term takes its writes out of the overlay
 //!     (a key leaves only if this entry is the last proposal that set it).
-//!   - `lead(term)`: this member leads `term`, *and everything committed
-//!     before its term is applied* (the caller's gate: openraft's
-//!     `ensure_linearizable` in the new term). The overlay starts empty,
-//!     and is complete from then on: every entry above the applied LSN was
-//!     proposed by this thread in this term.
+//!   - `lead(term)`: this member leads `term`. The writer opens a new
+//!     *epoch* and first proposes a **gate**: an entry with no ops, logged
+//!     (like every proposal) after every proposal made before it. Batches
+//!     that arrive meanwhile wait. When the gate is applied, so is every
+//!     entry logged before it: an earlier leader's, and this member's own
+//!     older proposals. From then on the overlay, which starts empty, is
+//!     complete (every entry above the applied LSN was proposed by this
+//!     thread in this epoch), and the writer decides.
 //!   - `follow(leader)`: it does not lead (or no longer): the overlay is
 //!     dropped and writes are refused, naming the leader if known.
+//!   - `refused(seq)`: the log refused a proposal (below).
 //!
 //! # Why a decision made here holds
 //!
@@ -55,8 +59,10 @@
 //! its LSN and changes nothing, on every replica alike (the rule reads only
 //! the log), and its caller learns it was not applied, so a retry is safe.
 //! After a gap every later proposal of the epoch is void, so the writer
-//! stops deciding at the first refusal or void entry of its epoch, and
-//! decides again only after a new `lead` (a new epoch, after the gate).
+//! stops deciding at the first refusal or void entry of its epoch (its
+//! gate's included), calls its `on_stall` hook, and decides again only
+//! after a new `lead`: a new epoch, behind a new gate. Gates are not links
+//! of the chain.
 //!
 //! **A refused compare-and-set is a read** ("the value was X"), so it is
 //! answered only once every proposal it looked at is applied; if the
@@ -105,7 +111,10 @@ pub struct DecidedBatch {
 pub trait Proposer: Send + 'static {
     /// Logs `batch` in `batch.term` only, after every batch proposed
     /// before it, and answers `reply` once it is applied (with its LSN),
-    /// or with why not. Must not block: it runs on the writer thread.
+    /// or with why not. If the log refuses it, or it is applied void, the
+    /// proposer tells the writer ([`ReplicaControl::refused`]). A batch
+    /// with no ops is the writer's gate (module docs); nobody waits on its
+    /// reply. Must not block: it runs on the writer thread.
     fn propose(&mut self, batch: DecidedBatch, reply: WriteReply);
 }
 
@@ -193,8 +202,8 @@ impl ReplicaControl {
         applied.await.map_err(|_| WriterStopped)
     }
 
-    /// This member leads `term`, and every entry committed before the term
-    /// began is applied (module docs).
+    /// This member leads `term`: open a new epoch behind a gate (module
+    /// docs). Safe to send again in the same term.
     pub fn lead(&self, term: u64) -> Result<(), WriterStopped> {
         self.tx.send(Control::Lead(term)).map_err(|_| WriterStopped)
     }
@@ -227,11 +236,15 @@ impl ReplicaPipeline {
     /// Starts the thread over `writer`, whose index holds every entry up to
     /// `watermark`'s LSN; it follows until told it leads. `config`'s queue
     /// depth and batch limit apply; its fsync policy is the log's business.
+    /// `on_stall` is called when a leader stops deciding because the log
+    /// refused or voided one of its proposals (module docs): whoever sends
+    /// `lead` should send it again, if this member still leads.
     pub fn start(
         config: &PipelineConfig,
         writer: IndexWriter,
         watermark: Arc<LsnWatermark>,
         proposer: Box<dyn Proposer>,
+        on_stall: Box<dyn Fn() + Send>,
     ) -> std::io::Result<ReplicaPipeline> {
         let (handle, rx) = WriteHandle::new(config);
         let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -239,6 +252,8 @@ impl ReplicaPipeline {
             writer,
             watermark,
             proposer,
+            on_stall,
+            deferred: VecDeque::new(),
             stats: handle.stats_arc(),
             role: Role::Following(None),
             overlay: HashMap::default(),
@@ -297,6 +312,11 @@ impl Drop for ReplicaPipeline {
 
 enum Role {
     Following(Option<LeaderHint>),
+    /// Leads `term`, and waits for the gate proposal `gate` to be applied.
+    Gating {
+        term: u64,
+        gate: u64,
+    },
     Leading(u64),
 }
 
@@ -312,6 +332,9 @@ struct ReplicaThread {
     writer: IndexWriter,
     watermark: Arc<LsnWatermark>,
     proposer: Box<dyn Proposer>,
+    on_stall: Box<dyn Fn() + Send>,
+    /// Batches that arrived while the gate was pending.
+    deferred: VecDeque<Request>,
     stats: Arc<super::PipelineStats>,
     role: Role,
     /// Each key this leader's pending proposals write: its value after
@@ -360,7 +383,7 @@ impl ReplicaThread {
                 None => control_open = false,
                 Some(Input::Control(c)) => self.on_control(c),
                 Some(Input::Client(None | Some(Message::Stop))) => break,
-                Some(Input::Client(Some(Message::Write(request)))) => self.decide(request),
+                Some(Input::Client(Some(Message::Write(request)))) => self.take(request),
                 Some(Input::Client(Some(Message::Sync(lsn, reply)))) => {
                     // The replicated log is made durable by its own store;
                     // snapshots of a replica are stage 5 of
@@ -379,8 +402,11 @@ impl ReplicaThread {
         // to the proposer, which answers them) or refused.
         while let Ok(message) = rx.try_recv() {
             if let Message::Write(request) = message {
-                self.decide(request);
+                self.take(request);
             }
+        }
+        for request in self.deferred.drain(..) {
+            let _ = request.reply.send(Err(WriteError::ShuttingDown));
         }
         let next_lsn = self.watermark.current() + 1;
         PipelineExit {
@@ -398,12 +424,21 @@ impl ReplicaThread {
             Control::Lead(term) => {
                 self.drop_pending(None);
                 self.epoch += 1;
-                self.next_seq = (self.epoch << 32) | 1;
-                self.applied_own = self.last_proposed;
-                self.role = Role::Leading(term);
+                let gate = self.epoch << 32;
+                self.next_seq = gate | 1;
+                self.role = Role::Gating { term, gate };
+                // Nobody waits on a gate's answer.
+                let (reply, _) = oneshot::channel();
+                let batch = DecidedBatch {
+                    term,
+                    seq: gate,
+                    ops: Vec::new(),
+                };
+                self.proposer.propose(batch, reply);
             }
             Control::Follow(leader) => {
                 self.drop_pending(leader.clone());
+                self.refuse_deferred(leader.clone());
                 self.role = Role::Following(leader);
             }
             Control::Refused(seq) => self.chain_broken(seq),
@@ -424,24 +459,53 @@ impl ReplicaThread {
     /// A proposal of this epoch was refused or void: the ones decided
     /// after it may rest on it, so stop deciding until the next `lead`.
     fn chain_broken(&mut self, seq: u64) {
-        if matches!(self.role, Role::Leading(_)) && proposal_epoch(seq) == self.epoch {
-            self.drop_pending(None);
+        let leads = matches!(self.role, Role::Leading(_) | Role::Gating { .. });
+        if leads && proposal_epoch(seq) == self.epoch {
             self.role = Role::Following(None);
+            (self.on_stall)();
+            self.drop_pending(None);
+            self.refuse_deferred(None);
         }
+    }
+
+    fn refuse_deferred(&mut self, leader: Option<LeaderHint>) {
+        for request in self.deferred.drain(..) {
+            let _ = request.reply.send(Err(WriteError::NotLeader {
+                leader: leader.clone(),
+            }));
+        }
+    }
+
+    /// The gate `seq` of `term` was applied: if it is the one awaited,
+    /// decide from now on, starting with the batches that waited.
+    fn gate_applied(&mut self, term: u64, seq: u64) -> bool {
+        if !matches!(self.role, Role::Gating { term: t, gate } if t == term && gate == seq) {
+            return false;
+        }
+        self.role = Role::Leading(term);
+        // Every proposal before the gate is applied or void.
+        self.applied_own = self.last_proposed;
+        true
     }
 
     fn apply(&mut self, entries: &[CommittedEntry]) -> ApplyOutcome {
         let started = Instant::now();
         let leading = match self.role {
-            Role::Leading(term) => Some(term),
+            Role::Leading(term) | Role::Gating { term, .. } => Some(term),
             Role::Following(_) => None,
         };
+        let mut gated = false;
         let mut batches = 0;
         let mut outcome = ApplyOutcome::default();
         for entry in entries {
             let Some((seq, ops)) = &entry.batch else {
                 continue;
             };
+            if ops.is_empty() {
+                // A gate: not a link of the chain.
+                gated |= self.gate_applied(entry.term, *seq);
+                continue;
+            }
             if !self.chain.admit(entry.term, *seq) {
                 outcome.void.push(entry.lsn);
                 if leading == Some(entry.term) {
@@ -490,20 +554,26 @@ impl ReplicaThread {
             .steps
             .apply_ns
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if gated {
+            // Entries after the gate in this call were logged after it and
+            // before any proposal of the new epoch: decide only now.
+            for request in std::mem::take(&mut self.deferred) {
+                self.decide(request);
+            }
+        }
         outcome
     }
 
     /// Decides a caller's batch (module docs): proposes it, refuses it, or
     /// sends it to the leader.
     fn decide(&mut self, request: Request) {
-        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
         let taken = Instant::now();
-        self.stats.steps.queue_ns.fetch_add(
-            taken.duration_since(request.submitted).as_nanos() as u64,
-            Ordering::Relaxed,
-        );
         let term = match &self.role {
             Role::Leading(term) => *term,
+            Role::Gating { .. } => {
+                self.deferred.push_back(request);
+                return;
+            }
             Role::Following(leader) => {
                 let _ = request.reply.send(Err(WriteError::NotLeader {
                     leader: leader.clone(),
@@ -569,6 +639,16 @@ impl ReplicaThread {
             .steps
             .decide_ns
             .fetch_add(taken.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Takes a caller's batch from the queue.
+    fn take(&mut self, request: Request) {
+        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+        self.stats.steps.queue_ns.fetch_add(
+            request.submitted.elapsed().as_nanos() as u64,
+            Ordering::Relaxed,
+        );
+        self.decide(request);
     }
 
     /// The value of `key` after this batch's earlier writes, this leader's
