@@ -107,11 +107,15 @@ impl fmt::Display for RaftBatch {
 }
 
 /// What applying an entry answers its proposer: the LSN it was applied at
-/// (the entry's log index).
+/// (the entry's log index), and whether it was void (it broke its
+/// leader's chain of proposals, so it changed nothing: see
+/// `uuidmap_engine::writer::ProposalChain`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Applied {
     /// The batch's LSN.
     pub lsn: u64,
+    /// It took its LSN and changed nothing.
+    pub void: bool,
 }
 
 #[cfg(test)]

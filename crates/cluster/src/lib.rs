@@ -12,6 +12,13 @@
 //!   it answers ([`Applied`]).
 //! - [`log_store`]: openraft's log storage on our WAL and `raft-state`
 //!   file ([`log_store::WalLogStore`]).
+//! - [`state_machine`]: openraft's state machine over the index
+//!   ([`state_machine::IndexStateMachine`]), applied by the engine's
+//!   replica writer thread.
+//! - [`leadership`]: the writer's proposals into openraft, and the
+//!   leadership changes it hears of.
+//! - [`replica`]: a whole member ([`replica::Replica`]): index, writer,
+//!   log, openraft and the tasks between them.
 //! - [`network`]: how a member calls the others (openraft's network over
 //!   tonic), and [`raft_service`]: what it serves them.
 //! - [`snapshot_file`]: a snapshot as a file.
@@ -20,16 +27,20 @@
 //! - [`wire`]: the conversions between those types and the messages of the
 //!   `uuidmap.raft.v1` service, and [`WireError`] for what does not convert.
 //!
-//! Stages 0–2 of the plan: nothing outside this crate calls it yet.
+//! Stages 0–4 of the plan, most of 3: the server does not start a member
+//! yet.
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod batch;
+pub mod leadership;
 pub mod log_store;
 pub mod network;
 pub mod node;
 pub mod raft_service;
+pub mod replica;
 pub mod snapshot_file;
+pub mod state_machine;
 pub mod timing;
 pub mod types;
 pub mod wire;

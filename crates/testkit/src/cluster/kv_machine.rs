@@ -159,6 +159,7 @@ impl RaftStateMachine<UuidmapRaft> for KvMachine {
             if let Some(r) = responder {
                 r.send(Applied {
                     lsn: entry.log_id.index,
+                    void: false,
                 });
             }
         }

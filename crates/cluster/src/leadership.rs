@@ -1,0 +1,199 @@
+//! The leader's side of the replica writer: the proposals it hands to
+//! openraft, and the leadership changes it must hear of
+//! (docs/replication.md, section 3.2).
+//!
+//! - [`RaftProposer`] is the writer's [`Proposer`]: it queues each decided
+//!   batch for the *proposal task*, which hands them to openraft one by
+//!   one, in decision order, each only for the term it was decided in
+//!   (`Raft::write(..).with_leader(term)`), and answers each caller when
+//!   its entry is applied:
+//!   - applied: its LSN;
+//!   - refused before it was logged (`ForwardToLeader`), or void (it broke
+//!     its chain): [`WriteError::NotLeader`], nothing was applied, a retry
+//!     is safe. The writer is told (`refused`): it stalls, and the
+//!     leadership task has it lead again (a new epoch);
+//!   - logged and then discarded when the leadership changed
+//!     (`LogEntryDiscarded`): [`WriteError::LeadershipLost`], whose outcome
+//!     is unknown.
+//! - The *leadership task* watches openraft's metrics. When this member
+//!   leads a new term, or its writer stalled while it leads, it tells the
+//!   writer to lead (the writer then proposes its gate, through this same
+//!   proposal queue, so that the gate is logged behind every earlier
+//!   proposal). When the member stops leading, it tells the writer to
+//!   follow, and who leads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::Raft;
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{ClientWriteError, ForwardToLeader};
+use openraft::impls::ProgressResponder;
+use openraft::storage::RaftStateMachine;
+use tokio::sync::{Notify, mpsc};
+use uuidmap_engine::writer::{
+    DecidedBatch, LeaderHint, Proposer, ReplicaControl, WriteError, WriteOutcome, WriteReply,
+};
+
+use crate::types::CommittedLeaderId;
+use crate::{RaftBatch, UuidmapRaft};
+
+/// The writer's [`Proposer`] (module docs).
+pub struct RaftProposer {
+    tx: mpsc::UnboundedSender<(DecidedBatch, WriteReply)>,
+}
+
+impl Proposer for RaftProposer {
+    fn propose(&mut self, batch: DecidedBatch, reply: WriteReply) {
+        if let Err(mpsc::error::SendError((_, reply))) = self.tx.send((batch, reply)) {
+            // The proposal task is gone: this member is shutting down.
+            let _ = reply.send(Err(WriteError::ShuttingDown));
+        }
+    }
+}
+
+/// The proposals a [`RaftProposer`] queued, for the proposal task.
+pub struct ProposalQueue {
+    rx: mpsc::UnboundedReceiver<(DecidedBatch, WriteReply)>,
+}
+
+/// A proposer and the queue it fills.
+pub fn proposal_channel() -> (RaftProposer, ProposalQueue) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (RaftProposer { tx }, ProposalQueue { rx })
+}
+
+fn hint(forward: &ForwardToLeader<UuidmapRaft>) -> Option<LeaderHint> {
+    forward.leader_id.map(|id| LeaderHint {
+        id,
+        url: forward.leader_node.as_ref().map(|n| n.api_url.clone()),
+    })
+}
+
+/// Who leads, as this member's metrics say.
+fn current_hint<SM>(raft: &Raft<UuidmapRaft, SM>) -> Option<LeaderHint>
+where
+    SM: RaftStateMachine<UuidmapRaft>,
+{
+    let metrics = raft.metrics();
+    let m = metrics.borrow_watched();
+    m.current_leader.map(|id| LeaderHint {
+        id,
+        url: m
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.api_url.clone()),
+    })
+}
+
+/// The proposal task (module docs): runs until the writer and every
+/// proposer are gone.
+pub async fn run_proposals<SM>(
+    mut queue: ProposalQueue,
+    raft: Raft<UuidmapRaft, SM>,
+    control: ReplicaControl,
+) where
+    SM: RaftStateMachine<UuidmapRaft>,
+{
+    while let Some((batch, reply)) = queue.rx.recv().await {
+        let (responder, answer) = ProgressResponder::complete_only();
+        let seq = batch.seq;
+        let entry = RaftBatch::new(seq, &batch.ops);
+        let sent = raft
+            .write(entry)
+            .with_leader(CommittedLeaderId::new(batch.term))
+            .responder(responder)
+            .await;
+        if sent.is_err() {
+            // openraft has stopped: nothing was logged.
+            let _ = reply.send(Err(WriteError::ShuttingDown));
+            continue;
+        }
+        let (raft, control) = (raft.clone(), control.clone());
+        tokio::spawn(async move {
+            let outcome = match answer.await {
+                Ok(Ok(written)) if !written.data.void => Ok(WriteOutcome {
+                    lsn: written.data.lsn,
+                }),
+                Ok(Ok(_void)) => {
+                    let _ = control.refused(seq);
+                    Err(WriteError::NotLeader {
+                        leader: current_hint(&raft),
+                    })
+                }
+                Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
+                    let _ = control.refused(seq);
+                    Err(WriteError::NotLeader {
+                        leader: hint(&forward),
+                    })
+                }
+                Ok(Err(ClientWriteError::LogEntryDiscarded(forward))) => {
+                    Err(WriteError::LeadershipLost {
+                        leader: hint(&forward),
+                    })
+                }
+                Ok(Err(other)) => {
+                    tracing::warn!("a proposal failed: {other}");
+                    Err(WriteError::Unanswered)
+                }
+                // openraft stopped with the entry logged: unknown.
+                Err(_) => Err(WriteError::Unanswered),
+            };
+            let _ = reply.send(outcome);
+        });
+    }
+}
+
+/// How long the leadership task waits before it has a stalled writer
+/// lead again, so that a log that keeps refusing (a lapsed lease) is not
+/// asked in a hot loop.
+const REGATE_AFTER: Duration = Duration::from_millis(20);
+
+/// The leadership task (module docs): runs until openraft stops.
+pub async fn watch_leadership<SM>(
+    raft: Raft<UuidmapRaft, SM>,
+    control: ReplicaControl,
+    stalled: Arc<Notify>,
+) where
+    SM: RaftStateMachine<UuidmapRaft>,
+{
+    let id = *raft.node_id();
+    let mut metrics = raft.metrics();
+    // The term the writer was told it leads, and the leader it was last
+    // told of while following.
+    let mut led: Option<u64> = None;
+    let mut told: Option<Option<u64>> = None;
+    let mut again = false;
+    loop {
+        let (leading, leader_id) = {
+            let m = metrics.borrow_watched();
+            let leads = m.state == openraft::ServerState::Leader && m.current_leader == Some(id);
+            (leads.then_some(m.current_term), m.current_leader)
+        };
+        let told_ok = match leading {
+            Some(term) if led != Some(term) || again => {
+                led = Some(term);
+                told = None;
+                control.lead(term)
+            }
+            None if led.is_some() || told != Some(leader_id) => {
+                led = None;
+                told = Some(leader_id);
+                control.follow(current_hint(&raft))
+            }
+            _ => Ok(()),
+        };
+        if told_ok.is_err() {
+            return; // the writer has stopped
+        }
+        again = false;
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            _ = stalled.notified() => {
+                tokio::time::sleep(REGATE_AFTER).await;
+                again = true;
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Members over the real index (`Replica`: the engine's replica writer,
+//! `IndexStateMachine`, the log store, openraft), in one process with the
+//! Raft service on loopback: writes through the leader's write handle,
+//! compare-and-set decided by the leader against its pending proposals,
+//! followers that refuse writes naming the leader and hold the same
+//! contents, failover, and a member that rebuilds its index from its log.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+use uuidmap_cluster::ClusterNode;
+use uuidmap_cluster::replica::{Replica, ReplicaConfig};
+use uuidmap_engine::writer::{WriteError, WriteOp, WriteOutcome};
+use uuidmap_index::Key;
+
+struct Node {
+    replica: Replica,
+    node: ClusterNode,
+    stop: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
+    dir: tempfile::TempDir,
+}
+
+async fn start_in(id: u64, dir: tempfile::TempDir, listen: &str) -> Node {
+    let listener = TcpListener::bind(listen).await.expect("a loopback port");
+    let addr = listener.local_addr().unwrap().to_string();
+    let replica = Replica::start(ReplicaConfig::new(id, dir.path()))
+        .await
+        .expect("the member starts");
+    let service = replica.raft_service();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            )
+            .await
+            .expect("the Raft service runs");
+    });
+    Node {
+        replica,
+        node: ClusterNode {
+            raft_addr: addr,
+            api_url: format!("http://client-port-of-{id}:7000"),
+        },
+        stop: Some((stop, server)),
+        dir,
+    }
+}
+
+impl Node {
+    fn id(&self) -> u64 {
+        self.replica.id()
+    }
+
+    async fn stop(mut self) -> (u64, tempfile::TempDir, String) {
+        if let Some((stop, server)) = self.stop.take() {
+            let _ = stop.send(());
+            server.await.unwrap();
+        }
+        let (id, addr) = (self.id(), self.node.raft_addr.clone());
+        self.replica.shutdown().await;
+        (id, self.dir, addr)
+    }
+
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<WriteOutcome, WriteError> {
+        self.replica.writes().write(ops).await
+    }
+
+    /// Waits until this member has applied `lsn`.
+    async fn applied(&self, lsn: u64) {
+        self.replica
+            .watermark()
+            .wait_for(
+                lsn,
+                Some(tokio::time::Instant::now() + Duration::from_secs(10)),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("member {} did not apply LSN {lsn}: {e}", self.id()));
+    }
+
+    fn contents(&self) -> BTreeMap<Uuid, Uuid> {
+        let mut out = Vec::new();
+        let mut scanner = self.replica.index().scan();
+        while scanner.next_segment(&mut out).is_some() {}
+        out.into_iter().collect()
+    }
+}
+
+async fn group(n: u64) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    for id in 1..=n {
+        let dir = tempfile::tempdir().unwrap();
+        nodes.push(start_in(id, dir, "127.0.0.1:0").await);
+    }
+    let members: BTreeMap<u64, ClusterNode> =
+        nodes.iter().map(|n| (n.id(), n.node.clone())).collect();
+    nodes[0]
+        .replica
+        .raft()
+        .initialize(members)
+        .await
+        .expect("the group initializes");
+    nodes
+}
+
+/// The member that leads and takes writes (its writer past its gate):
+/// tries a harmless write on each until one is taken.
+async fn writable_leader(nodes: &[Node]) -> usize {
+    let probe = key(u64::MAX as u128);
+    for _ in 0..200 {
+        for (i, n) in nodes.iter().enumerate() {
+            if n.write(vec![WriteOp::Delete { key: probe }]).await.is_ok() {
+                return i;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no member took a write within 10 s");
+}
+
+fn key(k: u128) -> Key {
+    Key::new(Uuid::from_u128(k)).unwrap()
+}
+
+fn put(k: u128, v: u128) -> WriteOp {
+    WriteOp::Put {
+        key: key(k),
+        value: Uuid::from_u128(v),
+    }
+}
+
+fn cas(k: u128, expected: Option<u128>, new: Option<u128>) -> WriteOp {
+    WriteOp::CompareAndSet {
+        key: key(k),
+        expected: expected.map(Uuid::from_u128),
+        new: new.map(Uuid::from_u128),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_over_the_index_write_decide_refuse_and_agree() {
+    let nodes = group(3).await;
+    let l = writable_leader(&nodes).await;
+    let leader = &nodes[l];
+
+    // Writes from many tasks at once: each gets its LSN, all distinct.
+    let mut tasks = Vec::new();
+    for k in 1..=64u128 {
+        let writes = leader.replica.writes();
+        tasks.push(tokio::spawn(
+            async move { writes.write(vec![put(k, k)]).await },
+        ));
+    }
+    let mut lsns = Vec::new();
+    for t in tasks {
+        lsns.push(t.await.unwrap().expect("the leader takes the write").lsn);
+    }
+    lsns.sort();
+    lsns.dedup();
+    assert_eq!(lsns.len(), 64, "one LSN per batch");
+
+    // A chain of 20 compare-and-sets queued at once (join_all polls them
+    // in order, so they reach the writer in order): each is decided while
+    // the ones before it are still pending, and sees them (the leader's
+    // overlay). Deciding against the applied index alone would refuse all
+    // but the first.
+    let writes = leader.replica.writes();
+    let chain = (0..20u128).map(|step| writes.write(vec![cas(1, Some(1 + step), Some(2 + step))]));
+    let mut lsns = Vec::new();
+    for outcome in futures_util::future::join_all(chain).await {
+        lsns.push(outcome.expect("each CAS sees the one before it").lsn);
+    }
+    assert!(
+        lsns.windows(2).all(|w| w[0] < w[1]),
+        "decided in order: {lsns:?}"
+    );
+    let ok = 20;
+    let last = leader
+        .write(vec![cas(1, Some(1 + ok), Some(100))])
+        .await
+        .expect("the value is what the accepted CASes left");
+    // A refused CAS changes nothing and says what it found.
+    match leader.write(vec![put(500, 1), cas(1, Some(7), None)]).await {
+        Err(WriteError::CasMismatch { current, .. }) => {
+            assert_eq!(current, Some(Uuid::from_u128(100)))
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A follower refuses, naming the leader and its client URL.
+    let follower = &nodes[(l + 1) % 3];
+    match follower.write(vec![put(9, 9)]).await {
+        Err(WriteError::NotLeader { leader: Some(hint) }) => {
+            assert_eq!(hint.id, leader.id());
+            assert_eq!(hint.url.as_deref(), Some(leader.node.api_url.as_str()));
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Every member applies the same entries to the same contents.
+    for n in &nodes {
+        n.applied(last.lsn).await;
+    }
+    let contents = leader.contents();
+    assert_eq!(contents.len(), 64);
+    assert_eq!(contents[&Uuid::from_u128(1)], Uuid::from_u128(100));
+    assert!(!contents.contains_key(&Uuid::from_u128(500)));
+    for n in &nodes {
+        assert_eq!(n.contents(), contents, "member {}", n.id());
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_leader_stops_another_takes_writes_and_a_restarted_member_rebuilds_its_index() {
+    let mut nodes = group(3).await;
+    let l = writable_leader(&nodes).await;
+    let mut last = 0;
+    for k in 1..=30u128 {
+        last = nodes[l].write(vec![put(k, k + 1000)]).await.unwrap().lsn;
+    }
+    for n in &nodes {
+        n.applied(last).await;
+    }
+    let before = nodes[l].contents();
+    let old = nodes.remove(l);
+    let old_id = old.id();
+    let (_, old_dir, old_addr) = old.stop().await;
+
+    // The other two elect a leader whose writer passes its gate.
+    let l = writable_leader(&nodes).await;
+    assert_ne!(nodes[l].id(), old_id);
+    let after = nodes[l]
+        .write(vec![cas(5, Some(1005), Some(7))])
+        .await
+        .expect("the new leader reads what the old one wrote");
+    for n in &nodes {
+        n.applied(after.lsn).await;
+        assert_eq!(
+            n.replica.index().get(&Uuid::from_u128(5)),
+            Some(Uuid::from_u128(7))
+        );
+    }
+
+    // The old leader comes back on its directory: its index is rebuilt
+    // from its log, and it catches up from the new leader.
+    let back = start_in(old_id, old_dir, &old_addr).await;
+    back.applied(after.lsn).await;
+    let mut expected = before;
+    expected.insert(Uuid::from_u128(5), Uuid::from_u128(7));
+    assert_eq!(back.contents(), expected);
+    assert_eq!(nodes[l].contents(), expected);
+    back.stop().await;
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_one_takes_writes_and_rebuilds_after_a_restart() {
+    let mut nodes = group(1).await;
+    writable_leader(&nodes).await;
+    let n = nodes.pop().unwrap();
+    let mut last = 0;
+    for k in 1..=10u128 {
+        last = n.write(vec![put(k, k)]).await.unwrap().lsn;
+    }
+    let contents = n.contents();
+    let (id, dir, addr) = n.stop().await;
+    let n = start_in(id, dir, &addr).await;
+    n.applied(last).await;
+    assert_eq!(n.contents(), contents);
+    let nodes = vec![n];
+    let l = writable_leader(&nodes).await;
+    let more = nodes[l].write(vec![put(11, 11)]).await.unwrap();
+    assert!(more.lsn > last, "LSNs go on after the restart");
+    for n in nodes {
+        n.stop().await;
+    }
+}
