@@ -1,8 +1,9 @@
-//! [`Replica`]: one member of a replica group, whole: the index, its
-//! writer thread in replica mode, the log store on the data directory,
-//! openraft over them, and the two tasks that join the writer to openraft
-//! (`leadership`). The server serves its index, its write handle and its
-//! Raft service.
+//! [`Replica`]: one member of a replica group, whole: the index and its
+//! writer thread in replica mode (a [`DurableIndex`] opened with
+//! `open_replica`), the log store on the data directory, openraft over
+//! them, and the two tasks that join the writer to openraft
+//! (`leadership`). The server serves its [`DurableIndex`] as it serves a
+//! single node's, and its Raft service besides.
 //!
 //! Started on a directory it wrote before, a member opens its log, and
 //! openraft applies the committed entries again: the index is rebuilt from
@@ -15,9 +16,10 @@ use std::sync::Arc;
 use openraft::Raft;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use uuidmap_engine::store::raft_state::RAFT_STATE_FILE;
 use uuidmap_engine::store::wal::WalOptions;
 use uuidmap_engine::store::{Io, OsIo, StoreError};
-use uuidmap_engine::writer::{PipelineConfig, ReplicaPipeline, WriteHandle};
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, WriteHandle};
 use uuidmap_index::Index;
 use uuidmap_index::sync::LsnWatermark;
 
@@ -48,8 +50,9 @@ pub struct ReplicaConfig {
     pub sync: bool,
     /// Heartbeat and election timing.
     pub timing: RaftTiming,
-    /// The writer's queue depth and batch limit.
-    pub pipeline: PipelineConfig,
+    /// The writer's queue depth and batch limit (and, unused yet, the
+    /// snapshot options).
+    pub durable: DurableConfig,
     /// Raft addresses to use instead of the membership's, by node id (for
     /// tests that put a proxy between members).
     pub peer_overrides: HashMap<u64, String>,
@@ -61,14 +64,15 @@ impl ReplicaConfig {
     /// Defaults for member `id` on `dir`: fsync every append, the
     /// product's timing.
     pub fn new(id: u64, dir: impl Into<PathBuf>) -> ReplicaConfig {
+        let dir = dir.into();
         ReplicaConfig {
             id,
-            dir: dir.into(),
+            dir: dir.clone(),
             io: Arc::new(OsIo),
             wal: WalOptions::default(),
             sync: true,
             timing: RaftTiming::default(),
-            pipeline: PipelineConfig::default(),
+            durable: DurableConfig::new(dir.clone()),
             peer_overrides: HashMap::new(),
             capacity: 1 << 16,
         }
@@ -78,13 +82,10 @@ impl ReplicaConfig {
 /// Why a member did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplicaError {
-    /// The log could not be opened (the directory is in use, unreadable,
-    /// or damaged).
-    #[error("the replicated log could not be opened: {0}")]
-    Log(#[from] StoreError),
-    /// The writer thread could not be started.
-    #[error("the writer thread could not be started: {0}")]
-    Thread(#[source] std::io::Error),
+    /// The log could not be opened (the directory is in use, a single
+    /// node's, unreadable, or damaged), or the writer thread not started.
+    #[error("the member could not start: {0}")]
+    Store(#[from] StoreError),
     /// openraft refused the configuration or did not start.
     #[error("Raft did not start: {0}")]
     Raft(String),
@@ -95,11 +96,8 @@ pub struct Replica {
     id: u64,
     dir: PathBuf,
     raft: IndexRaft,
-    index: Index,
-    watermark: Arc<LsnWatermark>,
-    writes: WriteHandle,
+    durable: Arc<DurableIndex>,
     log: Arc<LogStats>,
-    pipeline: Option<ReplicaPipeline>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -108,6 +106,7 @@ impl Replica {
     /// waits to be made part of a group ([`Replica::raft`]'s `initialize`
     /// on one member, or `add_learner` from a leader).
     pub async fn start(config: ReplicaConfig) -> Result<Replica, ReplicaError> {
+        refuse_single_node_dir(&config)?;
         let store = WalLogStore::open(LogStoreConfig {
             io: config.io.clone(),
             dir: config.dir.clone(),
@@ -116,23 +115,21 @@ impl Replica {
             tail_entries: TAIL_ENTRIES,
         })?;
         let log = store.stats();
-        let (writer, index) = Index::with_capacity(config.capacity);
-        let watermark = Arc::new(LsnWatermark::new(0));
         let (proposer, proposals) = proposal_channel();
         let stalled = Arc::new(Notify::new());
         let on_stall = {
             let stalled = stalled.clone();
             move || stalled.notify_one()
         };
-        let pipeline = ReplicaPipeline::start(
-            &config.pipeline,
-            writer,
-            watermark.clone(),
+        let mut durable = config.durable.clone();
+        durable.dir = config.dir.clone();
+        durable.io = config.io.clone();
+        let (durable, control) = DurableIndex::open_replica(
+            durable,
+            config.capacity,
             Box::new(proposer),
             Box::new(on_stall),
-        )
-        .map_err(ReplicaError::Thread)?;
-        let control = pipeline.control();
+        )?;
         let network = GrpcNetworkFactory {
             id: config.id,
             overrides: Arc::new(config.peer_overrides.clone()),
@@ -150,12 +147,9 @@ impl Replica {
         Ok(Replica {
             id: config.id,
             dir: config.dir,
-            writes: pipeline.handle(),
             raft,
-            index,
-            watermark,
+            durable: Arc::new(durable),
             log,
-            pipeline: Some(pipeline),
             tasks,
         })
     }
@@ -170,20 +164,26 @@ impl Replica {
         &self.raft
     }
 
+    /// The index, its applied LSN and its writes, as the server serves
+    /// them. Writes are decided and proposed while this member leads, and
+    /// refused with the leader's address otherwise.
+    pub fn durable(&self) -> &Arc<DurableIndex> {
+        &self.durable
+    }
+
     /// The index, for reads.
     pub fn index(&self) -> &Index {
-        &self.index
+        self.durable.index()
     }
 
     /// The applied LSN: every entry up to it is visible in the index.
     pub fn watermark(&self) -> &Arc<LsnWatermark> {
-        &self.watermark
+        self.durable.watermark()
     }
 
-    /// Where writes go: decided and proposed while this member leads,
-    /// refused with the leader's address otherwise.
+    /// Where writes go (see [`Replica::durable`]).
     pub fn writes(&self) -> WriteHandle {
-        self.writes.clone()
+        self.durable.writes().clone()
     }
 
     /// What the log store has done.
@@ -207,9 +207,32 @@ impl Replica {
         for task in self.tasks.drain(..) {
             task.abort();
         }
-        if let Some(pipeline) = self.pipeline.take() {
-            // Joins the writer thread, which stops at once.
-            let _ = tokio::task::spawn_blocking(move || pipeline.stop()).await;
-        }
+        // Joins the writer thread, which stops at once.
+        let durable = self.durable.clone();
+        let _ = tokio::task::spawn_blocking(move || durable.shutdown()).await;
     }
+}
+
+/// Refuses a directory that holds a single node's data (WAL or snapshot
+/// files and no `raft-state`): its WAL is not a Raft log.
+fn refuse_single_node_dir(config: &ReplicaConfig) -> Result<(), StoreError> {
+    let names = match config.io.list(&config.dir) {
+        Ok(names) => names,
+        // Missing: the log store creates it.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StoreError::io("listing the data directory", &config.dir, e)),
+    };
+    let member = names.iter().any(|n| n == RAFT_STATE_FILE);
+    let single = names
+        .iter()
+        .any(|n| n.starts_with("wal-") || n.starts_with("snapshot-"));
+    if single && !member {
+        return Err(StoreError::WrongMode {
+            dir: config.dir.clone(),
+            found: "a single node's data (WAL or snapshot files, no `raft-state`)",
+            wanted: "a replica group member's",
+            hint: "start it without --node-id, or give the member an empty directory",
+        });
+    }
+    Ok(())
 }

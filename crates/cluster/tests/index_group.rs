@@ -287,3 +287,47 @@ async fn a_group_of_one_takes_writes_and_rebuilds_after_a_restart() {
         n.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_opens_only_in_the_mode_that_wrote_it() {
+    use uuidmap_engine::writer::{DurableConfig, DurableIndex};
+
+    // A single node's directory is not a member's.
+    let single = tempfile::tempdir().unwrap();
+    let path = single.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let d = DurableIndex::open(DurableConfig::new(&path)).unwrap();
+        d.writes().write_blocking(vec![put(1, 1)]).unwrap();
+        d.shutdown();
+    })
+    .await
+    .unwrap();
+    let err = Replica::start(ReplicaConfig::new(1, single.path()))
+        .await
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("a single node's data") && text.contains("without --node-id"),
+        "{text}"
+    );
+
+    // A member's directory is not a single node's.
+    let member = tempfile::tempdir().unwrap();
+    Replica::start(ReplicaConfig::new(1, member.path()))
+        .await
+        .unwrap()
+        .shutdown()
+        .await;
+    let path = member.path().to_path_buf();
+    let err = tokio::task::spawn_blocking(move || DurableIndex::open(DurableConfig::new(&path)))
+        .await
+        .unwrap()
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("replica group member") && text.contains("--node-id"),
+        "{text}"
+    );
+}

@@ -172,6 +172,7 @@ pub fn watch_error(e: &StoreError, after: u64) -> Status {
         StoreError::WalCorrupt { .. } => Status::data_loss(format!(
             "the change stream cannot go on after LSN {after}: {e}"
         )),
+        StoreError::NotInGroupYet(_) => Status::unimplemented(e.to_string()),
         _ => Status::unavailable(format!(
             "the change stream cannot go on after LSN {after}: {e}; retry from there"
         )),
@@ -217,6 +218,9 @@ impl From<&AdmissionError> for Status {
 
 /// The status for a snapshot that could not be taken.
 pub fn snapshot_error(e: &Arc<StoreError>) -> Status {
+    if let StoreError::NotInGroupYet(_) = **e {
+        return Status::unimplemented(e.to_string());
+    }
     let hint = if e.is_disk_full() {
         "; free space on the data disk, then ask again"
     } else {

@@ -116,6 +116,23 @@ pub enum StoreError {
         /// The first LSN of the oldest WAL file left, if any.
         oldest: Option<u64>,
     },
+    /// A data directory written in one mode (a single node, or a member
+    /// of a replica group) was opened in the other: their logs differ, and
+    /// neither may read the other's as its own.
+    #[error("{dir} holds {found}, and cannot be opened as {wanted}: {hint}")]
+    WrongMode {
+        /// The data directory.
+        dir: PathBuf,
+        /// What the directory holds.
+        found: &'static str,
+        /// What it was opened as.
+        wanted: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// Something a member of a replica group does not do yet.
+    #[error("a member of a replica group does not {0} yet (docs/replication.md says when it will)")]
+    NotInGroupYet(&'static str),
     /// A snapshot file fails its checks.
     #[error("snapshot {path} is damaged: {reason}")]
     SnapshotCorrupt {

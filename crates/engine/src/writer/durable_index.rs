@@ -10,9 +10,11 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure, PipelineStats, WriteHandle};
+use super::replica::{Proposer, ReplicaControl, ReplicaPipeline};
 use super::snapshotter::{
     ReplayBudget, SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger,
 };
+use crate::store::raft_state::RAFT_STATE_FILE;
 use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
 use crate::store::wal::{Preallocate, WalFollower, WalOptions, WalWriter};
 use crate::store::{DirLock, Io, OsIo, StoreError, lock_data_dir};
@@ -95,16 +97,25 @@ pub struct DurableIndex {
     /// configured one and the budget's (0: none).
     snapshot_trigger_bytes: u64,
     config: DurableConfig,
+    /// Whether this is a replica group member's index
+    /// ([`DurableIndex::open_replica`]).
+    replica: bool,
 }
 
-/// What a running index owns until it stops. The fields drop in order: the
-/// writer thread stops, then the snapshot thread, and only then is the
-/// directory's lock released, so that no other process may write the
-/// directory while either thread still can.
-struct Running {
-    pipeline: Pipeline,
-    snapshotter: Snapshotter,
-    _lock: DirLock,
+/// What a running index owns until it stops.
+enum Running {
+    /// A single node. The fields drop in order: the writer thread stops,
+    /// then the snapshot thread, and only then is the directory's lock
+    /// released, so that no other process may write the directory while
+    /// either thread still can.
+    Single {
+        pipeline: Pipeline,
+        snapshotter: Snapshotter,
+        _lock: DirLock,
+    },
+    /// A member of a replica group: the writer thread only. The log, and
+    /// the directory's lock, are the replicated log store's.
+    Replica(ReplicaPipeline),
 }
 
 /// A point-in-time summary for `Stats` and metrics.
@@ -162,6 +173,18 @@ impl DurableIndex {
             .map_err(|e| StoreError::io("creating the data directory", &config.dir, e))?;
         // Before recovery, which may repair files (cut a torn WAL tail).
         let lock = lock_data_dir(io.as_ref(), &config.dir)?;
+        // A member's `raft-state` file marks its directory.
+        let names = io
+            .list(&config.dir)
+            .map_err(|e| StoreError::io("listing the data directory", &config.dir, e))?;
+        if names.iter().any(|n| n == RAFT_STATE_FILE) {
+            return Err(StoreError::WrongMode {
+                dir: config.dir.clone(),
+                found: "the log of a replica group member (its `raft-state` file)",
+                wanted: "a single node's data",
+                hint: "start it with --node-id, as the member it is",
+            });
+        }
         let recovered = recover(io.as_ref(), &config.dir, &config.recovery)?;
         let report = recovered.report;
         report.log_phases();
@@ -268,7 +291,7 @@ impl DurableIndex {
             failure: pipeline.failure(),
             writes,
             snapshot_stats: snapshotter.stats().clone(),
-            running: Mutex::new(Some(Running {
+            running: Mutex::new(Some(Running::Single {
                 pipeline,
                 snapshotter,
                 _lock: lock,
@@ -278,8 +301,54 @@ impl DurableIndex {
             budget,
             snapshot_trigger_bytes,
             config,
+            replica: false,
         };
         Ok(durable)
+    }
+
+    /// The index of a replica group member: empty, with the writer thread
+    /// in replica mode (`writer::replica`), and no WAL, recovery or
+    /// snapshots of its own: the replicated log is kept by the caller,
+    /// which drives the writer through the [`ReplicaControl`] returned and
+    /// holds the directory's lock. `config`'s directory, file system and
+    /// queue limits apply. Snapshots and change streams are refused with
+    /// [`StoreError::NotInGroupYet`] for now.
+    pub fn open_replica(
+        config: DurableConfig,
+        capacity: usize,
+        proposer: Box<dyn Proposer>,
+        on_stall: Box<dyn Fn() + Send>,
+    ) -> Result<(DurableIndex, ReplicaControl), StoreError> {
+        let (writer, index) = Index::with_capacity(capacity);
+        let watermark = Arc::new(LsnWatermark::new(0));
+        let pipeline = ReplicaPipeline::start(
+            &config.pipeline,
+            writer,
+            watermark.clone(),
+            proposer,
+            on_stall,
+        )
+        .map_err(|e| StoreError::io("starting the writer thread", &config.dir, e))?;
+        let control = pipeline.control();
+        // Nothing fails the replicated log's WAL from here: the log store
+        // reports its own failures.
+        let (_, failure) = tokio::sync::watch::channel(None);
+        let (snapshot_tx, _) = Snapshotter::channel();
+        let durable = DurableIndex {
+            index,
+            watermark,
+            writes: pipeline.handle(),
+            failure,
+            snapshot_stats: Arc::default(),
+            running: Mutex::new(Some(Running::Replica(pipeline))),
+            snapshot_tx,
+            report: RecoveryReport::default(),
+            budget: None,
+            snapshot_trigger_bytes: 0,
+            config,
+            replica: true,
+        };
+        Ok((durable, control))
     }
 
     /// Resolves once the WAL has failed for good (a failed fsync; see
@@ -326,6 +395,9 @@ impl DurableIndex {
 
     /// Takes a snapshot now and waits for it.
     pub async fn snapshot_now(&self) -> SnapshotResult {
+        if self.replica {
+            return Err(Arc::new(StoreError::NotInGroupYet("take snapshots")));
+        }
         let (tx, rx) = oneshot::channel();
         self.snapshot_tx
             .send(Trigger::Now(tx))
@@ -335,6 +407,9 @@ impl DurableIndex {
 
     /// [`DurableIndex::snapshot_now`] for threads outside an async runtime.
     pub fn snapshot_now_blocking(&self) -> SnapshotResult {
+        if self.replica {
+            return Err(Arc::new(StoreError::NotInGroupYet("take snapshots")));
+        }
         let (tx, rx) = oneshot::channel();
         self.snapshot_tx
             .send(Trigger::Now(tx))
@@ -399,11 +474,17 @@ impl DurableIndex {
     pub fn shutdown(&self) -> Option<SnapshotResult> {
         // A panic in an earlier shutdown leaves nothing to stop twice.
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        let Running {
-            pipeline,
-            mut snapshotter,
-            _lock,
-        } = running.take()?;
+        let (pipeline, mut snapshotter, _lock) = match running.take()? {
+            Running::Single {
+                pipeline,
+                snapshotter,
+                _lock,
+            } => (pipeline, snapshotter, _lock),
+            Running::Replica(pipeline) => {
+                pipeline.stop();
+                return None;
+            }
+        };
         pipeline.stop();
         let outcome = snapshotter.stop(self.config.snapshot_on_shutdown);
         drop(snapshotter);
@@ -417,6 +498,11 @@ impl DurableIndex {
     /// batch after it (a snapshot covered it and its file was removed).
     /// Blocking (it opens and reads WAL files).
     pub fn follow(&self, after_lsn: u64) -> Result<WalFollower, StoreError> {
+        if self.replica {
+            // Its log holds gates and void entries, which a change stream
+            // must skip: stage 6 of docs/replication.md.
+            return Err(StoreError::NotInGroupYet("serve change streams (Watch)"));
+        }
         WalFollower::open(
             self.config.io.clone(),
             &self.config.dir,
