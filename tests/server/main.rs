@@ -10,13 +10,15 @@
 //!   `watch`, `waitfor`, `lookup`: the streams and the long-polls; `admission`,
 //!   `auth`, `tls`: who gets in, and when; `ops`: metrics and stats;
 //!   `disk_failure`: a full or failing data disk; `cli`: the binary's
-//!   client commands against a running server.
+//!   client commands against a running server; `group`: the server as a
+//!   member of a replica group.
 
 mod admission;
 mod auth;
 mod bad_input;
 mod cli;
 mod disk_failure;
+mod group;
 mod lookup;
 mod ops;
 mod protocol;

@@ -37,6 +37,13 @@
 //! replay_workers = "auto"             # or "serial", or a thread count
 //! wal_preallocate = "on"              # or "off"
 //! wal_overlap_syncs = "off"           # or "on"
+//! # A member of a replica group (README, "Replica groups"):
+//! node_id = 1
+//! raft_listen = "127.0.0.1:7880"
+//! raft_advertise = "127.0.0.1:7880"   # what the others dial; default: raft_listen
+//! advertise_url = "http://127.0.0.1:7878"  # where clients are sent; default: from listen
+//! peers = "2=127.0.0.1:7890@http://127.0.0.1:7888,3=127.0.0.1:7900@http://127.0.0.1:7898"
+//! cluster_init = true                 # on one member, once: make the group of it and its peers
 //! ```
 
 use std::net::SocketAddr;
@@ -194,6 +201,94 @@ pub struct ServeConfig {
     /// Prometheus `GET /metrics` on this address; `None`: off (the
     /// default of [`ServeConfig::new`], so tests do not share a port).
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve as a member of a replica group; `None`: a single node (the
+    /// default).
+    pub cluster: Option<ClusterOptions>,
+}
+
+/// How a member of a replica group serves (`--node-id` and the options
+/// that go with it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterOptions {
+    /// Its node id: at least 1, never reused for another member.
+    pub node_id: u64,
+    /// Where it listens for the other members' Raft calls.
+    pub raft_listen: SocketAddr,
+    /// The address the others dial for it (host:port).
+    pub raft_advertise: String,
+    /// The URL clients are sent to when it leads.
+    pub advertise_url: String,
+    /// The other members it is started with.
+    pub peers: Vec<Peer>,
+    /// Make the group of this member and its peers, if it is not made yet.
+    pub init: bool,
+}
+
+/// Another member, as `--peers` names it: `ID=RAFT_ADDR@CLIENT_URL`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Its node id.
+    pub id: u64,
+    /// The address its Raft service listens on (host:port).
+    pub raft_addr: String,
+    /// The URL its clients use.
+    pub client_url: String,
+}
+
+/// `--peers`: members separated by commas, each `ID=RAFT_ADDR@CLIENT_URL`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Peers(pub Vec<Peer>);
+
+impl FromStr for Peers {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut peers = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let bad = |why: &str| {
+                format!(
+                    "{item:?} is not a peer ({why}): write ID=RAFT_ADDR@CLIENT_URL, for example \
+                     2=10.0.0.2:7880@http://10.0.0.2:7878"
+                )
+            };
+            let (id, rest) = item.split_once('=').ok_or_else(|| bad("no `=`"))?;
+            let id: u64 = id
+                .trim()
+                .parse()
+                .map_err(|_| bad("the id is not a number"))?;
+            if id == 0 {
+                return Err(bad("node ids start at 1"));
+            }
+            let (raft_addr, client_url) = rest.split_once('@').ok_or_else(|| bad("no `@`"))?;
+            check_host_port(raft_addr).map_err(|why| bad(&why))?;
+            check_url(client_url).map_err(|why| bad(&why))?;
+            if peers.iter().any(|p: &Peer| p.id == id) {
+                return Err(bad("this id is given twice"));
+            }
+            peers.push(Peer {
+                id,
+                raft_addr: raft_addr.to_string(),
+                client_url: client_url.to_string(),
+            });
+        }
+        Ok(Peers(peers))
+    }
+}
+
+/// `host:port`, with a port.
+fn check_host_port(addr: &str) -> Result<(), String> {
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(format!("{addr:?} is not host:port")),
+    }
+}
+
+/// An `http://` or `https://` URL.
+fn check_url(url: &str) -> Result<(), String> {
+    match url.split_once("://") {
+        Some(("http" | "https", rest)) if !rest.is_empty() => Ok(()),
+        _ => Err(format!("{url:?} is not an http:// or https:// URL")),
+    }
 }
 
 impl ServeConfig {
@@ -220,6 +315,7 @@ impl ServeConfig {
             stop_grace: DEFAULT_STOP_GRACE,
             replay_workers: store.recovery.replay_workers,
             metrics_listen: None,
+            cluster: None,
         }
     }
 }
@@ -379,6 +475,38 @@ serve_options! {
     /// [default: off].
     #[arg(long, env = "UUIDMAP_WAL_OVERLAP_SYNCS")]
     wal_overlap_syncs: OnOff,
+    /// Serve as member N (at least 1) of a replica group, replicated with
+    /// Raft, instead of as a single node; needs --raft-listen. The data
+    /// directory then holds the member's Raft log (README, "Replica
+    /// groups").
+    #[arg(long, env = "UUIDMAP_NODE_ID")]
+    node_id: u64,
+    /// Where a member listens for the other members' Raft calls (plain
+    /// gRPC, no TLS or tokens yet: only loopback unless --insecure).
+    #[arg(long, env = "UUIDMAP_RAFT_LISTEN")]
+    raft_listen: SocketAddr,
+    /// The address (host:port) the other members dial for this one
+    /// [default: --raft-listen].
+    #[arg(long, env = "UUIDMAP_RAFT_ADVERTISE")]
+    raft_advertise: String,
+    /// The URL clients are sent to when this member leads [default:
+    /// http:// (https:// with TLS) and --listen].
+    #[arg(long, env = "UUIDMAP_ADVERTISE_URL")]
+    advertise_url: String,
+    /// The other members: ID=RAFT_ADDR@CLIENT_URL, separated by commas.
+    #[arg(long, env = "UUIDMAP_PEERS")]
+    peers: Peers,
+    /// On one member, once: make the replica group of this member and
+    /// --peers, all voters. Ignored (with a note in the log) when the
+    /// group is made already, so it may stay set.
+    #[arg(
+        long,
+        env = "UUIDMAP_CLUSTER_INIT",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    cluster_init: bool,
 }
 
 /// The command line of `uuidmap serve`: where the TOML file is, and the
@@ -529,6 +657,9 @@ pub enum ConfigError {
     /// TLS options that do not fit together.
     #[error("{0}")]
     Tls(&'static str),
+    /// Replica group options that do not fit together.
+    #[error("{0}")]
+    Cluster(String),
 }
 
 impl ServeArgs {
@@ -547,6 +678,16 @@ impl ServeOptions {
     /// A server configuration: these options over the defaults, each
     /// checked against its minimum.
     pub fn into_config(self) -> Result<ServeConfig, ConfigError> {
+        // Checked last, against the listen address and TLS.
+        let cluster = ServeOptions {
+            node_id: self.node_id,
+            raft_listen: self.raft_listen,
+            raft_advertise: self.raft_advertise.clone(),
+            advertise_url: self.advertise_url.clone(),
+            peers: self.peers.clone(),
+            cluster_init: self.cluster_init,
+            ..ServeOptions::default()
+        };
         let mut c = ServeConfig::new(self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
         let or = |value: Option<usize>, default: usize| value.unwrap_or(default);
         c.listen = self.listen.unwrap_or(c.listen);
@@ -668,7 +809,92 @@ impl ServeOptions {
         c.wal_overlap_syncs = self
             .wal_overlap_syncs
             .map_or(c.wal_overlap_syncs, |OnOff(on)| on);
+        c.cluster = cluster.cluster_options(&c)?;
         Ok(c)
+    }
+
+    /// The replica group options, checked (`None`: a single node).
+    fn cluster_options(&self, c: &ServeConfig) -> Result<Option<ClusterOptions>, ConfigError> {
+        let err = |m: String| Err(ConfigError::Cluster(m));
+        let Some(node_id) = self.node_id else {
+            let given = [
+                ("--raft-listen", self.raft_listen.is_some()),
+                ("--raft-advertise", self.raft_advertise.is_some()),
+                ("--advertise-url", self.advertise_url.is_some()),
+                ("--peers", self.peers.is_some()),
+                ("--cluster-init", self.cluster_init == Some(true)),
+            ];
+            return match given.iter().find(|(_, on)| *on) {
+                Some((flag, _)) => err(format!(
+                    "{flag} is an option of a replica group member: give --node-id too, or \
+                     leave it out to serve a single node"
+                )),
+                None => Ok(None),
+            };
+        };
+        if node_id == 0 {
+            return err("--node-id must be at least 1".into());
+        }
+        let Some(raft_listen) = self.raft_listen else {
+            return err(format!(
+                "member {node_id} needs --raft-listen: the address the other members' Raft \
+                 calls reach it on (another port than --listen)"
+            ));
+        };
+        if raft_listen == c.listen {
+            return err(format!(
+                "--raft-listen and --listen are both {raft_listen}: give the Raft traffic its own \
+                 port"
+            ));
+        }
+        let raft_advertise = match &self.raft_advertise {
+            Some(a) => {
+                check_host_port(a)
+                    .map_err(|why| ConfigError::Cluster(format!("--raft-advertise: {why}")))?;
+                a.clone()
+            }
+            None if raft_listen.ip().is_unspecified() => {
+                return err(format!(
+                    "--raft-listen {raft_listen} is every interface: give --raft-advertise, the \
+                     address the other members dial for this one"
+                ));
+            }
+            None => raft_listen.to_string(),
+        };
+        let advertise_url = match &self.advertise_url {
+            Some(u) => {
+                check_url(u)
+                    .map_err(|why| ConfigError::Cluster(format!("--advertise-url: {why}")))?;
+                u.clone()
+            }
+            None if c.listen.ip().is_unspecified() => {
+                return err(format!(
+                    "--listen {} is every interface: give --advertise-url, the URL clients are \
+                     sent to when this member leads",
+                    c.listen
+                ));
+            }
+            None => format!(
+                "{}://{}",
+                if c.tls.is_some() { "https" } else { "http" },
+                c.listen
+            ),
+        };
+        let peers = self.peers.clone().unwrap_or_default().0;
+        if peers.iter().any(|p| p.id == node_id) {
+            return err(format!(
+                "--peers names node {node_id}, which is this member (--node-id): list only the \
+                 others"
+            ));
+        }
+        Ok(Some(ClusterOptions {
+            node_id,
+            raft_listen,
+            raft_advertise,
+            advertise_url,
+            peers,
+            init: self.cluster_init.unwrap_or(false),
+        }))
     }
 }
 
@@ -722,6 +948,119 @@ fn read_file(path: &Path) -> Result<ServeOptions, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn member(f: impl FnOnce(&mut ServeOptions)) -> Result<ServeConfig, String> {
+        let mut o = ServeOptions {
+            node_id: Some(1),
+            raft_listen: Some("127.0.0.1:7880".parse().unwrap()),
+            ..ServeOptions::default()
+        };
+        f(&mut o);
+        o.into_config().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_member_is_made_of_its_id_its_raft_port_and_its_peers() {
+        assert_eq!(ServeArgs::default().resolve().unwrap().cluster, None);
+        let c = member(|o| {
+            o.peers = Some(
+                "2=127.0.0.1:7890@http://127.0.0.1:7888, 3=h3:7900@https://h3:7898"
+                    .parse()
+                    .unwrap(),
+            );
+            o.cluster_init = Some(true);
+        })
+        .unwrap()
+        .cluster
+        .unwrap();
+        assert_eq!(c.node_id, 1);
+        assert_eq!(
+            c.raft_advertise, "127.0.0.1:7880",
+            "defaults to --raft-listen"
+        );
+        assert_eq!(c.advertise_url, "http://127.0.0.1:7878", "from --listen");
+        assert!(c.init);
+        assert_eq!(
+            c.peers,
+            vec![
+                Peer {
+                    id: 2,
+                    raft_addr: "127.0.0.1:7890".into(),
+                    client_url: "http://127.0.0.1:7888".into()
+                },
+                Peer {
+                    id: 3,
+                    raft_addr: "h3:7900".into(),
+                    client_url: "https://h3:7898".into()
+                },
+            ]
+        );
+        // The same from the TOML file.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(
+            &path,
+            "node_id = 1\nraft_listen = \"127.0.0.1:7880\"\ncluster_init = true\n\
+             peers = \"2=127.0.0.1:7890@http://127.0.0.1:7888,3=h3:7900@https://h3:7898\"\n",
+        )
+        .unwrap();
+        let from_file = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        };
+        assert_eq!(from_file.resolve().unwrap().cluster, Some(c));
+    }
+
+    #[test]
+    fn replica_group_options_that_do_not_fit_are_refused_in_words() {
+        type Change = Box<dyn FnOnce(&mut ServeOptions)>;
+        let cases: Vec<(Change, &str)> = vec![
+            (
+                Box::new(|o| o.node_id = None),
+                "--raft-listen is an option of a replica group member",
+            ),
+            (Box::new(|o| o.node_id = Some(0)), "at least 1"),
+            (Box::new(|o| o.raft_listen = None), "needs --raft-listen"),
+            (
+                Box::new(|o| o.raft_listen = Some("127.0.0.1:7878".parse().unwrap())),
+                "its own port",
+            ),
+            (
+                Box::new(|o| o.raft_listen = Some("0.0.0.0:7880".parse().unwrap())),
+                "give --raft-advertise",
+            ),
+            (
+                Box::new(|o| o.listen = Some("0.0.0.0:7878".parse().unwrap())),
+                "give --advertise-url",
+            ),
+            (
+                Box::new(|o| o.advertise_url = Some("10.0.0.1:7878".into())),
+                "not an http:// or https:// URL",
+            ),
+            (
+                Box::new(|o| o.peers = Some("1=h:1@http://h:2".parse().unwrap())),
+                "which is this member",
+            ),
+        ];
+        for (change, words) in cases {
+            let e = member(change).unwrap_err();
+            assert!(e.contains(words), "{e:?} should say {words:?}");
+        }
+        for (peers, words) in [
+            ("2=h:1", "no `@`"),
+            ("x=h:1@http://h", "not a number"),
+            ("0=h:1@http://h", "start at 1"),
+            ("2=h@http://h", "not host:port"),
+            ("2=h:1@ftp://h", "not an http"),
+            ("2=h:1@http://h,2=g:1@http://g", "given twice"),
+        ] {
+            let e = peers.parse::<Peers>().unwrap_err();
+            assert!(
+                e.contains(words) && e.contains("ID=RAFT_ADDR@CLIENT_URL"),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn defaults_are_loopback_7878_local_data_dir_and_fsync_always() {
@@ -1115,7 +1454,7 @@ max_replay_ms = 250
             count += 1;
         }
         assert_eq!(
-            count, 28,
+            count, 34,
             "a new option? add it to the README and the module doc"
         );
     }

@@ -24,6 +24,8 @@
 //!   class, role, streaming) that auth, admission and metrics read.
 //! - `metrics`: the per-call Prometheus series and the text they render;
 //!   `metrics_endpoint`: `GET /metrics` over HTTP/1.1 (hyper).
+//! - `member`: serving as a member of a replica group (`--node-id`): the
+//!   member, its Raft service on its own listener, `--cluster-init`.
 //!
 //! Beside our two services the server answers `grpc.health.v1.Health`
 //! (SERVING for "", `uuidmap.v1.UuidMap` and `uuidmap.v1.UuidMapAdmin`) and
@@ -63,6 +65,7 @@ pub mod deadline;
 pub mod end_on_stop;
 pub mod errors;
 pub mod lookup;
+mod member;
 pub mod methods;
 pub mod metrics;
 pub mod metrics_endpoint;
@@ -164,6 +167,23 @@ pub enum ServeError {
     /// A thread of the server panicked.
     #[error("{0}")]
     Join(String),
+    /// The member of a replica group could not start.
+    #[error("cannot start the replica group member: {0}")]
+    Member(#[source] uuidmap_cluster::replica::ReplicaError),
+    /// Raft failed: it could not make the group, or it stopped on a fatal
+    /// error while serving.
+    #[error("Raft failed: {0}")]
+    RaftFailed(String),
+    /// A non-loopback Raft address without `insecure`.
+    #[error(
+        "refusing to serve Raft on {addr}: the Raft service has no TLS or authentication yet, \
+         and anyone who can reach it can rewrite the group's log. Use a loopback address, or \
+         set the server `insecure` on a network only the members share"
+    )]
+    RaftNotLoopback {
+        /// The Raft address asked for.
+        addr: SocketAddr,
+    },
 }
 
 /// The process is about to exit: a full disk needs room before the next
@@ -282,6 +302,9 @@ pub struct ServerParts {
     pub config: ServeConfig,
     /// The file system the data directory lives on.
     pub io: Arc<dyn Io>,
+    /// A member's Raft listener; wins over the replica group options'
+    /// `raft_listen` (`None`: bound from them, when there are any).
+    pub raft: Option<TcpListener>,
 }
 
 impl ServerParts {
@@ -293,7 +316,15 @@ impl ServerParts {
             metrics: None,
             config,
             io: Arc::new(OsIo),
+            raft: None,
         }
+    }
+
+    /// Serves a member's Raft calls on `listener` instead of binding
+    /// `raft_listen` (for a caller that binds port 0).
+    pub fn raft(mut self, listener: TcpListener) -> ServerParts {
+        self.raft = Some(listener);
+        self
     }
 
     /// Serves metrics on `listener` (`None`: off).
@@ -318,6 +349,7 @@ impl ServerParts {
             metrics,
             config,
             io,
+            raft,
         } = self;
         let addr = listener.local_addr().map_err(|source| ServeError::Bind {
             addr: config.listen,
@@ -334,16 +366,56 @@ impl ServerParts {
             metrics::install();
         }
         let security = Security::load(&config)?;
-        let durable = open(&config, io).await?;
+        let (durable, member) = match &config.cluster {
+            None => (open(&config, io).await?, None),
+            Some(cluster) => {
+                let raft_listener = match raft {
+                    Some(l) => l,
+                    None => TcpListener::bind(cluster.raft_listen)
+                        .await
+                        .map_err(|source| ServeError::Bind {
+                            addr: cluster.raft_listen,
+                            source,
+                        })?,
+                };
+                let raft_addr = raft_listener
+                    .local_addr()
+                    .map_err(|source| ServeError::Bind {
+                        addr: cluster.raft_listen,
+                        source,
+                    })?;
+                if !raft_addr.ip().is_loopback() && !config.insecure {
+                    return Err(ServeError::RaftNotLoopback { addr: raft_addr });
+                }
+                let durable = durable_config(&config, io.clone());
+                let m = member::start(&config, cluster, durable, io, raft_listener).await?;
+                (m.durable(), Some(m))
+            }
+        };
+        let raft_failed = member.as_ref().map(|m| m.raft());
+        let (raft_failure_tx, raft_failure) = tokio::sync::oneshot::channel::<String>();
         let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
         let failing = durable.clone();
         let shutdown = async move {
+            let raft_failed = async move {
+                match raft_failed {
+                    Some(raft) => member::failed(raft).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = shutdown => {}
                 e = failing.wal_failed() => tracing::error!(
                     "stopping: the WAL failed and no more writes can be acknowledged ({e}); \
                      restart the server to recover from what is on disk"
                 ),
+                e = raft_failed => {
+                    tracing::error!(
+                        "stopping: Raft stopped on a fatal error ({e}); restart the server to \
+                         recover from what is on disk"
+                    );
+                    let _ = raft_failure_tx.send(e);
+                }
             }
             drop(failing);
             // Wakes every wait in progress (see `DataService::wait_applied`).
@@ -359,8 +431,14 @@ impl ServerParts {
         };
         let result = run(assembled, &config, shutdown).await;
         let failure = durable.wal_failure();
+        if let Some(m) = member {
+            m.stop().await;
+        }
         close(durable).await?;
         result?;
+        if let Ok(e) = raft_failure.await {
+            return Err(ServeError::RaftFailed(e));
+        }
         match failure {
             Some(e) => Err(ServeError::WalFailed(e)),
             None => Ok(()),
@@ -380,6 +458,16 @@ struct Assembled {
 }
 
 async fn open(config: &ServeConfig, io: Arc<dyn Io>) -> Result<Arc<DurableIndex>, ServeError> {
+    let durable = durable_config(config, io);
+    // Recovery reads files and may take a while: off the async workers.
+    let opened = tokio::task::spawn_blocking(move || DurableIndex::open(durable))
+        .await
+        .map_err(|e| ServeError::Join(format!("recovery panicked: {e}")))??;
+    Ok(Arc::new(opened))
+}
+
+/// The store's options, from the server's.
+fn durable_config(config: &ServeConfig, io: Arc<dyn Io>) -> DurableConfig {
     let mut durable = DurableConfig::new(&config.data_dir);
     durable.io = io;
     durable.pipeline.policy = config.fsync;
@@ -396,11 +484,7 @@ async fn open(config: &ServeConfig, io: Arc<dyn Io>) -> Result<Arc<DurableIndex>
         .pipeline
         .max_batch_ops
         .max(config.limits.max_write_ops);
-    // Recovery reads files and may take a while: off the async workers.
-    let opened = tokio::task::spawn_blocking(move || DurableIndex::open(durable))
-        .await
-        .map_err(|e| ServeError::Join(format!("recovery panicked: {e}")))??;
-    Ok(Arc::new(opened))
+    durable
 }
 
 /// The names the health service reports on ("" is the whole server).

@@ -81,6 +81,33 @@ impl TestServer {
         }
     }
 
+    /// A member of a replica group (`config.cluster` set), serving clients
+    /// on `listener` and Raft on `raft` (both bound by the caller, so that
+    /// the group's addresses are known before it starts).
+    pub async fn start_member(
+        config: ServeConfig,
+        listener: TcpListener,
+        raft: TcpListener,
+    ) -> TestServer {
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let parts = ServerParts::new(listener, config).raft(raft);
+        let task = tokio::spawn(parts.serve(async {
+            let _ = stopped.await;
+        }));
+        TestServer {
+            addr,
+            metrics_addr: None,
+            stop,
+            task,
+        }
+    }
+
+    /// Whether the server has stopped (with an error, or after a stop).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// A new HTTP/2 connection to the server.
     pub async fn channel(&self) -> Channel {
         Channel::from_shared(format!("http://{}", self.addr))

@@ -1,0 +1,160 @@
+//! Serving as a member of a replica group (`--node-id`): the member
+//! (`uuidmap_cluster::replica::Replica`) is started on the data directory,
+//! its Raft service is served on its own listener (`--raft-listen`), and,
+//! with `--cluster-init`, the group is made of this member and
+//! `--peers`. The data and admin services then serve the member's
+//! [`DurableIndex`] as they serve a single node's: reads from its index,
+//! writes through its writer, which takes them while it leads and refuses
+//! them otherwise with UNAVAILABLE and the leader in the `uuidmap-leader`
+//! metadata.
+//!
+//! What a member does not do yet (docs/replication.md, stages 5–7):
+//! snapshots (its index is rebuilt from the Raft log at start), Watch,
+//! linearizable reads on the leader (reads answer from the local index,
+//! as a follower's do), membership changes after the start.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use openraft::async_runtime::WatchReceiver;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use uuidmap_cluster::ClusterNode;
+use uuidmap_cluster::replica::{IndexRaft, Replica, ReplicaConfig};
+use uuidmap_engine::store::Io;
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy};
+
+use crate::ServeError;
+use crate::config::{ClusterOptions, ServeConfig};
+
+/// A running member and its Raft service.
+pub(crate) struct Member {
+    replica: Replica,
+    raft_server: JoinHandle<Result<(), tonic::transport::Error>>,
+    stop_raft: oneshot::Sender<()>,
+}
+
+/// Starts the member on `config.data_dir`, serving Raft on `raft_listener`.
+pub(crate) async fn start(
+    config: &ServeConfig,
+    cluster: &ClusterOptions,
+    durable: DurableConfig,
+    io: Arc<dyn Io>,
+    raft_listener: TcpListener,
+) -> Result<Member, ServeError> {
+    let mut replica_config = ReplicaConfig::new(cluster.node_id, &config.data_dir);
+    replica_config.io = io;
+    replica_config.durable = durable;
+    // The log store fsyncs each group of appends under `always`; under the
+    // other policies an append counts once written (the group's other
+    // members hold it too).
+    replica_config.sync = config.fsync == FsyncPolicy::Always;
+    let replica = Replica::start(replica_config)
+        .await
+        .map_err(ServeError::Member)?;
+    let (stop_raft, stopped) = oneshot::channel::<()>();
+    let service = replica.raft_service();
+    let raft_server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(raft_listener).with_nodelay(Some(true)),
+                async {
+                    let _ = stopped.await;
+                },
+            ),
+    );
+    let member = Member {
+        replica,
+        raft_server,
+        stop_raft,
+    };
+    if cluster.init {
+        member.init(cluster).await?;
+    }
+    tracing::info!(
+        node_id = cluster.node_id,
+        raft_listen = %cluster.raft_listen,
+        raft_advertise = %cluster.raft_advertise,
+        advertise_url = %cluster.advertise_url,
+        peers = cluster.peers.len(),
+        "serving as a member of a replica group"
+    );
+    Ok(member)
+}
+
+impl Member {
+    /// Makes the group of this member and its peers, unless it is made.
+    async fn init(&self, cluster: &ClusterOptions) -> Result<(), ServeError> {
+        let raft = self.replica.raft();
+        let made = raft
+            .is_initialized()
+            .await
+            .map_err(|e| ServeError::RaftFailed(e.to_string()))?;
+        if made {
+            tracing::info!("--cluster-init: the group is made already; nothing to do");
+            return Ok(());
+        }
+        let mut members = BTreeMap::new();
+        members.insert(
+            cluster.node_id,
+            ClusterNode {
+                raft_addr: cluster.raft_advertise.clone(),
+                api_url: cluster.advertise_url.clone(),
+            },
+        );
+        for p in &cluster.peers {
+            members.insert(
+                p.id,
+                ClusterNode {
+                    raft_addr: p.raft_addr.clone(),
+                    api_url: p.client_url.clone(),
+                },
+            );
+        }
+        let voters = members.len();
+        raft.initialize(members)
+            .await
+            .map_err(|e| ServeError::RaftFailed(format!("making the group failed: {e}")))?;
+        tracing::info!(voters, "--cluster-init: the group is made");
+        Ok(())
+    }
+
+    /// The index the services serve.
+    pub(crate) fn durable(&self) -> Arc<DurableIndex> {
+        self.replica.durable().clone()
+    }
+
+    /// openraft, to watch for its failure.
+    pub(crate) fn raft(&self) -> IndexRaft {
+        self.replica.raft().clone()
+    }
+
+    /// Stops Raft (its service, then openraft, which syncs the log), then
+    /// the writer.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop_raft.send(());
+        match self.raft_server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("the Raft service ended with an error: {e}"),
+            Err(e) => tracing::warn!("the Raft service's task failed: {e}"),
+        }
+        self.replica.shutdown().await;
+    }
+}
+
+/// Resolves when openraft has stopped on a fatal error (its log could
+/// not be written, say), with the error; never while it runs, nor after
+/// a clean stop.
+pub(crate) async fn failed(raft: IndexRaft) -> String {
+    let mut metrics = raft.metrics();
+    loop {
+        if let Err(e) = &metrics.borrow_watched().running_state {
+            return e.to_string();
+        }
+        if metrics.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The server as a member of a replica group (`--node-id`), end to end
+//! through the generated client: a group of one that serves and keeps its
+//! data over a restart, three servers whose followers send writes to the
+//! leader (UNAVAILABLE with `uuidmap-leader` metadata) and answer reads
+//! once they applied the LSN asked for, and data directories refused in
+//! the other mode.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tonic::Code;
+use uuidmap::server::ServeError;
+use uuidmap::server::config::{ClusterOptions, Peer};
+use uuidmap::server::proto::v1 as pb;
+use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
+use uuidmap_testkit::server::{TestServer, b, config, u};
+
+async fn bind() -> (TcpListener, SocketAddr) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = l.local_addr().unwrap();
+    (l, a)
+}
+
+fn member_config(
+    dir: &Path,
+    id: u64,
+    listen: SocketAddr,
+    raft: SocketAddr,
+    peers: Vec<Peer>,
+    init: bool,
+) -> uuidmap::server::ServeConfig {
+    let mut c = config(dir);
+    c.listen = listen;
+    c.cluster = Some(ClusterOptions {
+        node_id: id,
+        raft_listen: raft,
+        raft_advertise: raft.to_string(),
+        advertise_url: format!("http://{listen}"),
+        peers,
+        init,
+    });
+    c
+}
+
+fn put(k: u128, v: u128) -> pb::PutRequest {
+    pb::PutRequest {
+        key: b(u(k)),
+        value: b(u(v)),
+    }
+}
+
+/// Puts until the server takes the write (its group has a leader and it
+/// is it), up to 10 s; returns the LSN.
+async fn put_when_leading(server: &TestServer, k: u128, v: u128) -> u64 {
+    let mut c = server.client().await;
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.put(put(k, v)).await {
+            Ok(r) => return r.into_inner().lsn,
+            Err(s) if s.code() == Code::Unavailable && Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(s) => panic!("the write was not taken: {s:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_one_serves_and_keeps_its_data_over_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let ((l, a), (r, ra)) = (bind().await, bind().await);
+    let server =
+        TestServer::start_member(member_config(dir.path(), 1, a, ra, vec![], true), l, r).await;
+    let lsn = put_when_leading(&server, 1, 0xa).await;
+    let mut c = server.client().await;
+    let got = c
+        .get(pb::GetRequest {
+            key: b(u(1)),
+            min_lsn: lsn,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.value, Some(b(u(0xa))));
+    assert!(got.applied_lsn >= lsn);
+    let cas = c
+        .compare_and_set(pb::CompareAndSetRequest {
+            key: b(u(1)),
+            expected: Some(b(u(0xb))),
+            new_value: Some(b(u(0xc))),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!cas.applied, "the value is 0xa, not 0xb");
+    assert_eq!(cas.current, Some(b(u(0xa))));
+
+    // What a member does not do yet is refused as such, not failed.
+    let watch = c
+        .watch(pb::WatchRequest { after_lsn: 0 })
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(watch.code(), Code::Unimplemented, "{watch:?}");
+    assert!(watch.message().contains("replica group"), "{watch:?}");
+    let mut admin = UuidMapAdminClient::new(server.channel().await);
+    let snapshot = admin.snapshot(pb::SnapshotRequest {}).await.unwrap_err();
+    assert_eq!(snapshot.code(), Code::Unimplemented, "{snapshot:?}");
+    server.stop().await.expect("a clean stop");
+
+    // Again on the same directory (new ports; --cluster-init still set,
+    // and ignored): the index is rebuilt from the Raft log.
+    let ((l, a), (r, ra)) = (bind().await, bind().await);
+    let server =
+        TestServer::start_member(member_config(dir.path(), 1, a, ra, vec![], true), l, r).await;
+    let later = put_when_leading(&server, 2, 0xb).await;
+    assert!(later > lsn, "LSNs go on: {later} after {lsn}");
+    let mut c = server.client().await;
+    let got = c
+        .get(pb::GetRequest {
+            key: b(u(1)),
+            min_lsn: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.value, Some(b(u(0xa))), "kept over the restart");
+    server.stop().await.expect("a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_send_writes_to_the_leader_and_answer_reads_once_applied() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push((bind().await, bind().await));
+    }
+    let addrs: Vec<(SocketAddr, SocketAddr)> =
+        listeners.iter().map(|((_, a), (_, r))| (*a, *r)).collect();
+    let mut servers = Vec::new();
+    for (i, ((l, a), (r, ra))) in listeners.into_iter().enumerate() {
+        let id = i as u64 + 1;
+        let peers = addrs
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(j, (pa, pr))| Peer {
+                id: j as u64 + 1,
+                raft_addr: pr.to_string(),
+                client_url: format!("http://{pa}"),
+            })
+            .collect();
+        let c = member_config(dirs[i].path(), id, a, ra, peers, id == 1);
+        servers.push(TestServer::start_member(c, l, r).await);
+    }
+
+    // Whoever leads takes the write; the others refuse it, naming it.
+    let until = Instant::now() + Duration::from_secs(15);
+    let (leader, lsn) = 'found: loop {
+        assert!(Instant::now() < until, "no member took a write within 15 s");
+        for (i, s) in servers.iter().enumerate() {
+            if let Ok(r) = s.client().await.put(put(1, 0xa)).await {
+                break 'found (i, r.into_inner().lsn);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let leader_url = format!("http://{}", addrs[leader].0);
+    for (i, s) in servers.iter().enumerate() {
+        if i == leader {
+            continue;
+        }
+        let mut c = s.client().await;
+        // A follower hears of the leader with its first heartbeat.
+        let until = Instant::now() + Duration::from_secs(10);
+        let refusal = loop {
+            let e = c.put(put(2, 0xb)).await.unwrap_err();
+            assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+            if e.metadata().get("uuidmap-leader").is_some() || Instant::now() > until {
+                break e;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let md = refusal.metadata();
+        assert_eq!(md.get("uuidmap-leader").unwrap(), leader_url.as_str());
+        assert_eq!(
+            md.get("uuidmap-leader-id").unwrap(),
+            (leader + 1).to_string().as_str()
+        );
+        assert!(md.get("uuidmap-outcome").is_none(), "nothing was logged");
+        assert!(
+            refusal.message().contains("does not lead"),
+            "{}",
+            refusal.message()
+        );
+        // Reads with min_lsn wait until this member applied the write.
+        let got = c
+            .get(pb::GetRequest {
+                key: b(u(1)),
+                min_lsn: lsn,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(got.value, Some(b(u(0xa))));
+        assert!(got.applied_lsn >= lsn);
+        assert_eq!(
+            c.get(pb::GetRequest {
+                key: b(u(2)),
+                min_lsn: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .value,
+            None,
+            "the refused write is nowhere"
+        );
+    }
+    for s in servers {
+        s.stop().await.expect("a clean stop");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_is_served_only_in_the_mode_that_wrote_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    server.client().await.put(put(1, 1)).await.unwrap();
+    server.stop().await.unwrap();
+    let ((l, a), (r, ra)) = (bind().await, bind().await);
+    let member =
+        TestServer::start_member(member_config(dir.path(), 1, a, ra, vec![], true), l, r).await;
+    let err = member.stop().await.unwrap_err();
+    assert!(matches!(err, ServeError::Member(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("a single node's data") && text.contains("without --node-id"),
+        "{text}"
+    );
+
+    let member_dir = tempfile::tempdir().unwrap();
+    let ((l, a), (r, ra)) = (bind().await, bind().await);
+    let member = TestServer::start_member(
+        member_config(member_dir.path(), 1, a, ra, vec![], true),
+        l,
+        r,
+    )
+    .await;
+    put_when_leading(&member, 1, 1).await;
+    member.stop().await.unwrap();
+    let single = TestServer::start(member_dir.path()).await;
+    let err = single.stop().await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("replica group member") && text.contains("--node-id"),
+        "{text}"
+    );
+}
