@@ -259,3 +259,19 @@ async fn a_directory_is_served_only_in_the_mode_that_wrote_it() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_on_a_non_loopback_address_needs_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (l, a) = bind().await;
+    let raft = TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let ra = raft.local_addr().unwrap();
+    let server =
+        TestServer::start_member(member_config(dir.path(), 1, a, ra, vec![], true), l, raft).await;
+    let err = server.stop().await.unwrap_err();
+    assert!(matches!(err, ServeError::RaftNotLoopback { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("no TLS or authentication"),
+        "{err}"
+    );
+}
