@@ -3,12 +3,14 @@
 //! overload (`retries`); auto-batching (`batching`); what a broken network
 //! does to scans, puts and compare-and-sets (`faults`, through
 //! `uuidmap_testkit::proxy::FaultProxy`); watches that resume, the
-//! follower's recipe and Write batches (`streams`); and a server process
-//! killed with SIGKILL and restarted under load (`chaos`).
+//! follower's recipe and Write batches (`streams`); a server process
+//! killed with SIGKILL and restarted under load (`chaos`); and a replica
+//! group whose leader stops (`group`).
 
 mod batching;
 mod chaos;
 mod faults;
+mod group;
 mod retries;
 #[path = "../serve_child/mod.rs"]
 mod serve_child;

@@ -6,42 +6,19 @@
 //! the other mode.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tonic::Code;
 use uuidmap::server::ServeError;
-use uuidmap::server::config::{ClusterOptions, Peer};
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
-use uuidmap_testkit::server::{TestServer, b, config, u};
+use uuidmap_testkit::server::{TestGroup, TestServer, b, member_config, u};
 
 async fn bind() -> (TcpListener, SocketAddr) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let a = l.local_addr().unwrap();
     (l, a)
-}
-
-fn member_config(
-    dir: &Path,
-    id: u64,
-    listen: SocketAddr,
-    raft: SocketAddr,
-    peers: Vec<Peer>,
-    init: bool,
-) -> uuidmap::server::ServeConfig {
-    let mut c = config(dir);
-    c.listen = listen;
-    c.cluster = Some(ClusterOptions {
-        node_id: id,
-        raft_listen: raft,
-        raft_advertise: raft.to_string(),
-        advertise_url: format!("http://{listen}"),
-        peers,
-        init,
-    });
-    c
 }
 
 fn put(k: u128, v: u128) -> pb::PutRequest {
@@ -132,46 +109,25 @@ async fn a_group_of_one_serves_and_keeps_its_data_over_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followers_send_writes_to_the_leader_and_answer_reads_once_applied() {
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut listeners = Vec::new();
-    for _ in 0..3 {
-        listeners.push((bind().await, bind().await));
-    }
-    let addrs: Vec<(SocketAddr, SocketAddr)> =
-        listeners.iter().map(|((_, a), (_, r))| (*a, *r)).collect();
-    let mut servers = Vec::new();
-    for (i, ((l, a), (r, ra))) in listeners.into_iter().enumerate() {
-        let id = i as u64 + 1;
-        let peers = addrs
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(j, (pa, pr))| Peer {
-                id: j as u64 + 1,
-                raft_addr: pr.to_string(),
-                client_url: format!("http://{pa}"),
-            })
-            .collect();
-        let c = member_config(dirs[i].path(), id, a, ra, peers, id == 1);
-        servers.push(TestServer::start_member(c, l, r).await);
-    }
-
-    // Whoever leads takes the write; the others refuse it, naming it.
-    let until = Instant::now() + Duration::from_secs(15);
-    let (leader, lsn) = 'found: loop {
-        assert!(Instant::now() < until, "no member took a write within 15 s");
-        for (i, s) in servers.iter().enumerate() {
-            if let Ok(r) = s.client().await.put(put(1, 0xa)).await {
-                break 'found (i, r.into_inner().lsn);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let leader_url = format!("http://{}", addrs[leader].0);
-    for (i, s) in servers.iter().enumerate() {
+    let group = TestGroup::start(3).await;
+    let leader = group.leader().await;
+    let lsn = group
+        .member(leader)
+        .unwrap()
+        .client()
+        .await
+        .put(put(1, 0xa))
+        .await
+        .expect("the leader takes the write")
+        .into_inner()
+        .lsn;
+    let urls = group.urls();
+    let leader_url = urls[leader].clone();
+    for i in 0..3 {
         if i == leader {
             continue;
         }
+        let s = group.member(i).unwrap();
         let mut c = s.client().await;
         // A follower hears of the leader with its first heartbeat.
         let until = Instant::now() + Duration::from_secs(10);
@@ -219,9 +175,7 @@ async fn followers_send_writes_to_the_leader_and_answer_reads_once_applied() {
             "the refused write is nowhere"
         );
     }
-    for s in servers {
-        s.stop().await.expect("a clean stop");
-    }
+    group.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -102,6 +102,7 @@ impl Lanes {
                 status: tonic::Status::cancelled("the client is shutting down"),
             },
             endpoint: None,
+            redirected: false,
         };
         self.queues[lane]
             .send(Pending {
@@ -121,6 +122,7 @@ impl Lanes {
                     last: None,
                 },
                 endpoint: None,
+                redirected: false,
             }),
         }
     }
@@ -193,6 +195,7 @@ impl Lane {
                         let _ = p.reply.send(Err(Failure {
                             error: clone_error(&error),
                             endpoint,
+                            redirected: false,
                         }));
                     }
                 }

@@ -15,7 +15,13 @@
 //! 4. Before retry n it waits the backoff of the failure's class, and takes
 //!    a token from the retry budget; with none left, or with attempts or
 //!    time used up, the last failure is the answer.
-//! 5. Each attempt holds a permit of the client's in-flight limit (a
+//! 5. A write goes to the replica group's leader first, when the client
+//!    knows it: the endpoint that took the last write, or the one a member
+//!    named in its refusal (`UNAVAILABLE` with `uuidmap-leader`). The
+//!    first such redirect of a call is retried at once on that endpoint,
+//!    without a backoff or a budget token; a later one waits as any fast
+//!    retry does.
+//! 6. Each attempt holds a permit of the client's in-flight limit (a
 //!    [`LifoSemaphore`]: excess callers wait newest first, until their
 //!    deadline); the permit is given back before any backoff.
 //!
@@ -146,6 +152,18 @@ pub struct Client {
 pub(crate) struct Failure {
     pub(crate) error: ClientError,
     pub(crate) endpoint: Option<usize>,
+    /// The endpoint named another member as its group's leader, and the
+    /// client has an endpoint for it: the retry goes there at once.
+    pub(crate) redirected: bool,
+}
+
+/// Which endpoint an attempt goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// Any, in turn (reads: every member answers them).
+    Any,
+    /// The replica group's leader when known (writes).
+    Leader,
 }
 
 impl Client {
@@ -289,6 +307,9 @@ impl Client {
         let mut attempts = 0;
         let mut avoid = None;
         let mut last: Option<ClientError> = None;
+        // One redirect per call goes at once; members that disagree about
+        // who leads (an election under way) get the backoff.
+        let mut redirected = false;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
@@ -356,6 +377,15 @@ impl Client {
             if !class.allows_retry(idempotent) || attempts >= shared.retry.max_attempts {
                 return Err(error);
             }
+            if failure.redirected && !redirected {
+                redirected = true;
+                // Sent to the leader a member named: nothing to wait for,
+                // and no retry storm to guard against.
+                tracing::debug!(rpc, attempt = attempts, %error, "redirected to the leader");
+                metrics::counter!("uuidmap_client_redirects_total", "rpc" => rpc).increment(1);
+                last = Some(error);
+                continue;
+            }
             let delay = shared
                 .retry
                 .backoff(class)
@@ -409,6 +439,35 @@ impl Client {
         &self,
         rpc: &'static str,
         idempotent: bool,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
+        self.unary_to(Route::Any, rpc, idempotent, call).await
+    }
+
+    /// [`Client::unary`] for a write: to the replica group's leader first,
+    /// when the client knows it (module docs of `endpoints`).
+    async fn unary_write<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        idempotent: bool,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
+        self.unary_to(Route::Leader, rpc, idempotent, call).await
+    }
+
+    async fn unary_to<T, F, Fut>(
+        &self,
+        route: Route,
+        rpc: &'static str,
+        idempotent: bool,
         mut call: F,
     ) -> Result<T, ClientError>
     where
@@ -417,7 +476,10 @@ impl Client {
     {
         let endpoints = &self.shared.endpoints;
         self.run(rpc, idempotent, |remaining, avoid| {
-            let e = endpoints.pick(avoid);
+            let e = match route {
+                Route::Any => endpoints.pick(avoid),
+                Route::Leader => endpoints.pick_for_write(avoid),
+            };
             let (channel, lease) = e.pool.lease();
             let answer = call(channel, remaining);
             async move {
@@ -426,6 +488,9 @@ impl Client {
                 match answer {
                     Ok(answer) => {
                         endpoints.succeeded(&e);
+                        if route == Route::Leader {
+                            endpoints.took_write(&e);
+                        }
                         Ok(answer)
                     }
                     Err(status) => Err(endpoint_failure(endpoints, &e, rpc, status)),
@@ -511,7 +576,7 @@ impl Client {
             value: bytes_of(value),
         };
         let lsn = self
-            .unary("Put", self.idempotent, |channel, remaining| {
+            .unary_write("Put", self.idempotent, |channel, remaining| {
                 let r = self.request(message.clone(), remaining);
                 async move { UuidMapClient::new(channel).put(r).await }
             })
@@ -526,7 +591,7 @@ impl Client {
     pub async fn delete(&self, key: Uuid) -> Result<u64, ClientError> {
         let message = pb::DeleteRequest { key: bytes_of(key) };
         let lsn = self
-            .unary("Delete", self.idempotent, |channel, remaining| {
+            .unary_write("Delete", self.idempotent, |channel, remaining| {
                 let r = self.request(message.clone(), remaining);
                 async move { UuidMapClient::new(channel).delete(r).await }
             })
@@ -555,7 +620,7 @@ impl Client {
             new_value: new.map(bytes_of),
         };
         let answer = self
-            .unary("CompareAndSet", false, |channel, remaining| {
+            .unary_write("CompareAndSet", false, |channel, remaining| {
                 let r = self.request(message.clone(), remaining);
                 async move { UuidMapClient::new(channel).compare_and_set(r).await }
             })
@@ -601,7 +666,7 @@ impl Client {
             ops: ops.iter().copied().map(WriteOp::to_proto).collect(),
         };
         let answer = self
-            .unary("Write", self.idempotent, |channel, remaining| {
+            .unary_write("Write", self.idempotent, |channel, remaining| {
                 let r = self.request(message.clone(), remaining);
                 async move { UuidMapClient::new(channel).write(r).await }
             })
@@ -781,19 +846,33 @@ pub(crate) fn endpoint_failure(
                 last: None,
             },
             endpoint: Some(e.id),
+            redirected: false,
         };
     }
     let from_transport = std::error::Error::source(&status).is_some();
+    // A member of a replica group that does not lead names the leader.
+    let redirected = status.code() == tonic::Code::Unavailable
+        && status
+            .metadata()
+            .get(uuidmap_proto::LEADER_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|url| {
+                url.trim_end_matches('/') != e.url.trim_end_matches('/')
+                    && endpoints.leader_named(url)
+            });
     let error = if crate::error::is_connect_failure(&status) {
         // The connection was not made: say to what, and why.
         crate::error::connect_error(&e.url, &status)
     } else {
         ClientError::Status { rpc, status }
     };
-    endpoints.failed(e, error.retry_class(), from_transport);
+    if !redirected {
+        endpoints.failed(e, error.retry_class(), from_transport);
+    }
     Failure {
         error,
         endpoint: Some(e.id),
+        redirected,
     }
 }
 

@@ -75,8 +75,14 @@ pub(crate) struct Endpoints {
     next_id: AtomicUsize,
     /// Round-robin position.
     next: AtomicUsize,
+    /// The endpoint writes go to first ([`Endpoints::pick_for_write`]):
+    /// the one that took the last write, or that a member named as its
+    /// replica group's leader (`NO_LEADER`: none known).
+    leader: AtomicUsize,
     start: Instant,
 }
+
+const NO_LEADER: usize = usize::MAX;
 
 impl std::fmt::Debug for Endpoints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -106,6 +112,7 @@ impl Endpoints {
             make_pool,
             next_id: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
+            leader: AtomicUsize::new(NO_LEADER),
             start: Instant::now(),
         };
         let mut list = Vec::new();
@@ -188,6 +195,57 @@ impl Endpoints {
             .min_by_key(|e| e.pessimized_at.load(Relaxed))
             .expect("at least one endpoint")
             .clone()
+    }
+
+    /// The endpoint for the next attempt of a write: the leader, when one
+    /// is known, healthy and not `avoid`; else as [`Endpoints::pick`].
+    pub(crate) fn pick_for_write(&self, avoid: Option<usize>) -> Arc<Endpoint> {
+        let leader = self.leader.load(Relaxed);
+        if leader != NO_LEADER && Some(leader) != avoid {
+            let list = self.list.load();
+            if let Some(e) = list
+                .iter()
+                .find(|e| e.id == leader && !e.pessimized.load(Relaxed))
+            {
+                return e.clone();
+            }
+        }
+        self.pick(avoid)
+    }
+
+    /// `e` took a write: writes go there first from now on.
+    pub(crate) fn took_write(&self, e: &Endpoint) {
+        if self.leader.load(Relaxed) != e.id {
+            self.leader.store(e.id, Relaxed);
+        }
+    }
+
+    /// A member named `url` as its group's leader: writes go to the
+    /// endpoint of that URL first, if this client has one. True if it
+    /// has.
+    pub(crate) fn leader_named(&self, url: &str) -> bool {
+        let url = url.trim_end_matches('/');
+        let list = self.list.load();
+        let found = list.iter().find(|e| {
+            e.url.trim_end_matches('/') == url
+                || self.sources[e.source].url.trim_end_matches('/') == url
+        });
+        match found {
+            Some(e) => {
+                if self.leader.swap(e.id, Relaxed) != e.id {
+                    tracing::debug!(leader = %e.url, "writes go to the named leader");
+                }
+                true
+            }
+            None => {
+                tracing::debug!(
+                    leader = url,
+                    "a member named a leader this client has no endpoint for; give the client \
+                     every member's URL"
+                );
+                false
+            }
+        }
     }
 
     /// Takes note of a failure of a call on `e`; true if it is now

@@ -5,9 +5,9 @@
 //!
 //! | class | failures | retried |
 //! | --- | --- | --- |
-//! | [`RetryClass::Fast`] | connection refused or not made; the stream refused before the server read it (`REFUSED_STREAM`); `UNAVAILABLE` sent by the server (stopping, or its disk full: nothing was applied) | always, fast backoff |
+//! | [`RetryClass::Fast`] | connection refused or not made; the stream refused before the server read it (`REFUSED_STREAM`); `UNAVAILABLE` sent by the server (stopping, its disk full, or a member of a replica group that does not lead: nothing was applied) | always, fast backoff (at once to the leader a member named, the first time) |
 //! | [`RetryClass::Slow`] | `RESOURCE_EXHAUSTED` (admission shed the call: it was not run) | always, slow backoff |
-//! | [`RetryClass::Conditional`] | `DEADLINE_EXCEEDED`, a transport failure once the request may have been sent, `UNKNOWN`, `INTERNAL`, `CANCELLED` by the server or the network, `UNAVAILABLE` marked `uuidmap-outcome: unknown` (the server's WAL fsync failed with the write in flight) | only an idempotent call |
+//! | [`RetryClass::Conditional`] | `DEADLINE_EXCEEDED`, a transport failure once the request may have been sent, `UNKNOWN`, `INTERNAL`, `CANCELLED` by the server or the network, `UNAVAILABLE` marked `uuidmap-outcome: unknown` (the server's WAL fsync failed with the write in flight, or a leader lost its leadership after logging it) | only an idempotent call |
 //! | [`RetryClass::Final`] | every other code (`INVALID_ARGUMENT`, `UNAUTHENTICATED`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, ...), a compare-and-set that found another value, bad options, a malformed answer | never |
 //!
 //! A conditional failure of a write leaves its outcome unknown: the write

@@ -40,6 +40,12 @@
 //!   transient failure, writes only when nothing was done (or when marked
 //!   [`idempotent`](Client::idempotent)), with full or equal jitter by
 //!   class, within the call's deadline and a retry budget.
+//! - **Replica groups**: give every member's URL. Writes go to the leader
+//!   (the member that took the last write, or the one a member named when
+//!   it refused a write); a write refused by a follower, or by a member
+//!   that lost the leadership before logging it, is sent again at once to
+//!   the leader; reads go to every member in turn, with read-your-writes.
+//!   A failover is ridden out within the call's deadline.
 //! - **CompareAndSet** is never sent twice after a lost answer: the client
 //!   reads the key and answers [`ClientError::Undetermined`].
 //! - **Auto-batching**: concurrent [`Client::get`]s share `Lookup` requests,

@@ -1,12 +1,14 @@
 //! The shared rig of the end-to-end server tests: a real server on an
 //! ephemeral loopback port ([`TestServer`]), calls the generated client
 //! cannot make (raw gRPC bytes, bare HTTP/2 with the server's own deadline
-//! answer), reading `/metrics`, small value helpers, and a throw-away
-//! certificate authority ([`pki`]).
+//! answer), reading `/metrics`, small value helpers, a throw-away
+//! certificate authority ([`pki`]), and a replica group of servers
+//! ([`TestGroup`]).
 
 mod metrics_text;
 pub mod pki;
 mod raw_grpc;
+mod test_group;
 mod test_server;
 mod values;
 
@@ -14,5 +16,6 @@ pub use metrics_text::{http_get, sample, scrape};
 pub use raw_grpc::{
     RPCS, RawCodec, RawDecoder, RawEncoder, framed, percent_decode, raw_call, raw_status,
 };
+pub use test_group::{TestGroup, member_config};
 pub use test_server::{MAX_BATCH_KEYS, MAX_FILTER_VALUES, MAX_WRITE_OPS, TestServer, config};
 pub use values::{b, put_op, spread_key, u};

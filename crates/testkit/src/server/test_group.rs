@@ -1,0 +1,154 @@
+//! [`TestGroup`]: a replica group of real servers (`serve --node-id`) in
+//! the test's runtime, on ephemeral loopback ports, each member with its
+//! own data directory; members can be stopped and started again on the
+//! same ports and directory.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use uuidmap_server::config::{ClusterOptions, Peer};
+use uuidmap_server::{ServeConfig, ServeError};
+
+use super::{TestServer, config};
+
+/// The tests' configuration ([`config`]) for member `id`, serving clients
+/// on `listen` and Raft on `raft`; `init`: it makes the group.
+pub fn member_config(
+    dir: &Path,
+    id: u64,
+    listen: SocketAddr,
+    raft: SocketAddr,
+    peers: Vec<Peer>,
+    init: bool,
+) -> ServeConfig {
+    let mut c = config(dir);
+    c.listen = listen;
+    c.cluster = Some(ClusterOptions {
+        node_id: id,
+        raft_listen: raft,
+        raft_advertise: raft.to_string(),
+        advertise_url: format!("http://{listen}"),
+        peers,
+        init,
+    });
+    c
+}
+
+/// A running group; member `i` (from 0) has node id `i + 1`.
+pub struct TestGroup {
+    members: Vec<Option<TestServer>>,
+    configs: Vec<ServeConfig>,
+    _dirs: Vec<TempDir>,
+}
+
+async fn bind(addr: SocketAddr) -> TcpListener {
+    TcpListener::bind(addr)
+        .await
+        .unwrap_or_else(|e| panic!("cannot bind {addr}: {e}"))
+}
+
+impl TestGroup {
+    /// Starts `n` members; member 1 makes the group of all of them.
+    pub async fn start(n: usize) -> TestGroup {
+        let mut listeners = Vec::new();
+        for _ in 0..n {
+            let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+            listeners.push((bind(any).await, bind(any).await));
+        }
+        let addrs: Vec<(SocketAddr, SocketAddr)> = listeners
+            .iter()
+            .map(|(l, r)| (l.local_addr().unwrap(), r.local_addr().unwrap()))
+            .collect();
+        let dirs: Vec<TempDir> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut configs = Vec::new();
+        let mut members = Vec::new();
+        for (i, (l, r)) in listeners.into_iter().enumerate() {
+            let peers = addrs
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(j, (a, ra))| Peer {
+                    id: j as u64 + 1,
+                    raft_addr: ra.to_string(),
+                    client_url: format!("http://{a}"),
+                })
+                .collect();
+            let c = member_config(
+                dirs[i].path(),
+                i as u64 + 1,
+                addrs[i].0,
+                addrs[i].1,
+                peers,
+                i == 0,
+            );
+            configs.push(c.clone());
+            members.push(Some(TestServer::start_member(c, l, r).await));
+        }
+        TestGroup {
+            members,
+            configs,
+            _dirs: dirs,
+        }
+    }
+
+    /// Every member's client URL, in member order.
+    pub fn urls(&self) -> Vec<String> {
+        self.configs
+            .iter()
+            .map(|c| format!("http://{}", c.listen))
+            .collect()
+    }
+
+    /// Member `i`, if it runs.
+    pub fn member(&self, i: usize) -> Option<&TestServer> {
+        self.members[i].as_ref()
+    }
+
+    /// Stops member `i` gracefully; its result.
+    pub async fn stop_member(&mut self, i: usize) -> Result<(), ServeError> {
+        let m = self.members[i].take().expect("the member runs");
+        m.stop().await
+    }
+
+    /// Starts member `i` again on its directory and ports.
+    pub async fn restart_member(&mut self, i: usize) {
+        assert!(self.members[i].is_none(), "stop it first");
+        let c = self.configs[i].clone();
+        let cluster = c.cluster.clone().expect("a member");
+        let (l, r) = (bind(c.listen).await, bind(cluster.raft_listen).await);
+        self.members[i] = Some(TestServer::start_member(c, l, r).await);
+    }
+
+    /// The member that takes writes now: tries a write on each until one
+    /// is taken (up to 15 s); returns its position.
+    pub async fn leader(&self) -> usize {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            for (i, m) in self.members.iter().enumerate() {
+                let Some(m) = m else { continue };
+                let probe = uuidmap_proto::v1::DeleteRequest {
+                    key: super::b(uuid::Uuid::from_u128(u128::MAX - 1)),
+                };
+                if m.client().await.delete(probe).await.is_ok() {
+                    return i;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "no member took a write within 15 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops every member still running; each must stop cleanly.
+    pub async fn stop(mut self) {
+        for i in 0..self.members.len() {
+            if self.members[i].is_some() {
+                self.stop_member(i).await.expect("a clean stop");
+            }
+        }
+    }
+}
