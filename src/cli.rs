@@ -33,7 +33,9 @@ pub const EXIT_ERROR: i32 = 2;
 /// How to reach the server (every client command).
 #[derive(clap::Args, Clone, Debug)]
 pub struct ConnectArgs {
-    /// Server address: http://host:port, or https://host:port for TLS.
+    /// Server address: http://host:port, or https://host:port for TLS;
+    /// the members of a replica group separated by commas (writes go to
+    /// the leader).
     #[arg(long, env = "UUIDMAP_SERVER", default_value = DEFAULT_SERVER)]
     pub server: String,
     /// Bearer token (prefer the environment variable: a flag shows in `ps`).

@@ -102,7 +102,8 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
 /// How to reach one server: what the `uuidmap` CLI's connection flags say.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
-    /// `http://host:port` or `https://host:port`.
+    /// `http://host:port` or `https://host:port`; several (the members of
+    /// a replica group) separated by commas.
     pub server: String,
     /// Bearer token sent with every call.
     pub token: Option<String>,
@@ -131,8 +132,14 @@ impl ClientOptions {
 
     /// A builder with these options.
     pub fn builder(&self) -> ClientBuilder {
+        let servers = self
+            .server
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
         let mut b = Client::builder()
-            .endpoints([self.server.clone()])
+            .endpoints(servers)
             .timeout(self.timeout)
             .connect_timeout(self.timeout);
         if let Some(token) = &self.token {
