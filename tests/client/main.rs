@@ -4,13 +4,15 @@
 //! does to scans, puts and compare-and-sets (`faults`, through
 //! `uuidmap_testkit::proxy::FaultProxy`); watches that resume, the
 //! follower's recipe and Write batches (`streams`); a server process
-//! killed with SIGKILL and restarted under load (`chaos`); and a replica
-//! group whose leader stops (`group`).
+//! killed with SIGKILL and restarted under load (`chaos`); a replica
+//! group whose leader stops (`group`), and a group of three processes
+//! whose leader is killed with SIGKILL under write load (`group_kill`).
 
 mod batching;
 mod chaos;
 mod faults;
 mod group;
+mod group_kill;
 mod retries;
 #[path = "../serve_child/mod.rs"]
 mod serve_child;
