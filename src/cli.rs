@@ -116,6 +116,9 @@ pub enum ClientCommand {
         #[command(flatten)]
         connect: ConnectArgs,
     },
+    /// The replica group a member serves in (`serve --node-id`).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Load the server and measure it: calls/s, keys/s, latency
     /// percentiles, every answer checked; the last line is JSON.
     Bench(crate::bench::BenchArgs),
@@ -182,6 +185,8 @@ pub enum CliError {
         cursor: String,
         source: ClientError,
     },
+    #[error("{0}")]
+    NotMember(String),
 }
 
 /// The flags that would fix `e`, for a reader of the command line: the
@@ -211,6 +216,18 @@ fn flag_hint(e: &ClientError) -> String {
     }
 }
 
+/// `uuidmap cluster ...`.
+#[derive(clap::Subcommand, Clone, Debug)]
+pub enum ClusterCommand {
+    /// Print the member's view of its group: role, term, leader, commit
+    /// and applied indexes, members, and on the leader each member's lag.
+    Status {
+        /// How to reach the member.
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
+}
+
 impl ClientCommand {
     fn name(&self) -> &'static str {
         match self {
@@ -220,9 +237,45 @@ impl ClientCommand {
             ClientCommand::Scan(_) => "scan",
             ClientCommand::Stats { .. } => "stats",
             ClientCommand::Snapshot { .. } => "snapshot",
+            ClientCommand::Cluster(ClusterCommand::Status { .. }) => "cluster status",
             ClientCommand::Bench(_) => "bench",
         }
     }
+}
+
+/// A member's view of its group, as `stats` and `cluster status` print it.
+fn cluster_fields(c: &uuidmap::server::proto::v1::ClusterStats) -> Vec<(&'static str, String)> {
+    let opt = |v: Option<u64>| v.map_or("none".to_string(), |v| v.to_string());
+    let list = |ids: &[u64]| {
+        ids.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut fields = vec![
+        ("node_id", c.node_id.to_string()),
+        ("role", c.role.clone()),
+        ("term", c.term.to_string()),
+        ("leader_id", opt(c.leader_id)),
+        (
+            "leader_url",
+            c.leader_url.clone().unwrap_or_else(|| "none".into()),
+        ),
+        ("commit_index", opt(c.commit_index)),
+        ("applied_index", opt(c.applied_index)),
+        ("last_log_index", opt(c.last_log_index)),
+        ("voters", list(&c.voters)),
+        ("learners", list(&c.learners)),
+    ];
+    if !c.followers.is_empty() {
+        let lags: Vec<String> = c
+            .followers
+            .iter()
+            .map(|f| format!("{}:{}", f.node_id, f.lag))
+            .collect();
+        fields.push(("follower_lag", lags.join(" ")));
+    }
+    fields
 }
 
 async fn execute(command: ClientCommand) -> Result<i32, CliError> {
@@ -300,8 +353,26 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
                     ),
                 ]);
             }
+            if let Some(c) = &s.cluster {
+                fields.extend(cluster_fields(c));
+            }
             print_fields(&fields);
             Ok(EXIT_OK)
+        }
+        ClientCommand::Cluster(ClusterCommand::Status { connect }) => {
+            let c = Client::connect(&connect.options()).await?;
+            let s = c.stats().await?;
+            match &s.cluster {
+                Some(cluster) => {
+                    print_fields(&cluster_fields(cluster));
+                    Ok(EXIT_OK)
+                }
+                None => Err(CliError::NotMember(format!(
+                    "{} serves as a single node, not as a member of a replica group (start \
+                     members with `uuidmap serve --node-id`)",
+                    connect.server
+                ))),
+            }
         }
         ClientCommand::Snapshot { connect } => {
             let c = Client::connect(&connect.options()).await?;

@@ -229,3 +229,103 @@ async fn raft_on_a_non_loopback_address_needs_insecure() {
         "{err}"
     );
 }
+
+async fn cluster_stats(server: &TestServer) -> pb::ClusterStats {
+    server
+        .client()
+        .await
+        .stats(pb::StatsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .cluster
+        .expect("a member says so")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_cluster_status_show_each_members_view_of_the_group() {
+    let group = TestGroup::start(3).await;
+    let leader = group.leader().await;
+    let urls = group.urls();
+    let lsn = group
+        .member(leader)
+        .unwrap()
+        .client()
+        .await
+        .put(put(3, 3))
+        .await
+        .unwrap()
+        .into_inner()
+        .lsn;
+    let follower = (leader + 1) % 3;
+    // The follower applies the write before it is asked.
+    group
+        .member(follower)
+        .unwrap()
+        .client()
+        .await
+        .get(pb::GetRequest {
+            key: b(u(3)),
+            min_lsn: lsn,
+        })
+        .await
+        .unwrap();
+    let l = cluster_stats(group.member(leader).unwrap()).await;
+    assert_eq!(l.node_id, leader as u64 + 1);
+    assert_eq!(l.role, "leader");
+    assert_eq!(l.leader_id, Some(l.node_id));
+    assert_eq!(l.leader_url.as_deref(), Some(urls[leader].as_str()));
+    assert_eq!(l.voters, vec![1, 2, 3]);
+    assert!(l.applied_index >= Some(lsn) && l.commit_index >= Some(lsn));
+    assert_eq!(l.followers.len(), 2, "{l:?}");
+    let f = cluster_stats(group.member(follower).unwrap()).await;
+    assert_eq!(f.role, "follower");
+    assert_eq!(f.leader_id, l.leader_id);
+    assert!(f.applied_index >= Some(lsn));
+    assert!(f.followers.is_empty(), "only the leader tracks progress");
+
+    // The same through the binary.
+    let out = tokio::task::spawn_blocking({
+        let url = urls[follower].clone();
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"))
+                .args(["cluster", "status", "--server", &url])
+                .env_remove("UUIDMAP_SERVER")
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("role") && text.contains("follower"), "{text}");
+    assert!(
+        text.contains(&format!("leader_url      {}", urls[leader])),
+        "{text}"
+    );
+    group.stop().await;
+
+    // A single node has no group to show.
+    let dir = tempfile::tempdir().unwrap();
+    let single = TestServer::start(dir.path()).await;
+    let mut c = single.client().await;
+    let s = c.stats(pb::StatsRequest {}).await.unwrap().into_inner();
+    assert!(s.cluster.is_none());
+    let url = format!("http://{}", single.addr);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"))
+            .args(["cluster", "status", "--server", &url])
+            .env_remove("UUIDMAP_SERVER")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("serves as a single node"),
+        "{out:?}"
+    );
+    single.stop().await.unwrap();
+}

@@ -22,6 +22,7 @@
 //! - [`network`]: how a member calls the others (openraft's network over
 //!   tonic), and [`raft_service`]: what it serves them.
 //! - [`snapshot_file`]: a snapshot as a file.
+//! - [`status`]: a member's view of its group, in plain types.
 //! - [`timing`]: openraft's configuration: timings for a busy machine, and
 //!   snapshots and purges left to our snapshotter.
 //! - [`wire`]: the conversions between those types and the messages of the
@@ -41,6 +42,7 @@ pub mod raft_service;
 pub mod replica;
 pub mod snapshot_file;
 pub mod state_machine;
+pub mod status;
 pub mod timing;
 pub mod types;
 pub mod wire;

@@ -186,6 +186,11 @@ impl Replica {
         self.durable.writes().clone()
     }
 
+    /// What this member knows of its group now.
+    pub fn status(&self) -> crate::status::ClusterStatus {
+        crate::status::status_of(&self.raft)
+    }
+
     /// What the log store has done.
     pub fn log_stats(&self) -> Arc<LogStats> {
         self.log.clone()

@@ -98,6 +98,10 @@ use proto::v1::uuid_map_server::UuidMapServer;
 use uuidmap_engine::store::{Io, OsIo, StoreError};
 use uuidmap_engine::writer::{DurableConfig, DurableIndex};
 
+/// A replica group member's view of its group, read when asked (`Stats`,
+/// `/metrics`).
+pub type ClusterView = Arc<dyn Fn() -> uuidmap_cluster::status::ClusterStatus + Send + Sync>;
+
 /// HTTP/2 flow-control windows. The defaults (64 KiB) cap one stream at
 /// 64 KiB per round trip; large batch answers and (later) scans need more.
 const CONNECTION_WINDOW: u32 = 16 << 20;
@@ -393,6 +397,7 @@ impl ServerParts {
             }
         };
         let raft_failed = member.as_ref().map(|m| m.raft());
+        let cluster = member.as_ref().map(|m| m.view());
         let (raft_failure_tx, raft_failure) = tokio::sync::oneshot::channel::<String>();
         let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
         let failing = durable.clone();
@@ -427,6 +432,7 @@ impl ServerParts {
             addr,
             security,
             durable: durable.clone(),
+            cluster,
             stopping,
         };
         let result = run(assembled, &config, shutdown).await;
@@ -454,6 +460,7 @@ struct Assembled {
     addr: SocketAddr,
     security: Security,
     durable: Arc<DurableIndex>,
+    cluster: Option<ClusterView>,
     stopping: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -505,6 +512,7 @@ async fn run(
         addr,
         security,
         durable,
+        cluster,
         stopping,
     } = assembled;
     let max_message = transport_errors::decoder_limit(&config.limits);
@@ -520,7 +528,8 @@ async fn run(
         Arc::clone(&admission),
         lookup::LookupMetrics::register(metrics_on),
         stopping.clone(),
-    );
+    )
+    .with_cluster(cluster.clone());
     let metrics_addr = match metrics_listener {
         Some(m) => {
             let maddr = m.local_addr().ok();
@@ -528,6 +537,7 @@ async fn run(
                 m,
                 durable.clone(),
                 data_service.scan_counters(),
+                cluster,
                 stopping.clone(),
             ));
             maddr

@@ -126,6 +126,12 @@ impl Member {
         self.replica.durable().clone()
     }
 
+    /// Its view of the group, read when asked.
+    pub(crate) fn view(&self) -> crate::ClusterView {
+        let raft = self.replica.raft().clone();
+        Arc::new(move || uuidmap_cluster::status::status_of(&raft))
+    }
+
     /// openraft, to watch for its failure.
     pub(crate) fn raft(&self) -> IndexRaft {
         self.replica.raft().clone()

@@ -77,6 +77,7 @@ use super::proto::v1 as pb;
 use super::scan::ScanCounters;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use uuidmap_cluster::status::{ClusterStatus, Role};
 use uuidmap_engine::writer::{DurableIndex, DurableStats};
 
 /// The default `--metrics-listen`.
@@ -388,7 +389,11 @@ impl<B: http_body::Body> http_body::Body for RpcBody<B> {
 
 /// The text exposition: the recorder's series, then this server's state
 /// (its index and its scans).
-pub fn render(durable: &DurableIndex, scans: &ScanCounters) -> String {
+pub fn render(
+    durable: &DurableIndex,
+    scans: &ScanCounters,
+    cluster: Option<&ClusterStatus>,
+) -> String {
     let mut out = RECORDER
         .get()
         .and_then(Option::as_ref)
@@ -487,6 +492,9 @@ pub fn render(durable: &DurableIndex, scans: &ScanCounters) -> String {
         }
     }
     render_restart(&mut out, durable, &s);
+    if let Some(c) = cluster {
+        render_cluster(&mut out, c);
+    }
     let _ = write!(
         out,
         "# HELP uuidmap_write_step_seconds_total Where writes' time went: queue and decide are \
@@ -501,6 +509,111 @@ pub fn render(durable: &DurableIndex, scans: &ScanCounters) -> String {
         );
     }
     out
+}
+
+/// A replica group member's view of its group (see the table above).
+fn render_cluster(out: &mut String, c: &ClusterStatus) {
+    let mut gauge = |name: &str, help: &str, value: Option<u64>| {
+        if let Some(v) = value {
+            let _ = write!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
+            );
+        }
+    };
+    gauge(
+        "uuidmap_raft_node_id",
+        "This member's node id.",
+        Some(c.node_id),
+    );
+    gauge(
+        "uuidmap_raft_term",
+        "This member's current Raft term.",
+        Some(c.term),
+    );
+    gauge(
+        "uuidmap_raft_leader_id",
+        "The leader this member knows of (absent while none is known).",
+        c.leader_id,
+    );
+    gauge(
+        "uuidmap_raft_commit_index",
+        "The last log index (LSN) this member knows committed.",
+        c.commit_index,
+    );
+    gauge(
+        "uuidmap_raft_applied_index",
+        "The last log index (LSN) this member applied.",
+        c.applied_index,
+    );
+    gauge(
+        "uuidmap_raft_last_log_index",
+        "The last index in this member's log.",
+        c.last_log_index,
+    );
+    gauge(
+        "uuidmap_raft_voters",
+        "Voters in the membership in force.",
+        Some(c.voters.len() as u64),
+    );
+    let _ = write!(
+        out,
+        "# HELP uuidmap_raft_role This member's role: 1 for the one it has.\n\
+         # TYPE uuidmap_raft_role gauge\n"
+    );
+    for role in [
+        Role::Leader,
+        Role::Follower,
+        Role::Candidate,
+        Role::Learner,
+        Role::Stopped,
+    ] {
+        let _ = writeln!(
+            out,
+            "uuidmap_raft_role{{role=\"{}\"}} {}",
+            role.as_str(),
+            u8::from(c.role == role)
+        );
+    }
+    if !c.followers.is_empty() {
+        let _ = write!(
+            out,
+            "# HELP uuidmap_raft_follower_lag_entries On the leader: entries each other member \
+             lacks of its log.\n# TYPE uuidmap_raft_follower_lag_entries gauge\n"
+        );
+        for f in &c.followers {
+            let _ = writeln!(
+                out,
+                "uuidmap_raft_follower_lag_entries{{node=\"{}\"}} {}",
+                f.id, f.lag
+            );
+        }
+    }
+}
+
+/// The `Stats` answer's view of the replica group.
+pub fn cluster_stats(c: &ClusterStatus) -> pb::ClusterStats {
+    pb::ClusterStats {
+        node_id: c.node_id,
+        role: c.role.as_str().to_string(),
+        term: c.term,
+        leader_id: c.leader_id,
+        leader_url: c.leader_url.clone(),
+        commit_index: c.commit_index,
+        applied_index: c.applied_index,
+        last_log_index: c.last_log_index,
+        voters: c.voters.clone(),
+        learners: c.learners.clone(),
+        followers: c
+            .followers
+            .iter()
+            .map(|f| pb::FollowerStats {
+                node_id: f.id,
+                matched_index: f.matched,
+                lag: f.lag,
+            })
+            .collect(),
+    }
 }
 
 /// The recovery phases and the restart budget (see the table above).
@@ -643,6 +756,68 @@ impl std::str::FromStr for MetricsListen {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_members_view_of_its_group_is_rendered_as_gauges() {
+        let status = ClusterStatus {
+            node_id: 2,
+            role: Role::Leader,
+            term: 7,
+            leader_id: Some(2),
+            leader_url: Some("http://h2:7878".into()),
+            commit_index: Some(40),
+            applied_index: Some(39),
+            last_log_index: Some(41),
+            voters: vec![1, 2, 3],
+            learners: vec![],
+            followers: vec![
+                uuidmap_cluster::status::FollowerProgress {
+                    id: 1,
+                    matched: Some(41),
+                    lag: 0,
+                },
+                uuidmap_cluster::status::FollowerProgress {
+                    id: 3,
+                    matched: None,
+                    lag: 41,
+                },
+            ],
+        };
+        let mut out = String::new();
+        render_cluster(&mut out, &status);
+        for line in [
+            "uuidmap_raft_node_id 2",
+            "uuidmap_raft_term 7",
+            "uuidmap_raft_leader_id 2",
+            "uuidmap_raft_commit_index 40",
+            "uuidmap_raft_applied_index 39",
+            "uuidmap_raft_last_log_index 41",
+            "uuidmap_raft_voters 3",
+            "uuidmap_raft_role{role=\"leader\"} 1",
+            "uuidmap_raft_role{role=\"follower\"} 0",
+            "uuidmap_raft_follower_lag_entries{node=\"1\"} 0",
+            "uuidmap_raft_follower_lag_entries{node=\"3\"} 41",
+        ] {
+            assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
+        }
+        // A follower that knows no leader yet: no leader gauge, no lags.
+        let mut out = String::new();
+        render_cluster(
+            &mut out,
+            &ClusterStatus {
+                role: Role::Follower,
+                leader_id: None,
+                followers: vec![],
+                ..status
+            },
+        );
+        assert!(!out.contains("uuidmap_raft_leader_id"), "{out}");
+        assert!(!out.contains("follower_lag"), "{out}");
+        assert!(
+            out.contains("uuidmap_raft_role{role=\"follower\"} 1"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn paths_map_to_static_rpc_labels_and_unknown_paths_to_unknown() {

@@ -47,6 +47,7 @@ pub async fn serve_endpoint(
     listener: TcpListener,
     durable: Arc<DurableIndex>,
     scans: Arc<ScanCounters>,
+    cluster: Option<crate::ClusterView>,
     mut stopping: watch::Receiver<bool>,
 ) {
     let graceful = GracefulShutdown::new();
@@ -66,8 +67,9 @@ pub async fn serve_endpoint(
         };
         let durable = durable.clone();
         let scans = scans.clone();
+        let cluster = cluster.clone();
         let service = service_fn(move |request| {
-            let response = answer(&request, &durable, &scans);
+            let response = answer(&request, &durable, &scans, cluster.as_ref());
             async move { Ok::<_, Infallible>(response) }
         });
         let connection = http1::Builder::new()
@@ -95,6 +97,7 @@ fn answer(
     request: &Request<Incoming>,
     durable: &DurableIndex,
     scans: &ScanCounters,
+    cluster: Option<&crate::ClusterView>,
 ) -> Response<Full<Bytes>> {
     let method = request.method();
     if method != Method::GET && method != Method::HEAD {
@@ -115,7 +118,7 @@ fn answer(
             Bytes::from_static(b"try /metrics\n"),
         );
     }
-    let body = crate::metrics::render(durable, scans);
+    let body = crate::metrics::render(durable, scans, cluster.map(|view| view()).as_ref());
     text(StatusCode::OK, PROMETHEUS_TEXT, Bytes::from(body))
 }
 

@@ -39,6 +39,8 @@ pub struct DataService {
     stopping: watch::Receiver<bool>,
     /// What this service's scans examined; `/metrics` reads it.
     scan_counters: Arc<scan::ScanCounters>,
+    /// A replica group member's view of its group (`None`: a single node).
+    cluster: Option<crate::ClusterView>,
 }
 
 impl DataService {
@@ -59,7 +61,15 @@ impl DataService {
             lookup_metrics,
             stopping,
             scan_counters: Arc::default(),
+            cluster: None,
         }
+    }
+
+    /// This service as a replica group member's, whose `Stats` answer
+    /// with `cluster`'s view of the group.
+    pub fn with_cluster(mut self, cluster: Option<crate::ClusterView>) -> Self {
+        self.cluster = cluster;
+        self
     }
 
     /// The counters of this service's scans (for the metrics endpoint).
@@ -274,6 +284,10 @@ impl UuidMap for DataService {
             wal_failures: s.wal_failures,
             queued_batches: s.queued_batches,
             restart: Some(super::metrics::restart_stats(&self.durable)),
+            cluster: self
+                .cluster
+                .as_ref()
+                .map(|view| super::metrics::cluster_stats(&view())),
         }))
     }
 
