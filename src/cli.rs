@@ -186,7 +186,7 @@ pub enum CliError {
         source: ClientError,
     },
     #[error("{0}")]
-    NotMember(String),
+    Refused(String),
 }
 
 /// The flags that would fix `e`, for a reader of the command line: the
@@ -226,6 +226,35 @@ pub enum ClusterCommand {
         #[command(flatten)]
         connect: ConnectArgs,
     },
+    /// Add a node to the group: as a learner, which receives the log (the
+    /// command waits until it has caught up), then as a voter unless
+    /// --learner; with --replace OLD, remove member OLD after.
+    Add {
+        /// The node: ID=RAFT_ADDR@CLIENT_URL (its --node-id, its Raft
+        /// address, the URL its clients use).
+        node: uuidmap::server::config::Peers,
+        /// Leave it a learner (no vote).
+        #[arg(long)]
+        learner: bool,
+        /// The member it replaces (a dead one): removed once the new node
+        /// votes.
+        #[arg(long, value_name = "OLD_ID")]
+        replace: Option<u64>,
+        /// How to reach the group (its members' URLs, comma-separated:
+        /// changes are made on the leader).
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
+    /// Remove members (voters or learners) from the group. A member whose
+    /// data was lost must be removed before it is added again.
+    Remove {
+        /// Their node ids.
+        #[arg(required = true)]
+        ids: Vec<u64>,
+        /// How to reach the group (its members' URLs, comma-separated).
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
 }
 
 impl ClientCommand {
@@ -238,9 +267,26 @@ impl ClientCommand {
             ClientCommand::Stats { .. } => "stats",
             ClientCommand::Snapshot { .. } => "snapshot",
             ClientCommand::Cluster(ClusterCommand::Status { .. }) => "cluster status",
+            ClientCommand::Cluster(ClusterCommand::Add { .. }) => "cluster add",
+            ClientCommand::Cluster(ClusterCommand::Remove { .. }) => "cluster remove",
             ClientCommand::Bench(_) => "bench",
         }
     }
+}
+
+/// A membership once changed.
+fn print_membership(m: &uuidmap::server::proto::v1::MembershipResponse) {
+    let list = |ids: &[u64]| {
+        ids.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    print_fields(&[
+        ("lsn", m.lsn.to_string()),
+        ("voters", list(&m.voters)),
+        ("learners", list(&m.learners)),
+    ]);
 }
 
 /// A member's view of its group, as `stats` and `cluster status` print it.
@@ -361,18 +407,43 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
         }
         ClientCommand::Cluster(ClusterCommand::Status { connect }) => {
             let c = Client::connect(&connect.options()).await?;
-            let s = c.stats().await?;
-            match &s.cluster {
-                Some(cluster) => {
-                    print_fields(&cluster_fields(cluster));
-                    Ok(EXIT_OK)
-                }
-                None => Err(CliError::NotMember(format!(
-                    "{} serves as a single node, not as a member of a replica group (start \
-                     members with `uuidmap serve --node-id`)",
-                    connect.server
-                ))),
+            print_fields(&cluster_fields(&c.cluster_status().await?));
+            Ok(EXIT_OK)
+        }
+        ClientCommand::Cluster(ClusterCommand::Add {
+            node,
+            learner,
+            replace,
+            connect,
+        }) => {
+            let [node] = node.0.as_slice() else {
+                return Err(CliError::Refused(
+                    "give one node: ID=RAFT_ADDR@CLIENT_URL".into(),
+                ));
+            };
+            if replace == Some(node.id) {
+                return Err(CliError::Refused(format!(
+                    "node {} cannot replace itself",
+                    node.id
+                )));
             }
+            let c = Client::connect(&connect.options()).await?;
+            let mut m = c
+                .add_learner(node.id, &node.raft_addr, &node.client_url)
+                .await?;
+            if !learner {
+                m = c.promote(&[node.id]).await?;
+            }
+            if let Some(old) = replace {
+                m = c.remove_members(&[old]).await?;
+            }
+            print_membership(&m);
+            Ok(EXIT_OK)
+        }
+        ClientCommand::Cluster(ClusterCommand::Remove { ids, connect }) => {
+            let c = Client::connect(&connect.options()).await?;
+            print_membership(&c.remove_members(&ids).await?);
+            Ok(EXIT_OK)
         }
         ClientCommand::Snapshot { connect } => {
             let c = Client::connect(&connect.options()).await?;

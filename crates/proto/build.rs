@@ -7,7 +7,11 @@
 
 use std::path::PathBuf;
 
-const PROTOS: [&str; 2] = ["uuidmap/v1/uuidmap.proto", "uuidmap/v1/admin.proto"];
+const PROTOS: [&str; 3] = [
+    "uuidmap/v1/uuidmap.proto",
+    "uuidmap/v1/admin.proto",
+    "uuidmap/v1/cluster.proto",
+];
 const RAFT_PROTOS: [&str; 1] = ["uuidmap/raft/v1/raft.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

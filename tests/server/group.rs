@@ -329,3 +329,125 @@ async fn stats_and_cluster_status_show_each_members_view_of_the_group() {
     );
     single.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_are_added_promoted_replaced_and_a_wiped_one_re_added() {
+    use uuidmap_client::Client;
+    let mut group = TestGroup::start(3).await;
+    let leader = group.leader().await;
+    let client = Client::builder()
+        .endpoints(group.urls())
+        .timeout(std::time::Duration::from_secs(20))
+        .build()
+        .unwrap();
+    for k in 1..=20u128 {
+        client.put(u(k), u(k + 100)).await.unwrap();
+    }
+
+    // A fourth member: added as a learner (caught up when it answers),
+    // then promoted.
+    let fourth = group.start_extra().await;
+    let (raft, url) = group.addresses(fourth);
+    let m = client.add_learner(4, &raft, &url).await.unwrap();
+    assert_eq!(
+        (m.voters.clone(), m.learners.clone()),
+        (vec![1, 2, 3], vec![4])
+    );
+    let m = client.promote(&[4]).await.unwrap();
+    assert_eq!(m.voters, vec![1, 2, 3, 4]);
+    // It holds what was written before it joined (a read with min_lsn
+    // waits until it applied the membership change).
+    let got = group
+        .member(fourth)
+        .unwrap()
+        .client()
+        .await
+        .get(pb::GetRequest {
+            key: b(u(7)),
+            min_lsn: m.lsn,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.value, Some(b(u(107))));
+    let on_fourth = Client::builder().endpoints([url.clone()]).build().unwrap();
+    let status = on_fourth.cluster_status().await.unwrap();
+    assert_eq!(
+        status.voters,
+        vec![1, 2, 3, 4],
+        "once it applied the change"
+    );
+
+    // A follower dies for good; the fifth member replaces it (add, promote,
+    // remove the dead one), and writes go on.
+    let dead = (leader + 1) % 3;
+    group.stop_member(dead).await.unwrap();
+    let fifth = group.start_extra().await;
+    let (raft5, url5) = group.addresses(fifth);
+    client.add_learner(5, &raft5, &url5).await.unwrap();
+    client.promote(&[5]).await.unwrap();
+    let m = client.remove_members(&[dead as u64 + 1]).await.unwrap();
+    assert!(!m.voters.contains(&(dead as u64 + 1)), "{m:?}");
+    assert!(m.voters.contains(&5) && m.voters.len() == 4, "{m:?}");
+    client.put(u(21), u(121)).await.unwrap();
+
+    // A member that lost its disk is removed, then added again empty: it
+    // catches up from the log.
+    let wiped = (0..3).find(|&i| i != leader && i != dead).unwrap();
+    let id = wiped as u64 + 1;
+    client.remove_members(&[id]).await.unwrap();
+    group.wipe_member(wiped).await;
+    group.restart_member(wiped).await;
+    let (raftw, urlw) = group.addresses(wiped);
+    client.add_learner(id, &raftw, &urlw).await.unwrap();
+    let m = client.promote(&[id]).await.unwrap();
+    assert!(m.voters.contains(&id), "{m:?}");
+    let got = group
+        .member(wiped)
+        .unwrap()
+        .client()
+        .await
+        .get(pb::GetRequest {
+            key: b(u(21)),
+            min_lsn: m.lsn,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.value, Some(b(u(121))));
+
+    // Refusals in words: promoting a node that is not a learner; a single
+    // node has no group.
+    let e = client.promote(&[9]).await.unwrap_err();
+    assert!(e.to_string().contains("refused"), "{e}");
+    group.stop().await;
+    let dir = tempfile::tempdir().unwrap();
+    let single = TestServer::start(dir.path()).await;
+    let c = Client::builder()
+        .endpoints([format!("http://{}", single.addr)])
+        .build()
+        .unwrap();
+    let e = c.cluster_status().await.unwrap_err();
+    assert!(e.to_string().contains("single node"), "{e}");
+    single.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_init_on_a_wiped_member_refuses_to_split_the_group() {
+    let mut group = TestGroup::start(3).await;
+    group.leader().await;
+    // Member 1 made the group; its disk is lost, and it is started again
+    // as it was first started, --cluster-init included.
+    group.wipe_member(0).await;
+    group.set_init(0, true);
+    group.restart_member(0).await;
+    let err = group.stop_member(0).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("already in a group") && text.contains("uuidmap cluster add"),
+        "{text}"
+    );
+    // The others still take writes.
+    group.leader().await;
+    group.stop().await;
+}

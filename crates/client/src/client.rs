@@ -50,6 +50,7 @@ use crate::scan::{ScanOptions, ScanStream};
 use crate::watch::{FollowStream, WatchStream};
 use pb::uuid_map_admin_client::UuidMapAdminClient;
 use pb::uuid_map_client::UuidMapClient;
+use pb::uuid_map_cluster_client::UuidMapClusterClient;
 
 /// What every clone of a client shares.
 #[derive(Debug)]
@@ -722,6 +723,68 @@ impl Client {
             .unary("Snapshot", true, |channel, remaining| {
                 let r = self.request(pb::SnapshotRequest {}, remaining);
                 async move { UuidMapAdminClient::new(channel).snapshot(r).await }
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// A replica group member's view of its group (the member this call
+    /// reaches: give one endpoint to ask a given member).
+    pub async fn cluster_status(&self) -> Result<pb::ClusterStats, ClientError> {
+        Ok(self
+            .unary("cluster.Status", true, |channel, remaining| {
+                let r = self.request(pb::ClusterStatusRequest {}, remaining);
+                async move { UuidMapClusterClient::new(channel).status(r).await }
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Adds node `id` to the replica group as a learner (its Raft address
+    /// and its clients' URL), on the leader; answers once it has caught up.
+    pub async fn add_learner(
+        &self,
+        id: u64,
+        raft_addr: &str,
+        client_url: &str,
+    ) -> Result<pb::MembershipResponse, ClientError> {
+        let message = pb::AddLearnerRequest {
+            node_id: id,
+            raft_addr: raft_addr.to_string(),
+            client_url: client_url.to_string(),
+        };
+        Ok(self
+            .unary_write("cluster.AddLearner", false, |channel, remaining| {
+                let r = self.request(message.clone(), remaining);
+                async move { UuidMapClusterClient::new(channel).add_learner(r).await }
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Makes the learners `ids` voters, on the leader.
+    pub async fn promote(&self, ids: &[u64]) -> Result<pb::MembershipResponse, ClientError> {
+        let message = pb::PromoteRequest {
+            node_ids: ids.to_vec(),
+        };
+        Ok(self
+            .unary_write("cluster.Promote", false, |channel, remaining| {
+                let r = self.request(message.clone(), remaining);
+                async move { UuidMapClusterClient::new(channel).promote(r).await }
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Removes the members `ids` from the replica group, on the leader.
+    pub async fn remove_members(&self, ids: &[u64]) -> Result<pb::MembershipResponse, ClientError> {
+        let message = pb::RemoveRequest {
+            node_ids: ids.to_vec(),
+        };
+        Ok(self
+            .unary_write("cluster.Remove", false, |channel, remaining| {
+                let r = self.request(message.clone(), remaining);
+                async move { UuidMapClusterClient::new(channel).remove(r).await }
             })
             .await?
             .into_inner())

@@ -17,6 +17,8 @@
 //!   replica writer thread.
 //! - [`leadership`]: the writer's proposals into openraft, and the
 //!   leadership changes it hears of.
+//! - [`membership`]: adding, promoting and removing members, on the
+//!   leader.
 //! - [`replica`]: a whole member ([`replica::Replica`]): index, writer,
 //!   log, openraft and the tasks between them.
 //! - [`network`]: how a member calls the others (openraft's network over
@@ -36,6 +38,7 @@
 pub mod batch;
 pub mod leadership;
 pub mod log_store;
+pub mod membership;
 pub mod network;
 pub mod node;
 pub mod raft_service;

@@ -1,5 +1,6 @@
-//! uuidmap's server: the gRPC services `uuidmap.v1.UuidMap` (data) and
-//! `uuidmap.v1.UuidMapAdmin` over one [`DurableIndex`] from the engine
+//! uuidmap's server: the gRPC services `uuidmap.v1.UuidMap` (data),
+//! `uuidmap.v1.UuidMapAdmin` and `uuidmap.v1.UuidMapCluster` (a replica
+//! group's membership) over one [`DurableIndex`] from the engine
 //! crate, with what a serious server needs around them: admission control,
 //! auth and TLS, deadlines, typed statuses, reflection, health, Prometheus
 //! metrics, and the serve options (flags, environment, TOML). It builds on
@@ -12,7 +13,8 @@
 //! - `status`: typed errors to gRPC statuses (the only place).
 //! - `transport_errors`: tonic's own answers (an oversized or undecodable
 //!   message, an unknown method) reworded in our terms.
-//! - `service`, `admin`: the two services; `scan` and `watch`, the data
+//! - `service`, `admin`, `cluster_service`: the three services (data,
+//!   admin, and a replica group's membership); `scan` and `watch`, the data
 //!   service's two streams.
 //! - `config`: serve options (flags, environment, TOML).
 //! - `tls`, `auth`: TLS/mTLS files; bearer tokens and the role check.
@@ -28,7 +30,8 @@
 //!   member, its Raft service on its own listener, `--cluster-init`.
 //!
 //! Beside our two services the server answers `grpc.health.v1.Health`
-//! (SERVING for "", `uuidmap.v1.UuidMap` and `uuidmap.v1.UuidMapAdmin`) and
+//! (SERVING for "", `uuidmap.v1.UuidMap`, `uuidmap.v1.UuidMapAdmin` and
+//! `uuidmap.v1.UuidMapCluster`) and
 //! gRPC reflection, v1 and v1alpha (grpcurl 1.8 speaks v1alpha); both need
 //! no token (see `auth`). Every service accepts gzip-compressed requests and
 //! compresses its answers with gzip when the client asks for it
@@ -59,6 +62,7 @@
 pub mod admin;
 pub mod admission;
 pub mod auth;
+pub mod cluster_service;
 
 pub mod config;
 pub mod deadline;
@@ -94,6 +98,7 @@ use tonic_reflection::pb::v1alpha::server_reflection_server::ServerReflectionSer
 pub use config::{ServeArgs, ServeConfig};
 
 use proto::v1::uuid_map_admin_server::UuidMapAdminServer;
+use proto::v1::uuid_map_cluster_server::UuidMapClusterServer;
 use proto::v1::uuid_map_server::UuidMapServer;
 use uuidmap_engine::store::{Io, OsIo, StoreError};
 use uuidmap_engine::writer::{DurableConfig, DurableIndex};
@@ -398,6 +403,7 @@ impl ServerParts {
         };
         let raft_failed = member.as_ref().map(|m| m.raft());
         let cluster = member.as_ref().map(|m| m.view());
+        let member_raft = member.as_ref().map(|m| m.raft());
         let (raft_failure_tx, raft_failure) = tokio::sync::oneshot::channel::<String>();
         let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
         let failing = durable.clone();
@@ -433,6 +439,7 @@ impl ServerParts {
             security,
             durable: durable.clone(),
             cluster,
+            raft: member_raft,
             stopping,
         };
         let result = run(assembled, &config, shutdown).await;
@@ -461,6 +468,7 @@ struct Assembled {
     security: Security,
     durable: Arc<DurableIndex>,
     cluster: Option<ClusterView>,
+    raft: Option<uuidmap_cluster::replica::IndexRaft>,
     stopping: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -495,10 +503,11 @@ fn durable_config(config: &ServeConfig, io: Arc<dyn Io>) -> DurableConfig {
 }
 
 /// The names the health service reports on ("" is the whole server).
-const HEALTH_NAMES: [&str; 3] = [
+const HEALTH_NAMES: [&str; 4] = [
     "",
     <UuidMapServer<service::DataService> as tonic::server::NamedService>::NAME,
     <UuidMapAdminServer<admin::AdminService> as tonic::server::NamedService>::NAME,
+    <UuidMapClusterServer<cluster_service::ClusterService> as tonic::server::NamedService>::NAME,
 ];
 
 async fn run(
@@ -513,6 +522,7 @@ async fn run(
         security,
         durable,
         cluster,
+        raft,
         stopping,
     } = assembled;
     let max_message = transport_errors::decoder_limit(&config.limits);
@@ -583,6 +593,9 @@ async fn run(
     let admin = UuidMapAdminServer::new(admin::AdminService::new(durable))
         .accept_compressed(Gzip)
         .send_compressed(Gzip);
+    let cluster_service = UuidMapClusterServer::new(cluster_service::ClusterService::new(raft))
+        .accept_compressed(Gzip)
+        .send_compressed(Gzip);
     let incoming = incoming(listener);
     tracing::info!(
         %addr,
@@ -620,6 +633,7 @@ async fn run(
         .initial_stream_window_size(STREAM_WINDOW)
         .add_service(data)
         .add_service(admin)
+        .add_service(cluster_service)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

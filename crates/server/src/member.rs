@@ -96,6 +96,21 @@ impl Member {
             tracing::info!("--cluster-init: the group is made already; nothing to do");
             return Ok(());
         }
+        // A member started with --cluster-init on an empty directory (a
+        // wiped one, say) must not make a second group beside the one its
+        // peers are in. A peer that answers is asked; one that does not
+        // (the first start of every member at once) proves nothing.
+        for p in &cluster.peers {
+            if let Some(voters) = peer_group(&p.client_url).await {
+                return Err(ServeError::RaftFailed(format!(
+                    "--cluster-init: peer {} ({}) is already in a group (voters {voters:?}); \
+                     making another would split it. Start this member without --cluster-init \
+                     and add it with `uuidmap cluster add` (remove it first if it was a member \
+                     that lost its data)",
+                    p.id, p.client_url
+                )));
+            }
+        }
         let mut members = BTreeMap::new();
         members.insert(
             cluster.node_id,
@@ -148,6 +163,31 @@ impl Member {
         }
         self.replica.shutdown().await;
     }
+}
+
+/// The voters of the group the server at `url` is in, if it answers
+/// within a second and is in one.
+async fn peer_group(url: &str) -> Option<Vec<u64>> {
+    use crate::proto::v1 as pb;
+    use pb::uuid_map_cluster_client::UuidMapClusterClient;
+    let ask = async {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+            .ok()?
+            .connect_timeout(std::time::Duration::from_secs(1))
+            .connect()
+            .await
+            .ok()?;
+        let status = UuidMapClusterClient::new(channel)
+            .status(pb::ClusterStatusRequest {})
+            .await
+            .ok()?
+            .into_inner();
+        (!status.voters.is_empty()).then_some(status.voters)
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(2), ask)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Resolves when openraft has stopped on a fatal error (its log could

@@ -19,7 +19,7 @@ use tonic_health::pb::health_server;
 use tonic_reflection::pb::v1::server_reflection_server as reflection_v1;
 use tonic_reflection::pb::v1alpha::server_reflection_server as reflection_v1alpha;
 
-use crate::proto::v1::{uuid_map_admin_server, uuid_map_server};
+use crate::proto::v1::{uuid_map_admin_server, uuid_map_cluster_server, uuid_map_server};
 
 /// A request class of admission control: each has its own permits and
 /// queue.
@@ -109,6 +109,7 @@ impl Method {
 
 const DATA: &str = uuid_map_server::SERVICE_NAME;
 const ADMIN: &str = uuid_map_admin_server::SERVICE_NAME;
+const CLUSTER: &str = uuid_map_cluster_server::SERVICE_NAME;
 const HEALTH: &str = health_server::SERVICE_NAME;
 const REFLECTION_V1: &str = reflection_v1::SERVICE_NAME;
 const REFLECTION_V1ALPHA: &str = reflection_v1alpha::SERVICE_NAME;
@@ -139,7 +140,7 @@ const R: Option<Role> = Some(Role::Read);
 const W: Option<Role> = Some(Role::Write);
 
 /// Every RPC the server serves.
-pub const METHODS: [Method; 17] = [
+pub const METHODS: [Method; 21] = [
     rpc(DATA, "Get", "Get", READ, R, false),
     rpc(DATA, "BatchGet", "BatchGet", READ, R, false),
     // The stream is a long poll; each request takes read permits by its
@@ -155,6 +156,10 @@ pub const METHODS: [Method; 17] = [
     rpc(DATA, "Watch", "Watch", AdmitAs::LongPoll, R, true),
     rpc(DATA, "Ping", "Ping", READ, R, false),
     rpc(ADMIN, "Snapshot", "Snapshot", WRITE, W, false),
+    rpc(CLUSTER, "Status", "cluster.Status", READ, R, false),
+    rpc(CLUSTER, "AddLearner", "cluster.AddLearner", WRITE, W, false),
+    rpc(CLUSTER, "Promote", "cluster.Promote", WRITE, W, false),
+    rpc(CLUSTER, "Remove", "cluster.Remove", WRITE, W, false),
     rpc(HEALTH, "Check", "health.Check", AdmitAs::Free, None, false),
     rpc(HEALTH, "Watch", "health.Watch", AdmitAs::Free, None, true),
     rpc(

@@ -114,6 +114,28 @@ fn add_leader(status: &mut Status, leader: Option<&LeaderHint>) {
     }
 }
 
+/// The status for a membership change that was not made.
+pub fn membership_error(e: uuidmap_cluster::membership::MembershipError) -> Status {
+    use uuidmap_cluster::membership::MembershipError as E;
+    match e {
+        E::NotLeader { ref leader } => {
+            let mut status = Status::unavailable(e.to_string());
+            add_leader(&mut status, leader.as_ref());
+            status
+        }
+        E::Refused(_) => Status::failed_precondition(e.to_string()),
+        E::Unknown(_) => {
+            let mut status = Status::unavailable(e.to_string());
+            status.metadata_mut().insert(
+                uuidmap_proto::OUTCOME_METADATA,
+                tonic::metadata::MetadataValue::from_static(uuidmap_proto::OUTCOME_UNKNOWN),
+            );
+            status
+        }
+        E::Stopped(_) => Status::unavailable(e.to_string()),
+    }
+}
+
 /// The status for a wait that reached its bound.
 pub fn wait_timed_out(e: WaitTimedOut, bound: WaitBound) -> Status {
     let why = match bound {

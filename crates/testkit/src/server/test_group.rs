@@ -40,7 +40,7 @@ pub fn member_config(
 pub struct TestGroup {
     members: Vec<Option<TestServer>>,
     configs: Vec<ServeConfig>,
-    _dirs: Vec<TempDir>,
+    dirs: Vec<TempDir>,
 }
 
 async fn bind(addr: SocketAddr) -> TcpListener {
@@ -89,7 +89,7 @@ impl TestGroup {
         TestGroup {
             members,
             configs,
-            _dirs: dirs,
+            dirs,
         }
     }
 
@@ -104,6 +104,66 @@ impl TestGroup {
     /// Member `i`, if it runs.
     pub fn member(&self, i: usize) -> Option<&TestServer> {
         self.members[i].as_ref()
+    }
+
+    /// Starts one more member (node id: its position + 1) on a fresh
+    /// directory and ports, in no group yet: it waits to be added
+    /// (`UuidMapCluster.AddLearner` on the leader). Returns its position.
+    pub async fn start_extra(&mut self) -> usize {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (l, r) = (bind(any).await, bind(any).await);
+        let i = self.members.len();
+        let dir = tempfile::tempdir().unwrap();
+        let c = member_config(
+            dir.path(),
+            i as u64 + 1,
+            l.local_addr().unwrap(),
+            r.local_addr().unwrap(),
+            Vec::new(),
+            false,
+        );
+        self.configs.push(c.clone());
+        self.dirs.push(dir);
+        self.members
+            .push(Some(TestServer::start_member(c, l, r).await));
+        i
+    }
+
+    /// Member `i`'s Raft address and client URL, as `AddLearner` takes them.
+    pub fn addresses(&self, i: usize) -> (String, String) {
+        let c = &self.configs[i];
+        let cluster = c.cluster.as_ref().expect("a member");
+        (
+            cluster.raft_advertise.clone(),
+            format!("http://{}", c.listen),
+        )
+    }
+
+    /// Stops member `i` and empties its data directory (a lost disk).
+    pub async fn wipe_member(&mut self, i: usize) {
+        if self.members[i].is_some() {
+            self.stop_member(i).await.expect("a clean stop");
+        }
+        let dir = self.dirs[i].path();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        // It comes back knowing no group: not the one that made it.
+        if let Some(c) = self.configs[i].cluster.as_mut() {
+            c.init = false;
+        }
+    }
+
+    /// Sets whether member `i` starts with `--cluster-init` next time.
+    pub fn set_init(&mut self, i: usize, init: bool) {
+        if let Some(c) = self.configs[i].cluster.as_mut() {
+            c.init = init;
+        }
     }
 
     /// Stops member `i` gracefully; its result.

@@ -1,0 +1,120 @@
+//! The `uuidmap.v1.UuidMapCluster` service: a replica group's membership
+//! (`proto/uuidmap/v1/cluster.proto`), on a member's openraft through
+//! `uuidmap_cluster::membership`. A single node answers
+//! FAILED_PRECONDITION.
+
+use std::collections::BTreeSet;
+
+use tonic::{Request, Response, Status};
+use uuidmap_cluster::ClusterNode;
+use uuidmap_cluster::membership::{self, MembershipChanged};
+use uuidmap_cluster::replica::IndexRaft;
+
+use crate::proto::v1 as pb;
+use crate::status::membership_error;
+
+/// The cluster service of one server.
+#[derive(Clone)]
+pub struct ClusterService {
+    /// The member's openraft; `None` on a single node.
+    raft: Option<IndexRaft>,
+}
+
+impl ClusterService {
+    /// The service of a member whose openraft is `raft` (`None`: a single
+    /// node).
+    pub fn new(raft: Option<IndexRaft>) -> Self {
+        ClusterService { raft }
+    }
+
+    fn raft(&self) -> Result<&IndexRaft, Status> {
+        self.raft.as_ref().ok_or_else(|| {
+            Status::failed_precondition(
+                "this server serves as a single node, not as a member of a replica group (start \
+                 members with `uuidmap serve --node-id`)",
+            )
+        })
+    }
+}
+
+fn ids(node_ids: Vec<u64>, what: &str) -> Result<BTreeSet<u64>, Status> {
+    if node_ids.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "name at least one node to {what}"
+        )));
+    }
+    if node_ids.contains(&0) {
+        return Err(Status::invalid_argument("node ids start at 1"));
+    }
+    Ok(node_ids.into_iter().collect())
+}
+
+fn response(m: MembershipChanged) -> Response<pb::MembershipResponse> {
+    Response::new(pb::MembershipResponse {
+        lsn: m.lsn,
+        voters: m.voters,
+        learners: m.learners,
+    })
+}
+
+#[tonic::async_trait]
+impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
+    async fn status(
+        &self,
+        _request: Request<pb::ClusterStatusRequest>,
+    ) -> Result<Response<pb::ClusterStats>, Status> {
+        let raft = self.raft()?;
+        Ok(Response::new(crate::metrics::cluster_stats(
+            &uuidmap_cluster::status::status_of(raft),
+        )))
+    }
+
+    async fn add_learner(
+        &self,
+        request: Request<pb::AddLearnerRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        let raft = self.raft()?;
+        let r = request.into_inner();
+        if r.node_id == 0 {
+            return Err(Status::invalid_argument("node ids start at 1"));
+        }
+        // The same checks as `--peers` makes of a member's addresses.
+        let peer = format!("{}={}@{}", r.node_id, r.raft_addr, r.client_url);
+        let parsed: crate::config::Peers = peer
+            .parse()
+            .map_err(|e: String| Status::invalid_argument(e))?;
+        let p = &parsed.0[0];
+        let node = ClusterNode {
+            raft_addr: p.raft_addr.clone(),
+            api_url: p.client_url.clone(),
+        };
+        membership::add_learner(raft, r.node_id, node)
+            .await
+            .map(response)
+            .map_err(membership_error)
+    }
+
+    async fn promote(
+        &self,
+        request: Request<pb::PromoteRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        let raft = self.raft()?;
+        let ids = ids(request.into_inner().node_ids, "promote")?;
+        membership::promote(raft, ids)
+            .await
+            .map(response)
+            .map_err(membership_error)
+    }
+
+    async fn remove(
+        &self,
+        request: Request<pb::RemoveRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        let raft = self.raft()?;
+        let ids = ids(request.into_inner().node_ids, "remove")?;
+        membership::remove(raft, ids)
+            .await
+            .map(response)
+            .map_err(membership_error)
+    }
+}
