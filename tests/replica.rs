@@ -14,22 +14,27 @@ use uuid::Uuid;
 use uuidmap::store::Op;
 use uuidmap::sync::LsnWatermark;
 use uuidmap::writer::{
-    CommittedEntry, DecidedBatch, LeaderHint, PipelineConfig, ProposalChain, Proposer,
-    ReplicaControl, ReplicaPipeline, WriteError, WriteHandle, WriteOp, WriteOutcome, WriteReply,
+    CONFIRM_FLAG, CommittedEntry, DecidedBatch, LeaderHint, PipelineConfig, ProposalChain,
+    Proposer, ReplicaControl, ReplicaPipeline, WriteError, WriteHandle, WriteOp, WriteOutcome,
+    WriteReply,
 };
 use uuidmap::{Index, Key};
 
 type Proposed = Arc<Mutex<Vec<(DecidedBatch, WriteReply)>>>;
 
-/// Keeps batches and gates (proposals with no ops) apart.
+/// Keeps batches, gates and confirmations (the last two have no ops)
+/// apart.
 struct KeepProposals {
     batches: Proposed,
     gates: Arc<Mutex<Vec<DecidedBatch>>>,
+    confirms: Arc<Mutex<Vec<DecidedBatch>>>,
 }
 
 impl Proposer for KeepProposals {
     fn propose(&mut self, batch: DecidedBatch, reply: WriteReply) {
-        if batch.ops.is_empty() {
+        if batch.ops.is_empty() && batch.seq & CONFIRM_FLAG != 0 {
+            self.confirms.lock().unwrap().push(batch);
+        } else if batch.ops.is_empty() {
             self.gates.lock().unwrap().push(batch);
         } else {
             self.batches.lock().unwrap().push((batch, reply));
@@ -43,6 +48,7 @@ struct Rig {
     watermark: Arc<LsnWatermark>,
     proposed: Proposed,
     gates: Arc<Mutex<Vec<DecidedBatch>>>,
+    confirms: Arc<Mutex<Vec<DecidedBatch>>>,
     stalls: Arc<AtomicUsize>,
     runtime: tokio::runtime::Runtime,
 }
@@ -80,6 +86,7 @@ fn rig() -> Rig {
     let watermark = Arc::new(LsnWatermark::new(0));
     let proposed = Proposed::default();
     let gates = Arc::<Mutex<Vec<DecidedBatch>>>::default();
+    let confirms = Arc::<Mutex<Vec<DecidedBatch>>>::default();
     let stalls = Arc::new(AtomicUsize::new(0));
     let counted = stalls.clone();
     let pipeline = ReplicaPipeline::start(
@@ -89,6 +96,7 @@ fn rig() -> Rig {
         Box::new(KeepProposals {
             batches: proposed.clone(),
             gates: gates.clone(),
+            confirms: confirms.clone(),
         }),
         Box::new(move || {
             counted.fetch_add(1, AtomicOrdering::SeqCst);
@@ -101,6 +109,7 @@ fn rig() -> Rig {
         watermark,
         proposed,
         gates,
+        confirms,
         stalls,
         runtime: tokio::runtime::Builder::new_current_thread()
             .build()
@@ -160,6 +169,24 @@ impl Rig {
             lsn,
             term,
             batch: Some((gate.seq, Vec::new())),
+        }]);
+    }
+
+    /// Commits the `n`-th confirmation proposed at `lsn`.
+    fn confirm(&self, n: usize, lsn: u64) {
+        let mut c = None;
+        for _ in 0..1000 {
+            if let Some(x) = self.confirms.lock().unwrap().get(n - 1) {
+                c = Some(x.clone());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let c = c.unwrap_or_else(|| panic!("no confirmation #{n} within 5 s"));
+        self.apply(vec![CommittedEntry {
+            lsn,
+            term: c.term,
+            batch: Some((c.seq, Vec::new())),
         }]);
     }
 
@@ -334,8 +361,11 @@ fn a_leader_decides_compare_and_set_against_its_pending_proposals() {
     assert_eq!(rig.proposal(3).seq, seq(1, 3));
     rig.commit(2, 6);
     assert_eq!(answer(&second).unwrap(), WriteOutcome { lsn: 6 });
-    // It looked at proposals 1 and 2 only: answered now, proposal 3 still
-    // pending.
+    // It looked at proposals 1 and 2 only, but it is a read: it waits for
+    // the confirmation proposed when it was decided (logged after
+    // proposal 2, before 3), which places it in the log.
+    no_answer_yet(&refused);
+    rig.confirm(1, 7);
     match answer(&refused) {
         Err(WriteError::CasMismatch {
             current, expected, ..
@@ -346,17 +376,17 @@ fn a_leader_decides_compare_and_set_against_its_pending_proposals() {
         other => panic!("{other:?}"),
     }
     no_answer_yet(&third);
-    rig.commit(3, 7);
-    assert_eq!(answer(&third).unwrap(), WriteOutcome { lsn: 7 });
+    rig.commit(3, 8);
+    assert_eq!(answer(&third).unwrap(), WriteOutcome { lsn: 8 });
     assert_eq!(rig.get(1), Some(val(3)));
-    assert_eq!(rig.watermark.current(), 7);
+    assert_eq!(rig.watermark.current(), 8);
 
     // Everything applied: the overlay is empty again and a CAS reads the
     // index.
     let fourth = submit(&handle, vec![cas(1, Some(3), None)]);
     assert_eq!(rig.proposal(4).ops, vec![Op::Delete { key: key(1) }]);
-    rig.commit(4, 8);
-    assert_eq!(answer(&fourth).unwrap(), WriteOutcome { lsn: 8 });
+    rig.commit(4, 9);
+    assert_eq!(answer(&fourth).unwrap(), WriteOutcome { lsn: 9 });
     assert_eq!(rig.get(1), None);
 }
 
@@ -388,6 +418,8 @@ fn a_batch_sees_its_own_earlier_writes_and_a_refused_batch_proposes_nothing() {
     no_answer_yet(&waiting);
     rig.commit(1, 2);
     assert_eq!(answer(&accepted).unwrap(), WriteOutcome { lsn: 2 });
+    no_answer_yet(&waiting);
+    rig.confirm(1, 3);
     assert!(matches!(
         answer(&waiting),
         Err(WriteError::CasMismatch { index: 1, .. })
@@ -398,8 +430,12 @@ fn a_batch_sees_its_own_earlier_writes_and_a_refused_batch_proposes_nothing() {
         1,
         "nothing else proposed"
     );
-    // Nothing pending: a refusal is answered at once.
-    let refused = answer(&submit(&handle, vec![put(7, 1), cas(7, Some(2), None)]));
+    // Nothing pending: a refusal still waits for its confirmation (a new
+    // one: the first was proposed before it was decided).
+    let refused = submit(&handle, vec![put(7, 1), cas(7, Some(2), None)]);
+    no_answer_yet(&refused);
+    rig.confirm(2, 4);
+    let refused = answer(&refused);
     match refused {
         Err(WriteError::CasMismatch { index, current, .. }) => {
             assert_eq!(index, 1);
@@ -622,4 +658,42 @@ fn batches_wait_for_the_gate_and_a_refused_gate_stalls_the_leader() {
     );
     assert_eq!(rig.stalls.load(AtomicOrdering::SeqCst), 1);
     drop((waiting, next));
+}
+
+#[test]
+fn a_refusal_is_answered_only_through_a_confirmation_of_its_leader() {
+    let rig = rig();
+    let handle = rig.pipeline.handle();
+    rig.lead(5, 1);
+    // A refusal needs a confirmation proposed after it was decided: the
+    // second, decided after the first confirmation was proposed, gets its
+    // own.
+    let r1 = submit(&handle, vec![cas(1, Some(1), None)]);
+    no_answer_yet(&r1);
+    let r2 = submit(&handle, vec![cas(2, Some(1), None)]);
+    no_answer_yet(&r2);
+    assert_eq!(rig.confirms.lock().unwrap().len(), 2);
+    rig.confirm(1, 2);
+    assert!(matches!(answer(&r1), Err(WriteError::CasMismatch { .. })));
+    no_answer_yet(&r2);
+    rig.confirm(2, 3);
+    assert!(matches!(answer(&r2), Err(WriteError::CasMismatch { .. })));
+
+    // A leader that was deposed without knowing it: the log refuses its
+    // confirmation, and the refusal is sent away rather than answered
+    // from its own, possibly stale, index.
+    let r3 = submit(&handle, vec![cas(3, Some(1), None)]);
+    no_answer_yet(&r3);
+    let c = rig.confirms.lock().unwrap()[2].clone();
+    rig.control().refused(c.seq).unwrap();
+    let answer3 = answer(&r3);
+    assert!(
+        matches!(answer3, Err(WriteError::NotLeader { .. })),
+        "{answer3:?}"
+    );
+    // It still leads its epoch: the next refusal proposes a new one.
+    let r4 = submit(&handle, vec![cas(4, Some(1), None)]);
+    no_answer_yet(&r4);
+    rig.confirm(4, 4);
+    assert!(matches!(answer(&r4), Err(WriteError::CasMismatch { .. })));
 }

@@ -26,8 +26,8 @@ pub use pipeline::{
 };
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
 pub use replica::{
-    ApplyOutcome, CommittedEntry, DecidedBatch, ProposalChain, Proposer, ReplicaControl,
-    ReplicaPipeline, WriteReply, WriterStopped, proposal_epoch,
+    ApplyOutcome, CONFIRM_FLAG, CommittedEntry, DecidedBatch, ProposalChain, Proposer,
+    ReplicaControl, ReplicaPipeline, WriteReply, WriterStopped, proposal_epoch,
 };
 pub use request::{LeaderHint, WriteError, WriteOp, WriteOutcome};
 pub use snapshotter::{

@@ -64,13 +64,18 @@
 //! after a new `lead`: a new epoch, behind a new gate. Gates are not links
 //! of the chain.
 //!
-//! **A refused compare-and-set is a read** ("the value was X"), so it is
-//! answered only once every proposal it looked at is applied; if the
-//! leadership changes first, it is answered [`WriteError::NotLeader`]
-//! (nothing was logged, a retry is safe). It is *not* yet confirmed by a
-//! read-index round, so a deposed leader that has not heard of its
-//! successor can still answer one from its own state: that is the read
-//! gate of docs/replication.md section 6, not built yet.
+//! **A refused compare-and-set is a read** ("the value was X"), and a
+//! leader that was deposed without knowing it must not answer one from
+//! its own state. So a refusal is answered only once (a) every proposal
+//! it looked at is applied and (b) a *confirmation* proposed after it was
+//! decided is applied: an entry with no ops, logged (in this term only,
+//! behind every earlier proposal) and committed by a majority, which
+//! places the read in the log. One confirmation serves every refusal
+//! decided before it was proposed. If the leadership changes or the chain
+//! breaks first, the refusal is answered [`WriteError::NotLeader`]
+//! (nothing was logged, a retry is safe). Confirmations carry
+//! [`CONFIRM_FLAG`] in their proposal number; like gates, they are not
+//! links of the chain.
 //!
 //! **Architecture Invariant:** only this thread mutates the index, and it
 //! applies only entries the group committed, in log order.
@@ -143,6 +148,10 @@ pub struct ApplyOutcome {
 pub fn proposal_epoch(seq: u64) -> u64 {
     seq >> 32
 }
+
+/// Marks the proposal number of a confirmation (module docs): an entry
+/// with no ops that places refused compare-and-sets in the log.
+pub const CONFIRM_FLAG: u64 = 1 << 63;
 
 /// Where the last batch applied sits in its leader's chain of proposals.
 /// Every replica keeps the same one, read from the log alone.
@@ -264,6 +273,10 @@ impl ReplicaPipeline {
             last_proposed: 0,
             applied_own: 0,
             refusals: VecDeque::new(),
+            next_confirm: 1,
+            confirm_proposed: 0,
+            confirm_applied: 0,
+            confirm_wanted: None,
             ops: Vec::new(),
         };
         let thread = std::thread::Builder::new()
@@ -320,10 +333,13 @@ enum Role {
     Leading(u64),
 }
 
-/// A refused batch waiting for the proposals it looked at.
+/// A refused batch waiting for the proposals it looked at and for a
+/// confirmation (module docs).
 struct Refusal {
     /// Answered once this member's proposals up to this one are applied.
     after_seq: u64,
+    /// ... and once a confirmation numbered at least this is applied.
+    confirm: u64,
     reply: WriteReply,
     error: WriteError,
 }
@@ -352,6 +368,13 @@ struct ReplicaThread {
     last_proposed: u64,
     applied_own: u64,
     refusals: VecDeque<Refusal>,
+    /// The number the next confirmation takes; the last one proposed; the
+    /// last one applied.
+    next_confirm: u64,
+    confirm_proposed: u64,
+    confirm_applied: u64,
+    /// A refusal waits for a confirmation not proposed yet (in this term).
+    confirm_wanted: Option<u64>,
     ops: Vec<Op>,
 }
 
@@ -397,6 +420,9 @@ impl ReplicaThread {
                     ))));
                 }
             }
+            if rx.is_empty() {
+                self.flush_confirmation();
+            }
         }
         // Batches queued before the stop are answered: decided (and handed
         // to the proposer, which answers them) or refused.
@@ -441,6 +467,20 @@ impl ReplicaThread {
                 self.refuse_deferred(leader.clone());
                 self.role = Role::Following(leader);
             }
+            Control::Refused(seq) if seq & CONFIRM_FLAG != 0 => {
+                // The refusals it would have placed are sent away; the
+                // next refusal proposes a new confirmation.
+                let leader = match &self.role {
+                    Role::Following(leader) => leader.clone(),
+                    _ => None,
+                };
+                for refusal in self.refusals.drain(..) {
+                    let _ = refusal.reply.send(Err(WriteError::NotLeader {
+                        leader: leader.clone(),
+                    }));
+                }
+                self.confirm_proposed = 0;
+            }
             Control::Refused(seq) => self.chain_broken(seq),
         }
     }
@@ -449,6 +489,7 @@ impl ReplicaThread {
     /// and answers the refusals that waited on them: nothing was logged.
     fn drop_pending(&mut self, leader: Option<LeaderHint>) {
         self.overlay.clear();
+        self.confirm_wanted = None;
         for refusal in self.refusals.drain(..) {
             let _ = refusal.reply.send(Err(WriteError::NotLeader {
                 leader: leader.clone(),
@@ -502,8 +543,14 @@ impl ReplicaThread {
                 continue;
             };
             if ops.is_empty() {
-                // A gate: not a link of the chain.
-                gated |= self.gate_applied(entry.term, *seq);
+                // A gate or a confirmation: not a link of the chain.
+                if seq & CONFIRM_FLAG != 0 {
+                    if leading == Some(entry.term) {
+                        self.confirm_applied = self.confirm_applied.max(seq & !CONFIRM_FLAG);
+                    }
+                } else {
+                    gated |= self.gate_applied(entry.term, *seq);
+                }
                 continue;
             }
             if !self.chain.admit(entry.term, *seq) {
@@ -542,7 +589,7 @@ impl ReplicaThread {
         while self
             .refusals
             .front()
-            .is_some_and(|r| r.after_seq <= self.applied_own)
+            .is_some_and(|r| r.after_seq <= self.applied_own && r.confirm <= self.confirm_applied)
         {
             let refusal = self.refusals.pop_front().expect("checked");
             let _ = refusal.reply.send(Err(refusal.error));
@@ -612,14 +659,20 @@ impl ReplicaThread {
             self.ops.push(op);
         }
         if let Some(error) = refused {
-            if self.applied_own >= self.last_proposed {
-                let _ = request.reply.send(Err(error));
-            } else {
-                self.refusals.push_back(Refusal {
-                    after_seq: self.last_proposed,
-                    reply: request.reply,
-                    error,
-                });
+            // A confirmation proposed from now on covers it; one proposed
+            // earlier does not (it may be logged before the decision's
+            // reads).
+            let confirm = self.next_confirm;
+            self.refusals.push_back(Refusal {
+                after_seq: self.last_proposed,
+                confirm,
+                reply: request.reply,
+                error,
+            });
+            // Proposed once the queue is drained: one confirmation for the
+            // refusals decided meanwhile.
+            if self.confirm_proposed < confirm {
+                self.confirm_wanted = Some(term);
             }
         } else {
             let seq = self.next_seq;
@@ -639,6 +692,32 @@ impl ReplicaThread {
             .steps
             .decide_ns
             .fetch_add(taken.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Proposes the confirmation refusals wait for, if one is wanted and
+    /// this member still leads the term they were decided in.
+    fn flush_confirmation(&mut self) {
+        let Some(term) = self.confirm_wanted.take() else {
+            return;
+        };
+        if matches!(self.role, Role::Leading(t) if t == term) {
+            self.propose_confirmation(term);
+        }
+    }
+
+    /// Proposes the next confirmation (module docs); nobody waits on its
+    /// answer: the refusals it covers are answered when it is applied.
+    fn propose_confirmation(&mut self, term: u64) {
+        let number = self.next_confirm;
+        self.next_confirm += 1;
+        self.confirm_proposed = number;
+        let (reply, _) = oneshot::channel();
+        let batch = DecidedBatch {
+            term,
+            seq: CONFIRM_FLAG | number,
+            ops: Vec::new(),
+        };
+        self.proposer.propose(batch, reply);
     }
 
     /// Takes a caller's batch from the queue.
