@@ -5,124 +5,23 @@
 //! followers that refuse writes naming the leader and hold the same
 //! contents, failover, and a member that rebuilds its index from its log.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::HashMap;
 
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use uuid::Uuid;
-use uuidmap_cluster::ClusterNode;
 use uuidmap_cluster::replica::{Replica, ReplicaConfig};
-use uuidmap_engine::writer::{WriteError, WriteOp, WriteOutcome};
+use uuidmap_engine::writer::{WriteError, WriteOp};
 use uuidmap_index::Key;
+use uuidmap_testkit::cluster::{ReplicaNode, writable_leader};
 
-struct Node {
-    replica: Replica,
-    node: ClusterNode,
-    stop: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
-    dir: tempfile::TempDir,
-}
-
-async fn start_in(id: u64, dir: tempfile::TempDir, listen: &str) -> Node {
+/// Starts member `id` on `dir`, its Raft service on `listen`.
+async fn start_in(id: u64, dir: tempfile::TempDir, listen: &str) -> ReplicaNode {
     let listener = TcpListener::bind(listen).await.expect("a loopback port");
-    let addr = listener.local_addr().unwrap().to_string();
-    let replica = Replica::start(ReplicaConfig::new(id, dir.path()))
-        .await
-        .expect("the member starts");
-    let service = replica.raft_service();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                async {
-                    let _ = stopped.await;
-                },
-            )
-            .await
-            .expect("the Raft service runs");
-    });
-    Node {
-        replica,
-        node: ClusterNode {
-            raft_addr: addr,
-            api_url: format!("http://client-port-of-{id}:7000"),
-        },
-        stop: Some((stop, server)),
-        dir,
-    }
+    ReplicaNode::start(id, dir, listener, HashMap::new()).await
 }
 
-impl Node {
-    fn id(&self) -> u64 {
-        self.replica.id()
-    }
-
-    async fn stop(mut self) -> (u64, tempfile::TempDir, String) {
-        if let Some((stop, server)) = self.stop.take() {
-            let _ = stop.send(());
-            server.await.unwrap();
-        }
-        let (id, addr) = (self.id(), self.node.raft_addr.clone());
-        self.replica.shutdown().await;
-        (id, self.dir, addr)
-    }
-
-    async fn write(&self, ops: Vec<WriteOp>) -> Result<WriteOutcome, WriteError> {
-        self.replica.writes().write(ops).await
-    }
-
-    /// Waits until this member has applied `lsn`.
-    async fn applied(&self, lsn: u64) {
-        self.replica
-            .watermark()
-            .wait_for(
-                lsn,
-                Some(tokio::time::Instant::now() + Duration::from_secs(10)),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("member {} did not apply LSN {lsn}: {e}", self.id()));
-    }
-
-    fn contents(&self) -> BTreeMap<Uuid, Uuid> {
-        let mut out = Vec::new();
-        let mut scanner = self.replica.index().scan();
-        while scanner.next_segment(&mut out).is_some() {}
-        out.into_iter().collect()
-    }
-}
-
-async fn group(n: u64) -> Vec<Node> {
-    let mut nodes = Vec::new();
-    for id in 1..=n {
-        let dir = tempfile::tempdir().unwrap();
-        nodes.push(start_in(id, dir, "127.0.0.1:0").await);
-    }
-    let members: BTreeMap<u64, ClusterNode> =
-        nodes.iter().map(|n| (n.id(), n.node.clone())).collect();
-    nodes[0]
-        .replica
-        .raft()
-        .initialize(members)
-        .await
-        .expect("the group initializes");
-    nodes
-}
-
-/// The member that leads and takes writes (its writer past its gate):
-/// tries a harmless write on each until one is taken.
-async fn writable_leader(nodes: &[Node]) -> usize {
-    let probe = key(u64::MAX as u128);
-    for _ in 0..200 {
-        for (i, n) in nodes.iter().enumerate() {
-            if n.write(vec![WriteOp::Delete { key: probe }]).await.is_ok() {
-                return i;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no member took a write within 10 s");
+async fn group(n: u64) -> Vec<ReplicaNode> {
+    ReplicaNode::group(n).await
 }
 
 fn key(k: u128) -> Key {

@@ -1,8 +1,9 @@
 //! [`FaultProxy`]: a TCP proxy between a client and a server that fails
 //! the way networks do, on command: it cuts every connection after so many
 //! bytes from the server, swallows the next answer and drops its
-//! connection (so the client cannot know whether its request was done), or
-//! blackholes (accepts and never answers).
+//! connection (so the client cannot know whether its request was done),
+//! blackholes (accepts and never answers), or partitions (drops every
+//! connection and refuses new ones until healed).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +21,6 @@ pub struct FaultProxy {
     task: JoinHandle<()>,
 }
 
-#[derive(Default)]
 struct State {
     /// Cut each connection once it has carried this many bytes from the
     /// server (0: never).
@@ -30,6 +30,10 @@ struct State {
     cut_next_answer: AtomicBool,
     /// Accept, read and never answer (nor connect to the server).
     blackhole: AtomicBool,
+    /// Drop every connection, and each new one at once.
+    partitioned: AtomicBool,
+    /// Bumped when a partition begins: open relays end.
+    partitions: tokio::sync::watch::Sender<u64>,
     connections: AtomicU64,
     cuts: AtomicU64,
 }
@@ -39,7 +43,15 @@ impl FaultProxy {
     pub async fn start(target: SocketAddr) -> FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            cut_after: AtomicU64::new(0),
+            cut_next_answer: AtomicBool::new(false),
+            blackhole: AtomicBool::new(false),
+            partitioned: AtomicBool::new(false),
+            partitions: tokio::sync::watch::channel(0).0,
+            connections: AtomicU64::new(0),
+            cuts: AtomicU64::new(0),
+        });
         let s = Arc::clone(&state);
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -71,6 +83,16 @@ impl FaultProxy {
         self.state.blackhole.store(on, SeqCst);
     }
 
+    /// While `on`, the link is down: every open connection is dropped,
+    /// and each new one is closed at once (as a network partition, or a
+    /// host that is gone, looks to both ends).
+    pub fn partition(&self, on: bool) {
+        self.state.partitioned.store(on, SeqCst);
+        if on {
+            self.state.partitions.send_modify(|n| *n += 1);
+        }
+    }
+
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.state.connections.load(SeqCst)
@@ -89,6 +111,10 @@ impl Drop for FaultProxy {
 }
 
 async fn relay(mut client: TcpStream, target: SocketAddr, state: Arc<State>) {
+    let mut partitions = state.partitions.subscribe();
+    if state.partitioned.load(SeqCst) {
+        return;
+    }
     let _ = client.set_nodelay(true);
     if state.blackhole.load(SeqCst) {
         let mut sink = [0u8; 4096];
@@ -108,7 +134,11 @@ async fn relay(mut client: TcpStream, target: SocketAddr, state: Arc<State>) {
     let mut carried = 0u64;
     let mut buf = vec![0u8; 16 << 10];
     loop {
-        let n = match server_read.read(&mut buf).await {
+        let read = tokio::select! {
+            read = server_read.read(&mut buf) => read,
+            _ = partitions.changed() => break,
+        };
+        let n = match read {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
