@@ -101,6 +101,7 @@ fn rig() -> Rig {
         Box::new(move || {
             counted.fetch_add(1, AtomicOrdering::SeqCst);
         }),
+        Arc::new(uuidmap::writer::ReadLease::default()),
     )
     .expect("the thread starts");
     Rig {

@@ -21,6 +21,9 @@
 //!   proposal queue, so that the gate is logged behind every earlier
 //!   proposal). When the member stops leading, it tells the writer to
 //!   follow, and who leads.
+//! - The *lease task* keeps the member's [`ReadLease`] up to date from
+//!   openraft's metrics: whether it leads, in which term, and until when
+//!   a majority's last acknowledgement lets it answer reads alone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +35,8 @@ use openraft::impls::ProgressResponder;
 use openraft::storage::RaftStateMachine;
 use tokio::sync::{Notify, mpsc};
 use uuidmap_engine::writer::{
-    DecidedBatch, LeaderHint, Proposer, ReplicaControl, WriteError, WriteOutcome, WriteReply,
+    DecidedBatch, LeaderHint, Proposer, ReadLease, ReplicaControl, WriteError, WriteOutcome,
+    WriteReply,
 };
 
 use crate::types::CommittedLeaderId;
@@ -161,26 +165,28 @@ pub async fn watch_leadership<SM>(
     let id = *raft.node_id();
     let mut metrics = raft.metrics();
     // The term the writer was told it leads, and the leader it was last
-    // told of while following.
+    // told of while following (its URL included: a follower may hear of
+    // the leader before it has the membership that names its URL).
     let mut led: Option<u64> = None;
-    let mut told: Option<Option<u64>> = None;
+    let mut told: Option<Option<LeaderHint>> = None;
     let mut again = false;
     loop {
-        let (leading, leader_id) = {
+        let leading = {
             let m = metrics.borrow_watched();
             let leads = m.state == openraft::ServerState::Leader && m.current_leader == Some(id);
-            (leads.then_some(m.current_term), m.current_leader)
+            leads.then_some(m.current_term)
         };
+        let hint = current_hint(&raft);
         let told_ok = match leading {
             Some(term) if led != Some(term) || again => {
                 led = Some(term);
                 told = None;
                 control.lead(term)
             }
-            None if led.is_some() || told != Some(leader_id) => {
+            None if led.is_some() || told.as_ref() != Some(&hint) => {
                 led = None;
-                told = Some(leader_id);
-                control.follow(current_hint(&raft))
+                told = Some(hint.clone());
+                control.follow(hint)
             }
             _ => Ok(()),
         };
@@ -194,6 +200,56 @@ pub async fn watch_leadership<SM>(
                 tokio::time::sleep(REGATE_AFTER).await;
                 again = true;
             }
+        }
+    }
+}
+
+/// The lease task (module docs): runs until openraft stops. `lease` is
+/// how long after a majority's acknowledgement (the time the leader sent
+/// what they acknowledged) no other member can lead: openraft's followers
+/// vote for no one for the maximum election timeout after hearing from
+/// their leader; the caller gives less, for the clocks' drift.
+pub async fn watch_lease<SM>(
+    raft: Raft<UuidmapRaft, SM>,
+    read_lease: Arc<ReadLease>,
+    lease: Duration,
+) where
+    SM: RaftStateMachine<UuidmapRaft>,
+{
+    let id = *raft.node_id();
+    let mut metrics = raft.metrics();
+    loop {
+        {
+            let m = metrics.borrow_watched();
+            let leads = m.state == openraft::ServerState::Leader && m.current_leader == Some(id);
+            if leads {
+                let membership = m.membership_config.membership();
+                let alone = membership.voter_ids().all(|v| v == id);
+                let until = if alone {
+                    None
+                } else {
+                    // Never acknowledged yet: a lease that has run out.
+                    Some(
+                        m.last_quorum_acked
+                            .as_ref()
+                            .map(|t| {
+                                let acked_ago = openraft::Instant::elapsed(&**t);
+                                std::time::Instant::now()
+                                    .checked_sub(acked_ago)
+                                    .unwrap_or_else(std::time::Instant::now)
+                                    + lease
+                            })
+                            .unwrap_or_else(std::time::Instant::now),
+                    )
+                };
+                read_lease.lead(m.current_term, until);
+            } else {
+                read_lease.follow();
+            }
+        }
+        if metrics.changed().await.is_err() {
+            read_lease.follow();
+            return;
         }
     }
 }

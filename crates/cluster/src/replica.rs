@@ -24,7 +24,7 @@ use uuidmap_index::Index;
 use uuidmap_index::sync::LsnWatermark;
 
 use crate::UuidmapRaft;
-use crate::leadership::{proposal_channel, run_proposals, watch_leadership};
+use crate::leadership::{proposal_channel, run_proposals, watch_leadership, watch_lease};
 use crate::log_store::{LogStats, LogStoreConfig, TAIL_ENTRIES, WalLogStore};
 use crate::network::GrpcNetworkFactory;
 use crate::raft_service::RaftService;
@@ -140,9 +140,17 @@ impl Replica {
         let raft = Raft::new(config.id, raft_config, network, store, machine)
             .await
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
+        let read_lease = durable
+            .read_lease()
+            .expect("a member's index has a read lease")
+            .clone();
+        // The followers' own wait is the maximum election timeout; the
+        // minimum leaves room for the clocks' drift.
+        let lease = std::time::Duration::from_millis(config.timing.election_min_ms);
         let tasks = vec![
             tokio::spawn(run_proposals(proposals, raft.clone(), control.clone())),
             tokio::spawn(watch_leadership(raft.clone(), control, stalled)),
+            tokio::spawn(watch_lease(raft.clone(), read_lease, lease)),
         ];
         Ok(Replica {
             id: config.id,

@@ -386,6 +386,10 @@ async fn a_cut_off_leader_never_answers_a_read_from_its_stale_index() {
         }]
     };
     nodes[l].write(put(1)).await.unwrap();
+    // The leader answers reads from its index while a majority backs it;
+    // a follower answers them as a follower.
+    assert_eq!(nodes[l].replica.durable().admit_read(), Ok(()));
+    assert_eq!(nodes[(l + 1) % 3].replica.durable().admit_read(), Ok(()));
     let read = || {
         vec![WriteOp::CompareAndSet {
             key: key(0),
@@ -418,6 +422,11 @@ async fn a_cut_off_leader_never_answers_a_read_from_its_stale_index() {
         assert!(Instant::now() < until, "the majority took no write");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Its read lease has run out: reads from its index are refused.
+    assert_eq!(
+        nodes[l].replica.durable().admit_read(),
+        Err(uuidmap_engine::writer::ReadRefused::LeaseExpired)
+    );
     // Value 2 is acknowledged: a read that starts now must not say 1.
     for _ in 0..5 {
         match tokio::time::timeout(Duration::from_millis(300), nodes[l].write(read())).await {

@@ -263,6 +263,9 @@ impl Lookups {
     /// Looks `keys` up, a read permit per [`KEYS_PER_PERMIT`] keys;
     /// `applied_lsn` was read before the first lookup.
     async fn answer(&self, id: u64, keys: &[Uuid], applied_lsn: u64) -> pb::LookupResponse {
+        if let Err(e) = self.durable.admit_read() {
+            return refused(id, crate::status::read_refused(e));
+        }
         let mut found = vec![None; keys.len()];
         let index = self.durable.index();
         let pieces = keys.chunks(KEYS_PER_PERMIT);

@@ -20,7 +20,7 @@ use super::errors::RequestError;
 use super::lookup::{LookupMetrics, LookupStream, Lookups};
 use super::proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
 use super::scan;
-use super::status::write_error;
+use super::status::{read_refused, write_error};
 use super::wait;
 use super::wire::{bytes_of, key, optional_uuid, pack_values, packed_keys, uuid};
 use uuidmap_engine::writer::{DurableIndex, WriteError, WriteOp};
@@ -79,13 +79,18 @@ impl DataService {
 
     /// Waits until `lsn` is applied (0: no wait), bounded by the call's
     /// deadline and the server's maximum wait. Returns the applied LSN.
+    /// On a replica group member that believes it leads, the read is
+    /// refused unless it can answer as the leader (`ReadLease`).
     async fn wait_applied<T>(&self, request: &Request<T>, lsn: u64) -> Result<u64, Status> {
         let current = self.durable.watermark().current();
-        if current >= lsn {
-            return Ok(current);
-        }
-        let bound = wait_deadline(request, self.limits.max_wait);
-        wait::applied(&self.durable, &self.stopping, lsn, bound).await
+        let applied = if current >= lsn {
+            current
+        } else {
+            let bound = wait_deadline(request, self.limits.max_wait);
+            wait::applied(&self.durable, &self.stopping, lsn, bound).await?
+        };
+        self.durable.admit_read().map_err(read_refused)?;
+        Ok(applied)
     }
 
     async fn submit(&self, ops: Vec<WriteOp>) -> Result<u64, WriteError> {

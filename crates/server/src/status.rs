@@ -41,7 +41,7 @@ use tonic::Status;
 
 use crate::errors::{AdmissionError, AuthError, RequestError, WaitBound};
 use uuidmap_engine::store::StoreError;
-use uuidmap_engine::writer::{LeaderHint, WriteError};
+use uuidmap_engine::writer::{LeaderHint, ReadRefused, WriteError};
 use uuidmap_index::sync::WaitTimedOut;
 
 impl From<RequestError> for Status {
@@ -112,6 +112,12 @@ fn add_leader(status: &mut Status, leader: Option<&LeaderHint>) {
     {
         metadata.insert(uuidmap_proto::LEADER_METADATA, value);
     }
+}
+
+/// The status for a read a member that believes it leads would not
+/// answer: nothing was read; retry, here or on another member.
+pub fn read_refused(e: ReadRefused) -> Status {
+    Status::unavailable(e.to_string())
 }
 
 /// The status for a membership change that was not made.

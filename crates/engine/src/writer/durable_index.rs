@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure, PipelineStats, WriteHandle};
+use super::read_lease::{ReadLease, ReadRefused};
 use super::replica::{Proposer, ReplicaControl, ReplicaPipeline};
 use super::snapshotter::{
     ReplayBudget, SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger,
@@ -100,6 +101,8 @@ pub struct DurableIndex {
     /// Whether this is a replica group member's index
     /// ([`DurableIndex::open_replica`]).
     replica: bool,
+    /// A member's read lease (`None`: a single node, which always answers).
+    lease: Option<Arc<ReadLease>>,
 }
 
 /// What a running index owns until it stops.
@@ -302,6 +305,7 @@ impl DurableIndex {
             snapshot_trigger_bytes,
             config,
             replica: false,
+            lease: None,
         };
         Ok(durable)
     }
@@ -321,12 +325,14 @@ impl DurableIndex {
     ) -> Result<(DurableIndex, ReplicaControl), StoreError> {
         let (writer, index) = Index::with_capacity(capacity);
         let watermark = Arc::new(LsnWatermark::new(0));
+        let lease = Arc::new(ReadLease::default());
         let pipeline = ReplicaPipeline::start(
             &config.pipeline,
             writer,
             watermark.clone(),
             proposer,
             on_stall,
+            lease.clone(),
         )
         .map_err(|e| StoreError::io("starting the writer thread", &config.dir, e))?;
         let control = pipeline.control();
@@ -347,6 +353,7 @@ impl DurableIndex {
             snapshot_trigger_bytes: 0,
             config,
             replica: true,
+            lease: Some(lease),
         };
         Ok((durable, control))
     }
@@ -371,6 +378,20 @@ impl DurableIndex {
     /// The WAL's failure, if it failed for good.
     pub fn wal_failure(&self) -> Option<Arc<StoreError>> {
         self.failure.borrow().clone()
+    }
+
+    /// Whether a read may be answered from this index now: always on a
+    /// single node; on a member, see [`ReadLease`].
+    pub fn admit_read(&self) -> Result<(), ReadRefused> {
+        match &self.lease {
+            None => Ok(()),
+            Some(lease) => lease.admit(),
+        }
+    }
+
+    /// A member's read lease, for the replicated log to keep up to date.
+    pub fn read_lease(&self) -> Option<&Arc<ReadLease>> {
+        self.lease.as_ref()
     }
 
     /// The read handle.

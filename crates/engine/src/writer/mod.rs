@@ -10,10 +10,13 @@
 //! - `replica`: [`ReplicaPipeline`], the writer thread of a replica group
 //!   member: decides what the leader proposes, applies what the group
 //!   committed.
+//! - `read_lease`: [`ReadLease`], whether a member that believes it leads
+//!   may answer a read.
 
 mod durable_index;
 mod pipeline;
 mod policy;
+mod read_lease;
 mod replica;
 mod request;
 mod snapshotter;
@@ -25,6 +28,7 @@ pub use pipeline::{
     WriteHandle,
 };
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
+pub use read_lease::{ReadLease, ReadRefused};
 pub use replica::{
     ApplyOutcome, CONFIRM_FLAG, CommittedEntry, DecidedBatch, ProposalChain, Proposer,
     ReplicaControl, ReplicaPipeline, WriteReply, WriterStopped, proposal_epoch,

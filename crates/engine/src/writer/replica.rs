@@ -90,6 +90,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::pipeline::{Message, PipelineConfig, PipelineExit, Request, WriteHandle};
+use super::read_lease::ReadLease;
 use super::request::{LeaderHint, WriteError, WriteOp, WriteOutcome};
 use crate::store::{Op, StoreError};
 use uuidmap_index::sync::LsnWatermark;
@@ -254,6 +255,7 @@ impl ReplicaPipeline {
         watermark: Arc<LsnWatermark>,
         proposer: Box<dyn Proposer>,
         on_stall: Box<dyn Fn() + Send>,
+        lease: Arc<ReadLease>,
     ) -> std::io::Result<ReplicaPipeline> {
         let (handle, rx) = WriteHandle::new(config);
         let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -262,6 +264,7 @@ impl ReplicaPipeline {
             watermark,
             proposer,
             on_stall,
+            lease,
             deferred: VecDeque::new(),
             stats: handle.stats_arc(),
             role: Role::Following(None),
@@ -349,6 +352,8 @@ struct ReplicaThread {
     watermark: Arc<LsnWatermark>,
     proposer: Box<dyn Proposer>,
     on_stall: Box<dyn Fn() + Send>,
+    /// Told when the gate is passed, and when the writer stops deciding.
+    lease: Arc<ReadLease>,
     /// Batches that arrived while the gate was pending.
     deferred: VecDeque<Request>,
     stats: Arc<super::PipelineStats>,
@@ -448,6 +453,7 @@ impl ReplicaThread {
                 let _ = done.send(outcome);
             }
             Control::Lead(term) => {
+                self.lease.set_ready(0);
                 self.drop_pending(None);
                 self.epoch += 1;
                 let gate = self.epoch << 32;
@@ -463,6 +469,7 @@ impl ReplicaThread {
                 self.proposer.propose(batch, reply);
             }
             Control::Follow(leader) => {
+                self.lease.set_ready(0);
                 self.drop_pending(leader.clone());
                 self.refuse_deferred(leader.clone());
                 self.role = Role::Following(leader);
@@ -503,6 +510,7 @@ impl ReplicaThread {
         let leads = matches!(self.role, Role::Leading(_) | Role::Gating { .. });
         if leads && proposal_epoch(seq) == self.epoch {
             self.role = Role::Following(None);
+            self.lease.set_ready(0);
             (self.on_stall)();
             self.drop_pending(None);
             self.refuse_deferred(None);
@@ -524,6 +532,7 @@ impl ReplicaThread {
             return false;
         }
         self.role = Role::Leading(term);
+        self.lease.set_ready(term);
         // Every proposal before the gate is applied or void.
         self.applied_own = self.last_proposed;
         true

@@ -1,0 +1,136 @@
+//! [`ReadLease`]: whether a replica group member may answer a read from its
+//! own index as the leader (docs/replication.md, section 6).
+//!
+//! Reads on the leader are linearizable; reads on a follower answer from
+//! its index as applied (with `min_lsn` for read-your-writes). A member
+//! that believes it leads answers a read only while:
+//! - its writer has passed its gate in the current term (every entry
+//!   committed before the term began is applied: a new leader has not
+//!   always applied what its predecessor acknowledged), and
+//! - its *lease* holds: a majority acknowledged it less than the lease
+//!   ago (openraft's leader lease; its followers vote for no one else
+//!   meanwhile, so no other leader can have acknowledged a write).
+//!
+//! Otherwise the read is refused ([`ReadRefused`]): a leader cut off from
+//! the others, whose lease ran out, must not answer from an index that a
+//! new leader may have moved past. The state lives in atomics: the check
+//! is two loads and a clock read, no lock, no allocation.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+/// Why a member that believes it leads did not answer a read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReadRefused {
+    /// The leader's lease ran out: a majority has not acknowledged it
+    /// lately (it may be cut off, and another may lead).
+    #[error(
+        "this server leads its replica group but cannot confirm it still does (no majority \
+         acknowledged it within its lease: cut off from the others?); retry, or read from \
+         another member"
+    )]
+    LeaseExpired,
+    /// A new leader that has not yet applied what its predecessor
+    /// committed.
+    #[error(
+        "this server was just elected leader and is applying what the previous leader \
+         committed; retry in a moment"
+    )]
+    NotReady,
+}
+
+/// A member's read lease (module docs).
+#[derive(Debug)]
+pub struct ReadLease {
+    base: Instant,
+    /// openraft says this member leads, in `term`.
+    leading: AtomicBool,
+    term: AtomicU64,
+    /// The lease holds until this many ns after `base` (`u64::MAX`: a
+    /// group of one, whose lease always holds).
+    until_ns: AtomicU64,
+    /// The term whose gate the writer passed (0: none: not leading).
+    ready_term: AtomicU64,
+}
+
+impl Default for ReadLease {
+    fn default() -> Self {
+        ReadLease {
+            base: Instant::now(),
+            leading: AtomicBool::new(false),
+            term: AtomicU64::new(0),
+            until_ns: AtomicU64::new(0),
+            ready_term: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ReadLease {
+    /// Whether a read may be answered now (module docs). A member that does
+    /// not believe it leads answers as a follower.
+    pub fn admit(&self) -> Result<(), ReadRefused> {
+        if !self.leading.load(Relaxed) {
+            return Ok(());
+        }
+        let term = self.term.load(Relaxed);
+        if self.ready_term.load(Relaxed) != term {
+            return Err(ReadRefused::NotReady);
+        }
+        let until = self.until_ns.load(Relaxed);
+        if until != u64::MAX && (self.base.elapsed().as_nanos() as u64) >= until {
+            return Err(ReadRefused::LeaseExpired);
+        }
+        Ok(())
+    }
+
+    /// openraft says this member leads `term`, and its lease holds until
+    /// `until` (`None`: always, a group of one).
+    pub fn lead(&self, term: u64, until: Option<Instant>) {
+        let until_ns = match until {
+            None => u64::MAX,
+            Some(t) => t.saturating_duration_since(self.base).as_nanos() as u64,
+        };
+        self.until_ns.store(until_ns, Relaxed);
+        self.term.store(term, Relaxed);
+        self.leading.store(true, Relaxed);
+    }
+
+    /// This member does not lead.
+    pub fn follow(&self) {
+        self.leading.store(false, Relaxed);
+    }
+
+    /// The writer passed its gate in `term` (0: it stopped deciding).
+    pub(crate) fn set_ready(&self, term: u64) {
+        self.ready_term.store(term, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_leader_answers_only_once_ready_and_within_its_lease() {
+        let lease = ReadLease::default();
+        assert_eq!(lease.admit(), Ok(()), "a follower answers");
+        lease.lead(3, Some(Instant::now() + Duration::from_secs(60)));
+        assert_eq!(lease.admit(), Err(ReadRefused::NotReady));
+        lease.set_ready(2);
+        assert_eq!(
+            lease.admit(),
+            Err(ReadRefused::NotReady),
+            "an older term's gate"
+        );
+        lease.set_ready(3);
+        assert_eq!(lease.admit(), Ok(()));
+        lease.lead(3, Some(Instant::now()));
+        assert_eq!(lease.admit(), Err(ReadRefused::LeaseExpired));
+        lease.lead(3, None);
+        assert_eq!(lease.admit(), Ok(()), "a group of one");
+        lease.follow();
+        lease.set_ready(0);
+        assert_eq!(lease.admit(), Ok(()), "a follower again");
+    }
+}
