@@ -13,15 +13,25 @@
 #   tools/bench-cluster.sh
 #
 # Prints each run's writes/s and, per set-up, the median (min-max) and the
-# group's median as a share of the single node's. Knobs (environment):
-# ROUNDS (default 3), SECS (seconds per run, default 5), TASKS (default
-# 64), UUIDMAP_BIN (a built binary; default: build target/release/uuidmap).
+# group's median as a share of the single node's.
+#
+# MODE=reads measures lookups instead (issue 15's "follower lookups keep
+# their single-node rates"): ENTRIES entries are put first (through the
+# group's leader), then `uuidmap bench --op lookup --keys 100` runs
+# against the single node, and against one follower of the group alone.
+#
+# Knobs (environment): MODE (writes or reads, default writes), ROUNDS
+# (default 3), SECS (seconds per run, default 5), TASKS (default 64),
+# ENTRIES (MODE=reads, default 100000), UUIDMAP_BIN (a built binary;
+# default: build target/release/uuidmap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 TASKS=${TASKS:-64}
+MODE=${MODE:-writes}
+ENTRIES=${ENTRIES:-100000}
 if [ -z "${UUIDMAP_BIN:-}" ]; then
   cargo build --release --bin uuidmap >&2
   bin=$root/target/release/uuidmap
@@ -68,9 +78,29 @@ wait_writable() { # servers: until a put is taken (15 s)
   return 1
 }
 
-bench() { # servers -> writes/s
-  "$bin" bench --op put --tasks "$TASKS" --secs "$SECS" --json --server "$1" |
-    tail -1 | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["wrong"]==0; print(round(d["calls_per_s"]))'
+json_field() { # field: from bench's JSON line on stdin (no wrong answers, no misses)
+  tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['wrong']==0 and d.get('misses',0)==0, d; print(round(d['$1']))"
+}
+
+bench() { # servers -> writes/s, or (MODE=reads) lookups/s of keys
+  if [ "$MODE" = reads ]; then
+    "$bin" bench --op put --tasks "$TASKS" --secs 1 --json --entries "$ENTRIES" \
+      --load "$ENTRIES" --server "$1" >/dev/null
+    local target=$1
+    if [ -n "${2:-}" ]; then target=$2; fi
+    sleep 1
+    "$bin" bench --op lookup --keys 100 --tasks "$TASKS" --secs "$SECS" --json \
+      --entries "$ENTRIES" --server "$target" | json_field keys_per_s
+  else
+    "$bin" bench --op put --tasks "$TASKS" --secs "$SECS" --json --server "$1" |
+      json_field calls_per_s
+  fi
+}
+
+follower_of() { # servers -> the URL of one member that does not lead
+  local leader
+  leader=$("$bin" cluster status --server "$1" | awk '$1 == "leader_url" {print $2}')
+  tr ',' '\n' <<<"$1" | grep -vxF "$leader" | head -1
 }
 
 run_single() { # round -> writes/s
@@ -96,12 +126,24 @@ run_group() { # round -> writes/s
   pids+=("$pid")
   local urls="http://127.0.0.1:$base,http://127.0.0.1:$((base + 10)),http://127.0.0.1:$((base + 20))"
   wait_writable "$urls"
-  bench "$urls"
+  if [ "$MODE" = reads ]; then
+    local follower
+    follower=$(follower_of "$urls")
+    if [ -z "$follower" ]; then
+      echo "no follower found among $urls" >&2
+      exit 1
+    fi
+    bench "$urls" "$follower"
+  else
+    bench "$urls"
+  fi
   kill -TERM "$pid"
   wait "$pid" || true
 }
 
-echo "== $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $TASKS writers, $SECS s per run, $ROUNDS rounds"
+unit="writes/s"
+[ "$MODE" = reads ] && unit="keys/s (lookups of 100 keys, on a follower for the group)"
+echo "== $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $TASKS tasks, $SECS s per run, $ROUNDS rounds; $unit"
 single=()
 group=()
 for r in $(seq 1 "$ROUNDS"); do
@@ -112,11 +154,11 @@ for r in $(seq 1 "$ROUNDS"); do
   fi
   single+=("$s")
   group+=("$g")
-  echo "round $r: single $s writes/s, group of 3 $g writes/s (load $(cut -d' ' -f1 /proc/loadavg))"
+  echo "round $r: single $s, group of 3 $g (load $(cut -d' ' -f1 /proc/loadavg))"
 done
 sm=$(printf '%s\n' "${single[@]}" | median)
 gm=$(printf '%s\n' "${group[@]}" | median)
-echo "| set-up | writes/s, median (min-max) |"
+echo "| set-up | $unit, median (min-max) |"
 echo "| --- | --- |"
 echo "| single node, fsync always | $(printf '%s\n' "${single[@]}" | median_range) |"
 echo "| group of 3, fsync always, one machine | $(printf '%s\n' "${group[@]}" | median_range) |"
