@@ -21,6 +21,20 @@ async fn bind() -> (TcpListener, SocketAddr) {
     (l, a)
 }
 
+/// `Get` of key `k` on `server`, once it has applied `min_lsn`.
+async fn get_at(server: &TestServer, k: u128, min_lsn: u64) -> pb::GetResponse {
+    server
+        .client()
+        .await
+        .get(pb::GetRequest {
+            key: b(u(k)),
+            min_lsn,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 fn put(k: u128, v: u128) -> pb::PutRequest {
     pb::PutRequest {
         key: b(u(k)),
@@ -51,17 +65,10 @@ async fn a_group_of_one_serves_and_keeps_its_data_over_a_restart() {
     let server =
         TestServer::start_member(member_config(dir.path(), 1, a, ra, vec![], true), l, r).await;
     let lsn = put_when_leading(&server, 1, 0xa).await;
-    let mut c = server.client().await;
-    let got = c
-        .get(pb::GetRequest {
-            key: b(u(1)),
-            min_lsn: lsn,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = get_at(&server, 1, lsn).await;
     assert_eq!(got.value, Some(b(u(0xa))));
     assert!(got.applied_lsn >= lsn);
+    let mut c = server.client().await;
     let cas = c
         .compare_and_set(pb::CompareAndSetRequest {
             key: b(u(1)),
@@ -94,15 +101,7 @@ async fn a_group_of_one_serves_and_keeps_its_data_over_a_restart() {
         TestServer::start_member(member_config(dir.path(), 1, a, ra, vec![], true), l, r).await;
     let later = put_when_leading(&server, 2, 0xb).await;
     assert!(later > lsn, "LSNs go on: {later} after {lsn}");
-    let mut c = server.client().await;
-    let got = c
-        .get(pb::GetRequest {
-            key: b(u(1)),
-            min_lsn: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = get_at(&server, 1, 0).await;
     assert_eq!(got.value, Some(b(u(0xa))), "kept over the restart");
     server.stop().await.expect("a clean stop");
 }
@@ -259,17 +258,7 @@ async fn stats_and_cluster_status_show_each_members_view_of_the_group() {
         .lsn;
     let follower = (leader + 1) % 3;
     // The follower applies the write before it is asked.
-    group
-        .member(follower)
-        .unwrap()
-        .client()
-        .await
-        .get(pb::GetRequest {
-            key: b(u(3)),
-            min_lsn: lsn,
-        })
-        .await
-        .unwrap();
+    get_at(group.member(follower).unwrap(), 3, lsn).await;
     let l = cluster_stats(group.member(leader).unwrap()).await;
     assert_eq!(l.node_id, leader as u64 + 1);
     assert_eq!(l.role, "leader");
@@ -357,18 +346,7 @@ async fn members_are_added_promoted_replaced_and_a_wiped_one_re_added() {
     assert_eq!(m.voters, vec![1, 2, 3, 4]);
     // It holds what was written before it joined (a read with min_lsn
     // waits until it applied the membership change).
-    let got = group
-        .member(fourth)
-        .unwrap()
-        .client()
-        .await
-        .get(pb::GetRequest {
-            key: b(u(7)),
-            min_lsn: m.lsn,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = get_at(group.member(fourth).unwrap(), 7, m.lsn).await;
     assert_eq!(got.value, Some(b(u(107))));
     let on_fourth = Client::builder().endpoints([url.clone()]).build().unwrap();
     let status = on_fourth.cluster_status().await.unwrap();
@@ -402,18 +380,7 @@ async fn members_are_added_promoted_replaced_and_a_wiped_one_re_added() {
     client.add_learner(id, &raftw, &urlw).await.unwrap();
     let m = client.promote(&[id]).await.unwrap();
     assert!(m.voters.contains(&id), "{m:?}");
-    let got = group
-        .member(wiped)
-        .unwrap()
-        .client()
-        .await
-        .get(pb::GetRequest {
-            key: b(u(21)),
-            min_lsn: m.lsn,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = get_at(group.member(wiped).unwrap(), 21, m.lsn).await;
     assert_eq!(got.value, Some(b(u(121))));
 
     // Refusals in words: promoting a node that is not a learner; a single

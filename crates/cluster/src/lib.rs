@@ -30,8 +30,9 @@
 //! - [`wire`]: the conversions between those types and the messages of the
 //!   `uuidmap.raft.v1` service, and [`WireError`] for what does not convert.
 //!
-//! Stages 0–4 of the plan, most of 3: the server does not start a member
-//! yet.
+//! Stages 0–4 and 7 of the plan, most of 3, parts of 6, 8 and 9 (see
+//! docs/replication.md); the server starts a member with `serve
+//! --node-id` (the server crate's `member` module).
 
 #![warn(missing_docs, unreachable_pub)]
 

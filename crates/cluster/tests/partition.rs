@@ -94,6 +94,38 @@ async fn call(
     }
 }
 
+/// A group of three whose member `i` dials member `j` through
+/// `proxies[(i, j)]`.
+async fn proxied_group() -> (Vec<ReplicaNode>, HashMap<(u64, u64), FaultProxy>) {
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let addrs: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let mut proxies = HashMap::new();
+    let mut overrides: HashMap<u64, HashMap<u64, String>> = HashMap::new();
+    for i in 1..=3u64 {
+        for j in (1..=3u64).filter(|&j| j != i) {
+            let p = FaultProxy::start(addrs[j as usize - 1]).await;
+            overrides
+                .entry(i)
+                .or_default()
+                .insert(j, p.addr.to_string());
+            proxies.insert((i, j), p);
+        }
+    }
+    (ReplicaNode::group_on(listeners, overrides).await, proxies)
+}
+
+/// Cuts member `id` off from the others, both ways (`on`), or heals.
+fn isolate(proxies: &HashMap<(u64, u64), FaultProxy>, id: u64, on: bool) {
+    for ((i, j), p) in proxies {
+        if *i == id || *j == id {
+            p.partition(on);
+        }
+    }
+}
+
 /// One client: calls on random keys until `stop`, recording each.
 async fn client(
     nodes: Arc<Vec<ReplicaNode>>,
@@ -185,27 +217,8 @@ async fn client(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_leader_acknowledges_nothing_and_the_histories_stay_linearizable() {
-    let mut listeners = Vec::new();
-    for _ in 0..3 {
-        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
-    }
-    let addrs: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-    // Member i dials member j through proxies[(i, j)].
-    let mut proxies: HashMap<(u64, u64), FaultProxy> = HashMap::new();
-    let mut overrides: HashMap<u64, HashMap<u64, String>> = HashMap::new();
-    for i in 1..=3u64 {
-        for j in 1..=3u64 {
-            if i != j {
-                let p = FaultProxy::start(addrs[j as usize - 1]).await;
-                overrides
-                    .entry(i)
-                    .or_default()
-                    .insert(j, p.addr.to_string());
-                proxies.insert((i, j), p);
-            }
-        }
-    }
-    let nodes = Arc::new(ReplicaNode::group_on(listeners, overrides).await);
+    let (nodes, proxies) = proxied_group().await;
+    let nodes = Arc::new(nodes);
     let l = writable_leader(&nodes).await;
     let leader_id = l as u64 + 1;
 
@@ -227,11 +240,7 @@ async fn an_isolated_leader_acknowledges_nothing_and_the_histories_stay_lineariz
     tokio::time::sleep(Duration::from_millis(800)).await;
 
     // Cut the leader off, both ways.
-    for ((i, j), p) in &proxies {
-        if *i == leader_id || *j == leader_id {
-            p.partition(true);
-        }
-    }
+    isolate(&proxies, leader_id, true);
     // A reader that keeps asking the cut-off leader, as a client that has
     // not noticed would: it must never be answered from a stale index.
     let stale_reader = {
@@ -310,9 +319,7 @@ async fn an_isolated_leader_acknowledges_nothing_and_the_histories_stay_lineariz
     // Heal; let the clients go on a while, then stop them.
     stale_reader.1.store(true, SeqCst);
     let stale_reads = stale_reader.0.await.unwrap();
-    for p in proxies.values() {
-        p.partition(false);
-    }
+    isolate(&proxies, leader_id, false);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     stop.store(true, SeqCst);
     let stale_answered = stale_reads.iter().filter(|o| o.returned.is_some()).count();
@@ -359,24 +366,7 @@ async fn an_isolated_leader_acknowledges_nothing_and_the_histories_stay_lineariz
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_leader_never_answers_a_read_from_its_stale_index() {
-    let mut listeners = Vec::new();
-    for _ in 0..3 {
-        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
-    }
-    let addrs: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-    let mut proxies: HashMap<(u64, u64), FaultProxy> = HashMap::new();
-    let mut overrides: HashMap<u64, HashMap<u64, String>> = HashMap::new();
-    for i in 1..=3u64 {
-        for j in (1..=3u64).filter(|&j| j != i) {
-            let p = FaultProxy::start(addrs[j as usize - 1]).await;
-            overrides
-                .entry(i)
-                .or_default()
-                .insert(j, p.addr.to_string());
-            proxies.insert((i, j), p);
-        }
-    }
-    let nodes = ReplicaNode::group_on(listeners, overrides).await;
+    let (nodes, proxies) = proxied_group().await;
     let l = writable_leader(&nodes).await;
     let leader_id = l as u64 + 1;
     let put = |v| {
@@ -406,11 +396,7 @@ async fn a_cut_off_leader_never_answers_a_read_from_its_stale_index() {
     // Cut it off. No write reaches it from now on, so nothing tells its
     // writer that it lost its lease; the majority elects a leader and
     // takes a new value.
-    for ((i, j), p) in &proxies {
-        if *i == leader_id || *j == leader_id {
-            p.partition(true);
-        }
-    }
+    isolate(&proxies, leader_id, true);
     let others: Vec<&ReplicaNode> = nodes.iter().filter(|n| n.id() != leader_id).collect();
     let until = Instant::now() + Duration::from_secs(15);
     'written: loop {
@@ -441,9 +427,7 @@ async fn a_cut_off_leader_never_answers_a_read_from_its_stale_index() {
             Ok(other) => panic!("{other:?}"),
         }
     }
-    for p in proxies.values() {
-        p.partition(false);
-    }
+    isolate(&proxies, leader_id, false);
     for n in nodes {
         n.stop().await;
     }

@@ -317,12 +317,7 @@ impl Pipeline {
 
     fn stop_thread(&mut self) -> Option<PipelineExit> {
         let thread = self.thread.take()?;
-        // If the thread is gone already, the send fails and join says why.
-        self.handle.send_stop();
-        match thread.join() {
-            Ok(exit) => Some(exit),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        Some(self.handle.stop_and_join(thread))
     }
 }
 
@@ -345,6 +340,17 @@ impl WriteHandle {
             stats: Arc::new(PipelineStats::default()),
         };
         (handle, rx)
+    }
+
+    /// Asks `thread` (this handle's writer thread) to stop and waits for
+    /// it; a panic on it is resumed here.
+    pub(super) fn stop_and_join(&self, thread: JoinHandle<PipelineExit>) -> PipelineExit {
+        // If the thread is gone already, the send fails and join says why.
+        self.send_stop();
+        match thread.join() {
+            Ok(exit) => exit,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 
     /// Refuses later writes and asks the thread to stop (retrying while

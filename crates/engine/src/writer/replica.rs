@@ -310,11 +310,7 @@ impl ReplicaPipeline {
 
     fn stop_thread(&mut self) -> Option<PipelineExit> {
         let thread = self.thread.take()?;
-        self.handle.send_stop();
-        match thread.join() {
-            Ok(exit) => Some(exit),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        Some(self.handle.stop_and_join(thread))
     }
 }
 

@@ -68,19 +68,7 @@ impl Member {
             .await
             .expect("openraft starts");
         let service = RaftService::new(raft.clone(), dir.path().to_path_buf()).into_server();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
-                    async {
-                        let _ = stopped.await;
-                    },
-                )
-                .await
-                .expect("the Raft service runs");
-        });
+        let (stop, server) = super::serve_raft(service, listener);
         Member {
             id,
             raft,

@@ -11,3 +11,40 @@ mod replica_node;
 pub use kv_machine::{KvMachine, KvSnapshot, KvState};
 pub use member::{Member, leader};
 pub use replica_node::{ReplicaNode, writable_leader};
+
+/// A Raft service served on `listener` until the sender is used (or
+/// dropped); the task ends when it has stopped.
+pub(crate) fn serve_raft<S>(
+    service: S,
+    listener: tokio::net::TcpListener,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+)
+where
+    S: tower_service::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + tonic::server::NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            )
+            .await
+            .expect("the Raft service runs");
+    });
+    (stop, server)
+}

@@ -39,19 +39,7 @@ impl ReplicaNode {
         config.peer_overrides = overrides;
         let replica = Replica::start(config).await.expect("the member starts");
         let service = replica.raft_service();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
-                    async {
-                        let _ = stopped.await;
-                    },
-                )
-                .await
-                .expect("the Raft service runs");
-        });
+        let (stop, server) = super::serve_raft(service, listener);
         ReplicaNode {
             replica,
             node: ClusterNode {
