@@ -383,10 +383,25 @@ async fn members_are_added_promoted_replaced_and_a_wiped_one_re_added() {
     let got = get_at(group.member(wiped).unwrap(), 21, m.lsn).await;
     assert_eq!(got.value, Some(b(u(121))));
 
-    // Refusals in words: promoting a node that is not a learner; a single
-    // node has no group.
+    // Refusals in words: promoting a node that is not a learner, a node
+    // given with a bad address or id; a single node has no group.
     let e = client.promote(&[9]).await.unwrap_err();
     assert!(e.to_string().contains("refused"), "{e}");
+    let e = client
+        .add_learner(6, "no-port", "http://h:1")
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("INVALID_ARGUMENT") && e.to_string().contains("not host:port"),
+        "{e}"
+    );
+    let e = client
+        .add_learner(0, "h:1", "http://h:2")
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("node ids start at 1"), "{e}");
+    let e = client.remove_members(&[]).await.unwrap_err();
+    assert!(e.to_string().contains("at least one node"), "{e}");
     group.stop().await;
     let dir = tempfile::tempdir().unwrap();
     let single = TestServer::start(dir.path()).await;
