@@ -30,11 +30,12 @@ pub enum ReadRefused {
          another member"
     )]
     LeaseExpired,
-    /// A new leader that has not yet applied what its predecessor
-    /// committed.
+    /// A leader whose writer has not passed its gate in this term: just
+    /// elected (it is applying what its predecessor committed), or
+    /// stalled by a refused proposal until its next gate.
     #[error(
-        "this server was just elected leader and is applying what the previous leader \
-         committed; retry in a moment"
+        "this server leads its replica group but is not ready to answer yet (just elected, it \
+         is applying what the previous leader committed); retry in a moment"
     )]
     NotReady,
 }
@@ -72,13 +73,14 @@ impl ReadLease {
         if !self.leading.load(Relaxed) {
             return Ok(());
         }
-        let term = self.term.load(Relaxed);
-        if self.ready_term.load(Relaxed) != term {
-            return Err(ReadRefused::NotReady);
-        }
+        // The lease first: a leader cut off from the others also stops
+        // deciding (its proposals are refused), and should say why.
         let until = self.until_ns.load(Relaxed);
         if until != u64::MAX && (self.base.elapsed().as_nanos() as u64) >= until {
             return Err(ReadRefused::LeaseExpired);
+        }
+        if self.ready_term.load(Relaxed) != self.term.load(Relaxed) {
+            return Err(ReadRefused::NotReady);
         }
         Ok(())
     }
@@ -127,6 +129,13 @@ mod tests {
         assert_eq!(lease.admit(), Ok(()));
         lease.lead(3, Some(Instant::now()));
         assert_eq!(lease.admit(), Err(ReadRefused::LeaseExpired));
+        lease.set_ready(0);
+        assert_eq!(
+            lease.admit(),
+            Err(ReadRefused::LeaseExpired),
+            "a stalled leader without a lease says so"
+        );
+        lease.set_ready(3);
         lease.lead(3, None);
         assert_eq!(lease.admit(), Ok(()), "a group of one");
         lease.follow();
