@@ -299,6 +299,20 @@ fn check(dir: &std::path::Path, verify: bool, mode: Mode) -> Result<(), String> 
     if !dir.is_dir() {
         return Err(format!("{} is not a directory", dir.display()));
     }
+    // A member's WAL is its Raft log: a repair would cut entries the group
+    // may have committed, and a check would read it as a single node's.
+    if dir
+        .join(uuidmap::store::raft_state::RAFT_STATE_FILE)
+        .exists()
+    {
+        return Err(format!(
+            "{} holds the Raft log of a replica group member (its `raft-state` file): `check` \
+             and `repair` read a single node's data only. A member whose log is damaged is \
+             removed from its group (`uuidmap cluster remove`), its directory emptied, and \
+             added again (`uuidmap cluster add`)",
+            dir.display()
+        ));
+    }
     let options = uuidmap::store::recovery::RecoveryOptions {
         verify_checksums: verify,
         truncate_corrupt_wal: mode != Mode::Inspect,

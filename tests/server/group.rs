@@ -211,6 +211,27 @@ async fn a_directory_is_served_only_in_the_mode_that_wrote_it() {
         text.contains("replica group member") && text.contains("--node-id"),
         "{text}"
     );
+    // Nor do `check` and `repair` read a member's log as a single node's.
+    for command in ["check", "repair"] {
+        let dir = member_dir.path().to_path_buf();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"))
+                .arg(command)
+                .arg("--data-dir")
+                .arg(dir)
+                .env_remove("UUIDMAP_DATA_DIR")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{command}: {out:?}");
+        assert!(
+            stderr.contains("Raft log of a replica group member"),
+            "{command}: {stderr}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
