@@ -71,7 +71,8 @@
 //! decided is applied: an entry with no ops, logged (in this term only,
 //! behind every earlier proposal) and committed by a majority, which
 //! places the read in the log. One confirmation serves every refusal
-//! decided before it was proposed. If the leadership changes or the chain
+//! decided before it was proposed (it is proposed once the queue drains,
+//! or after a bounded number of inputs). If the leadership changes or the chain
 //! breaks first, the refusal is answered [`WriteError::NotLeader`]
 //! (nothing was logged, a retry is safe). Confirmations carry
 //! [`CONFIRM_FLAG`] in their proposal number; like gates, they are not
@@ -153,6 +154,10 @@ pub fn proposal_epoch(seq: u64) -> u64 {
 /// Marks the proposal number of a confirmation (module docs): an entry
 /// with no ops that places refused compare-and-sets in the log.
 pub const CONFIRM_FLAG: u64 = 1 << 63;
+
+/// A confirmation is proposed once the writer's queue is empty, or after
+/// this many inputs while one is wanted, whichever comes first.
+const CONFIRM_AFTER_INPUTS: usize = 256;
 
 /// Where the last batch applied sits in its leader's chain of proposals.
 /// Every replica keeps the same one, read from the log alone.
@@ -280,6 +285,7 @@ impl ReplicaPipeline {
             confirm_proposed: 0,
             confirm_applied: 0,
             confirm_wanted: None,
+            inputs_since_wanted: 0,
             ops: Vec::new(),
         };
         let thread = std::thread::Builder::new()
@@ -374,8 +380,10 @@ struct ReplicaThread {
     next_confirm: u64,
     confirm_proposed: u64,
     confirm_applied: u64,
-    /// A refusal waits for a confirmation not proposed yet (in this term).
+    /// A refusal waits for a confirmation not proposed yet (in this term),
+    /// and the inputs taken since.
     confirm_wanted: Option<u64>,
+    inputs_since_wanted: usize,
     ops: Vec<Op>,
 }
 
@@ -421,7 +429,12 @@ impl ReplicaThread {
                     ))));
                 }
             }
-            if rx.is_empty() {
+            // Under a queue that never drains, refusals would wait for
+            // ever: propose after a bounded number of inputs too.
+            if self.confirm_wanted.is_some() {
+                self.inputs_since_wanted += 1;
+            }
+            if rx.is_empty() || self.inputs_since_wanted >= CONFIRM_AFTER_INPUTS {
                 self.flush_confirmation();
             }
         }
@@ -702,6 +715,7 @@ impl ReplicaThread {
     /// Proposes the confirmation refusals wait for, if one is wanted and
     /// this member still leads the term they were decided in.
     fn flush_confirmation(&mut self) {
+        self.inputs_since_wanted = 0;
         let Some(term) = self.confirm_wanted.take() else {
             return;
         };
