@@ -102,6 +102,7 @@ fn rig() -> Rig {
             counted.fetch_add(1, AtomicOrdering::SeqCst);
         }),
         Arc::new(uuidmap::writer::ReadLease::default()),
+        uuidmap::writer::ProposalChain::default(),
     )
     .expect("the thread starts");
     Rig {

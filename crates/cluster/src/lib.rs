@@ -23,7 +23,8 @@
 //!   log, openraft and the tasks between them.
 //! - [`network`]: how a member calls the others (openraft's network over
 //!   tonic), and [`raft_service`]: what it serves them.
-//! - [`snapshot_file`]: a snapshot as a file.
+//! - [`snapshot_file`]: a snapshot as a file, and its Raft meta file.
+//! - [`snapshot_task`]: when a member takes a snapshot.
 //! - [`status`]: a member's view of its group, in plain types.
 //! - [`timing`]: openraft's configuration: timings for a busy machine, and
 //!   snapshots and purges left to our snapshotter.
@@ -45,6 +46,7 @@ pub mod node;
 pub mod raft_service;
 pub mod replica;
 pub mod snapshot_file;
+pub mod snapshot_task;
 pub mod state_machine;
 pub mod status;
 pub mod timing;

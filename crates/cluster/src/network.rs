@@ -227,6 +227,7 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
             meta: snapshot.meta,
             file_len,
             snapshot_lsn: file.snapshot_lsn,
+            chain: file.chain,
         };
         // The chunks are read on a blocking thread and handed to the
         // stream through a small channel (back-pressure: two chunks ahead).

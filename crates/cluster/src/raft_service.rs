@@ -60,6 +60,9 @@ fn stopping(e: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("this node's Raft is stopping: {e}"))
 }
 
+/// How the names of snapshot files being received start.
+pub const INCOMING_PREFIX: &str = "snapshot-incoming-";
+
 /// Names the incoming files apart within the process.
 static INCOMING: AtomicU64 = AtomicU64::new(0);
 
@@ -165,7 +168,7 @@ where
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
         let mut stream = request.into_inner();
         let path = self.snapshot_dir.join(format!(
-            "snapshot-incoming-{}-{}.tmp",
+            "{INCOMING_PREFIX}{}-{}.tmp",
             std::process::id(),
             INCOMING.fetch_add(1, Ordering::Relaxed)
         ));
@@ -182,6 +185,7 @@ where
             snapshot: SnapshotFile {
                 path: path.clone(),
                 snapshot_lsn: header.snapshot_lsn,
+                chain: header.chain,
             },
         };
         let installed = self.raft.install_full_snapshot(header.vote, snapshot).await;

@@ -5,9 +5,16 @@
 //! (`leadership`). The server serves its [`DurableIndex`] as it serves a
 //! single node's, and its Raft service besides.
 //!
-//! Started on a directory it wrote before, a member opens its log, and
-//! openraft applies the committed entries again: the index is rebuilt from
-//! the log (snapshots are stage 5 of docs/replication.md).
+//! Started on a directory it wrote before, a member maps its newest usable
+//! snapshot (one whose meta file reads back whole, whose segments pass
+//! their CRCs, and whose point the log still reaches), and openraft
+//! applies the committed entries after it; with no snapshot, the index is
+//! rebuilt from the whole log.
+//!
+//! The snapshot task takes a snapshot once `snapshot_entries` entries were
+//! applied since the last one (or `durable.snapshot_every` passed with
+//! any), then tells openraft, which purges the log behind it but
+//! `logs_to_keep` entries (the state machine's module docs).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -16,10 +23,12 @@ use std::sync::Arc;
 use openraft::Raft;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use uuidmap_engine::store::RestoredIndex;
 use uuidmap_engine::store::raft_state::RAFT_STATE_FILE;
+use uuidmap_engine::store::snapshot::{OpenOptions, open_snapshot};
 use uuidmap_engine::store::wal::WalOptions;
 use uuidmap_engine::store::{Io, OsIo, StoreError};
-use uuidmap_engine::writer::{DurableConfig, DurableIndex, WriteHandle};
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, ReplicaStart, WriteHandle};
 use uuidmap_index::Index;
 use uuidmap_index::sync::LsnWatermark;
 
@@ -27,8 +36,10 @@ use crate::UuidmapRaft;
 use crate::leadership::{proposal_channel, run_proposals, watch_leadership, watch_lease};
 use crate::log_store::{LogStats, LogStoreConfig, TAIL_ENTRIES, WalLogStore};
 use crate::network::GrpcNetworkFactory;
-use crate::raft_service::RaftService;
-use crate::state_machine::IndexStateMachine;
+use crate::raft_service::{INCOMING_PREFIX, RaftService};
+use crate::snapshot_file::{self, MemberSnapshot};
+use crate::snapshot_task::{SnapshotPolicy, take_snapshots};
+use crate::state_machine::{AppliedPoint, IndexStateMachine, SnapshotStore};
 use crate::timing::{RaftTiming, raft_config};
 
 /// openraft over the index.
@@ -58,7 +69,20 @@ pub struct ReplicaConfig {
     pub peer_overrides: HashMap<u64, String>,
     /// Entries the index is sized for at start.
     pub capacity: usize,
+    /// Take a snapshot once this many log entries were applied since the
+    /// last (0: only on `durable.snapshot_every`).
+    pub snapshot_entries: u64,
+    /// Log entries kept behind the newest snapshot: a follower further
+    /// behind is sent the snapshot instead.
+    pub logs_to_keep: u64,
 }
+
+/// The default of [`ReplicaConfig::snapshot_entries`]: a restart applies
+/// at most about this many entries (batches) after its snapshot.
+pub const SNAPSHOT_ENTRIES: u64 = 100_000;
+
+/// The default of [`ReplicaConfig::logs_to_keep`].
+pub const LOGS_TO_KEEP: u64 = 10_000;
 
 impl ReplicaConfig {
     /// Defaults for member `id` on `dir`: fsync every append, the
@@ -75,6 +99,8 @@ impl ReplicaConfig {
             durable: DurableConfig::new(dir.clone()),
             peer_overrides: HashMap::new(),
             capacity: 1 << 16,
+            snapshot_entries: SNAPSHOT_ENTRIES,
+            logs_to_keep: LOGS_TO_KEEP,
         }
     }
 }
@@ -115,6 +141,9 @@ impl Replica {
             tail_entries: TAIL_ENTRIES,
         })?;
         let log = store.stats();
+        let purged = store.purged_index();
+        remove_incoming(&config);
+        let start = open_newest_snapshot(&config, purged)?;
         let (proposer, proposals) = proposal_channel();
         let stalled = Arc::new(Notify::new());
         let on_stall = {
@@ -124,19 +153,44 @@ impl Replica {
         let mut durable = config.durable.clone();
         durable.dir = config.dir.clone();
         durable.io = config.io.clone();
+        let (point, start) = match start {
+            Some((snapshot, restored)) => {
+                let lsn = snapshot.meta.last_log_id.map_or(0, |l| l.index);
+                let start = ReplicaStart {
+                    restored,
+                    lsn,
+                    chain: snapshot.file.chain,
+                };
+                let point = AppliedPoint {
+                    log_id: snapshot.meta.last_log_id,
+                    membership: snapshot.meta.last_membership,
+                    chain: snapshot.file.chain,
+                };
+                (point, Some(start))
+            }
+            None => (AppliedPoint::default(), None),
+        };
         let (durable, control) = DurableIndex::open_replica(
             durable,
             config.capacity,
+            start,
             Box::new(proposer),
             Box::new(on_stall),
         )?;
+        let durable = Arc::new(durable);
+        let snapshots = SnapshotStore::new(
+            config.io.clone(),
+            config.dir.clone(),
+            durable.clone(),
+            point,
+        );
         let network = GrpcNetworkFactory {
             id: config.id,
             overrides: Arc::new(config.peer_overrides.clone()),
         };
-        let raft_config =
-            raft_config(&config.timing).map_err(|e| ReplicaError::Raft(e.to_string()))?;
-        let machine = IndexStateMachine::new(control.clone());
+        let raft_config = raft_config(&config.timing, config.logs_to_keep)
+            .map_err(|e| ReplicaError::Raft(e.to_string()))?;
+        let machine = IndexStateMachine::new(control.clone(), snapshots.clone());
         let raft = Raft::new(config.id, raft_config, network, store, machine)
             .await
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
@@ -151,12 +205,20 @@ impl Replica {
             tokio::spawn(run_proposals(proposals, raft.clone(), control.clone())),
             tokio::spawn(watch_leadership(raft.clone(), control, stalled)),
             tokio::spawn(watch_lease(raft.clone(), read_lease, lease)),
+            tokio::spawn(take_snapshots(
+                raft.clone(),
+                snapshots,
+                SnapshotPolicy {
+                    entries: config.snapshot_entries,
+                    every: config.durable.snapshot_every,
+                },
+            )),
         ];
         Ok(Replica {
             id: config.id,
             dir: config.dir,
             raft,
-            durable: Arc::new(durable),
+            durable,
             log,
             tasks,
         })
@@ -248,4 +310,60 @@ fn refuse_single_node_dir(config: &ReplicaConfig) -> Result<(), StoreError> {
         });
     }
     Ok(())
+}
+
+/// Removes what an interrupted snapshot transfer left (best effort).
+fn remove_incoming(config: &ReplicaConfig) {
+    let Ok(names) = config.io.list(&config.dir) else {
+        return;
+    };
+    for name in names.iter().filter(|n| n.starts_with(INCOMING_PREFIX)) {
+        let _ = config.io.remove(&config.dir.join(name));
+    }
+}
+
+/// The newest snapshot a member can start from (module docs), mapped;
+/// those that cannot serve are skipped with a warning. `purged`: the
+/// last index the log no longer holds. Refuses to start when the log is
+/// purged and no snapshot covers it: the member cannot be rebuilt here.
+fn open_newest_snapshot(
+    config: &ReplicaConfig,
+    purged: Option<u64>,
+) -> Result<Option<(MemberSnapshot, RestoredIndex)>, StoreError> {
+    let io = &*config.io;
+    for (lsn, path) in uuidmap_engine::store::snapshot::list_snapshots(io, &config.dir)? {
+        let snapshot = match snapshot_file::read_meta(io, &path, lsn) {
+            Ok(s) => s,
+            Err(reason) => {
+                tracing::warn!(snapshot = %path.display(), %reason, "skipping a snapshot without a usable meta file");
+                continue;
+            }
+        };
+        let point = snapshot.meta.last_log_id.map_or(0, |l| l.index);
+        if purged.is_some_and(|p| p > point) {
+            tracing::warn!(snapshot = %path.display(), point, ?purged, "skipping a snapshot older than the log's start");
+            continue;
+        }
+        match open_snapshot(io, &path, &OpenOptions::default()).and_then(|o| o.into_index()) {
+            Ok(restored) => {
+                tracing::info!(snapshot = %path.display(), point, "starting from a snapshot");
+                return Ok(Some((snapshot, restored)));
+            }
+            Err(e) => {
+                tracing::warn!(snapshot = %path.display(), error = %e, "skipping a damaged snapshot");
+            }
+        }
+    }
+    if let Some(purged) = purged {
+        return Err(StoreError::SnapshotCorrupt {
+            path: config.dir.clone(),
+            reason: format!(
+                "the Raft log is purged up to index {purged}, and no usable snapshot covers \
+                 it: this member cannot be rebuilt from its directory. Replace it: remove it \
+                 from the group (`uuidmap cluster remove`), empty its directory, and add it \
+                 again (`uuidmap cluster add`); it is sent a snapshot"
+            ),
+        });
+    }
+    Ok(None)
 }

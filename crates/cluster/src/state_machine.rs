@@ -11,20 +11,51 @@
 //! - A membership entry is recorded for [`applied_state`]; a blank entry
 //!   changes nothing. Both move the applied LSN on.
 //!
-//! Snapshots are stage 5 of the plan: until then this machine has none
-//! and builds none. openraft is configured never to ask on its own
-//! (`timing::raft_config`: `SnapshotPolicy::Never`), and no log is ever
-//! purged, so a restarted member rebuilds its index by applying its
-//! committed log again, from the start.
+//! # Snapshots (docs/replication.md, section 4)
+//!
+//! A member's snapshot is a snapshot file of its directory, taken while
+//! the writer goes on, with a meta file beside it (`snapshot_file`): the
+//! log id it covers, the membership there, and the proposal chain.
+//!
+//! - **Taking one** ([`SnapshotStore::take`], on the member's snapshot
+//!   task): after each applied chunk this machine records its *applied
+//!   point* (log id, membership, chain), once the writer has published
+//!   that LSN. A snapshot reads the point, then copies the segments; every
+//!   segment's capture LSN is at least the watermark at its copy, so at
+//!   least the point: the log after the point, applied to the file,
+//!   gives the state exactly (blind writes, in log order). The meta says
+//!   the point. Then openraft is told (`trigger().snapshot()`): its
+//!   builder hands back the file just written, and openraft purges the
+//!   log behind it, keeping `ReplicaConfig::logs_to_keep` entries.
+//! - **Installing one** ([`RaftStateMachine::install_snapshot`]): the
+//!   received file is checked (header and every segment's CRC), its meta
+//!   written, then it is renamed into place and mapped, as a restart maps
+//!   one; the writer makes the index's contents the file's
+//!   (`ReplicaControl::load`), and reads are refused until the log is
+//!   applied up to the file's own LSN (its largest capture). Every other
+//!   snapshot is removed.
+//! - **Restarting**: the member starts from its newest usable snapshot
+//!   (`replica.rs`), mapped in place, and openraft applies the log after
+//!   its point.
+//!
+//! A snapshot is not taken while the index is catching up after a load:
+//! its segments then hold writes past the applied LSN.
 //!
 //! [`applied_state`]: RaftStateMachine::applied_state
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::StreamExt;
 use openraft::EntryPayload;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine, Snapshot};
-use uuidmap_engine::writer::{CommittedEntry, ReplicaControl};
+use uuidmap_engine::store::snapshot::{OpenOptions, open_snapshot, snapshot_path, write_snapshot};
+use uuidmap_engine::store::{Io, StoreError};
+use uuidmap_engine::writer::{
+    CommittedEntry, DurableIndex, LoadedSnapshot, ProposalChain, ReplicaControl,
+};
 
-use crate::snapshot_file::SnapshotFile;
+use crate::snapshot_file::{self, MemberSnapshot, SnapshotFile};
 use crate::types::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership};
 use crate::{Applied, ClusterNode, UuidmapRaft};
 
@@ -35,22 +66,166 @@ pub type IndexSnapshot = Snapshot<CommittedLeaderId, u64, ClusterNode, SnapshotF
 /// is applied (and made visible) in steps.
 const APPLY_CHUNK: usize = 1024;
 
+/// Where the applied state stands: what a snapshot taken now records
+/// (module docs).
+#[derive(Clone, Debug, Default)]
+pub struct AppliedPoint {
+    /// The last entry applied.
+    pub log_id: Option<LogId>,
+    /// The membership in force there.
+    pub membership: StoredMembership,
+    /// The proposal chain there.
+    pub chain: ProposalChain,
+}
+
+/// A member's snapshots: taking them, and finding them (module docs).
+#[derive(Clone)]
+pub struct SnapshotStore {
+    io: Arc<dyn Io>,
+    dir: PathBuf,
+    durable: Arc<DurableIndex>,
+    point: Arc<Mutex<AppliedPoint>>,
+}
+
+impl SnapshotStore {
+    /// The snapshots of `durable` in `dir`, starting from `point`.
+    pub fn new(
+        io: Arc<dyn Io>,
+        dir: PathBuf,
+        durable: Arc<DurableIndex>,
+        point: AppliedPoint,
+    ) -> SnapshotStore {
+        SnapshotStore {
+            io,
+            dir,
+            durable,
+            point: Arc::new(Mutex::new(point)),
+        }
+    }
+
+    /// The applied point now.
+    pub fn point(&self) -> AppliedPoint {
+        self.point
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_point(&self, point: AppliedPoint) {
+        *self.point.lock().unwrap_or_else(PoisonError::into_inner) = point;
+    }
+
+    /// Whether the index is a prefix of the log now (not catching up
+    /// after loading a snapshot).
+    pub fn is_consistent(&self) -> bool {
+        let applied = self.durable.watermark().current();
+        self.durable
+            .read_lease()
+            .is_none_or(|lease| lease.is_consistent_at(applied))
+    }
+
+    /// Takes a snapshot now, while the writer goes on (module docs), and
+    /// returns it; `None` when there is nothing to take yet (nothing
+    /// applied, or catching up after a load). Blocks: call it on a
+    /// blocking thread.
+    pub fn take(&self) -> Result<Option<MemberSnapshot>, StoreError> {
+        let point = self.point();
+        if point.log_id.is_none() || !self.is_consistent() {
+            return Ok(None);
+        }
+        let watermark = self.durable.watermark().clone();
+        let info = write_snapshot(
+            &*self.io,
+            &self.dir,
+            self.durable.index(),
+            &|| watermark.current(),
+            // Every write in the file is of a committed entry: were this
+            // member's copy of the log lost past the point, the group
+            // still holds it, and reads wait until it is applied again
+            // (`ReadLease::set_consistent_from`, set at every start).
+            &|_| Ok(()),
+        )?;
+        // An unchanged index: the file already there keeps its own meta.
+        if let Ok(found) = snapshot_file::read_meta(&*self.io, &info.path, info.lsn) {
+            snapshot_file::prune(&*self.io, &self.dir, &info.path, 1);
+            return Ok(Some(found));
+        }
+        let point_lsn = point.log_id.map_or(0, |l| l.index);
+        if info.min_capture_lsn < point_lsn {
+            return Err(StoreError::SnapshotCorrupt {
+                path: info.path,
+                reason: format!(
+                    "its smallest capture LSN {} is below the applied point {point_lsn} read \
+                     before it was taken",
+                    info.min_capture_lsn
+                ),
+            });
+        }
+        let taken = MemberSnapshot {
+            meta: SnapshotMeta {
+                last_log_id: point.log_id,
+                last_membership: point.membership,
+            },
+            file: SnapshotFile {
+                path: info.path,
+                snapshot_lsn: info.lsn,
+                chain: point.chain,
+            },
+        };
+        snapshot_file::write_meta(&*self.io, &self.dir, &taken.meta, &taken.file)?;
+        snapshot_file::prune(&*self.io, &self.dir, &taken.file.path, 1);
+        Ok(Some(taken))
+    }
+
+    /// The newest usable snapshot in the directory.
+    pub fn newest(&self) -> Result<Option<MemberSnapshot>, StoreError> {
+        snapshot_file::newest(&*self.io, &self.dir)
+    }
+}
+
+fn storage_error(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, std::io::Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(storage_error)?
+        .map_err(storage_error)
+}
+
 /// openraft's state machine over the index (module docs).
 pub struct IndexStateMachine {
     control: ReplicaControl,
     applied: Option<LogId>,
     membership: StoredMembership,
+    chain: ProposalChain,
+    snapshots: SnapshotStore,
 }
 
 impl IndexStateMachine {
     /// The machine that applies through `control`, over an index that
-    /// holds nothing yet.
-    pub fn new(control: ReplicaControl) -> IndexStateMachine {
+    /// holds the state at `snapshots`' applied point (nothing, or the
+    /// snapshot it started from).
+    pub fn new(control: ReplicaControl, snapshots: SnapshotStore) -> IndexStateMachine {
+        let point = snapshots.point();
         IndexStateMachine {
             control,
-            applied: None,
-            membership: StoredMembership::default(),
+            applied: point.log_id,
+            membership: point.membership,
+            chain: point.chain,
+            snapshots,
         }
+    }
+
+    fn publish_point(&self) {
+        self.snapshots.set_point(AppliedPoint {
+            log_id: self.applied,
+            membership: self.membership.clone(),
+            chain: self.chain,
+        });
     }
 }
 
@@ -83,6 +258,8 @@ impl IndexStateMachine {
         if let Some(membership) = chunk.membership.take() {
             self.membership = membership;
         }
+        self.chain = outcome.chain;
+        self.publish_point();
         let mut void = outcome.void.iter().peekable();
         for (lsn, responder) in chunk.responders.drain(..) {
             while void.next_if(|&&v| v < lsn).is_some() {}
@@ -95,7 +272,7 @@ impl IndexStateMachine {
 
 impl RaftStateMachine<UuidmapRaft> for IndexStateMachine {
     type SnapshotData = SnapshotFile;
-    type SnapshotBuilder = NoSnapshotYet;
+    type SnapshotBuilder = IndexSnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), std::io::Error> {
         Ok((self.applied, self.membership.clone()))
@@ -142,37 +319,116 @@ impl RaftStateMachine<UuidmapRaft> for IndexStateMachine {
         Ok(())
     }
 
-    async fn get_snapshot_builder(&mut self) -> NoSnapshotYet {
-        NoSnapshotYet
+    async fn get_snapshot_builder(&mut self) -> IndexSnapshotBuilder {
+        IndexSnapshotBuilder {
+            snapshots: self.snapshots.clone(),
+        }
+    }
+
+    async fn try_create_snapshot_builder(&mut self, force: bool) -> Option<IndexSnapshotBuilder> {
+        // openraft forces a build only when its log is purged and it knows
+        // of no snapshot; otherwise it builds when the snapshot task asks,
+        // which it does only while the index is consistent.
+        (force || self.snapshots.is_consistent()).then(|| IndexSnapshotBuilder {
+            snapshots: self.snapshots.clone(),
+        })
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        _file: SnapshotFile,
+        file: SnapshotFile,
     ) -> Result<(), std::io::Error> {
-        Err(std::io::Error::other(format!(
-            "this member cannot install a snapshot yet (up to {:?}): snapshots of a replica group \
-             are stage 5 of docs/replication.md",
-            meta.last_log_id
-        )))
+        let io = self.snapshots.io.clone();
+        let dir = self.snapshots.dir.clone();
+        let received = file.clone();
+        let meta_owned = meta.clone();
+        // Checked whole, its meta written, renamed into place, mapped.
+        let (installed, restored) = blocking(move || {
+            let opened = open_snapshot(&*io, &received.path, &OpenOptions::default())?;
+            if opened.lsn != received.snapshot_lsn {
+                return Err(StoreError::SnapshotCorrupt {
+                    path: received.path.clone(),
+                    reason: format!(
+                        "it holds LSN {}, but was sent as LSN {}",
+                        opened.lsn, received.snapshot_lsn
+                    ),
+                });
+            }
+            let installed = SnapshotFile {
+                path: snapshot_path(&dir, received.snapshot_lsn),
+                ..received.clone()
+            };
+            snapshot_file::write_meta(&*io, &dir, &meta_owned, &installed)?;
+            io.rename(&received.path, &installed.path).map_err(|e| {
+                StoreError::io(
+                    "renaming into place the received snapshot",
+                    &installed.path,
+                    e,
+                )
+            })?;
+            io.sync_dir(&dir)
+                .map_err(|e| StoreError::io("syncing the data directory", &dir, e))?;
+            Ok((installed, opened.into_index()?))
+        })
+        .await?;
+        let lsn = meta.last_log_id.map_or(0, |l| l.index);
+        self.control
+            .load(LoadedSnapshot {
+                restored,
+                lsn,
+                chain: installed.chain,
+            })
+            .await
+            .map_err(writer_stopped)?;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.chain = installed.chain;
+        self.publish_point();
+        let (io, dir) = (self.snapshots.io.clone(), self.snapshots.dir.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            snapshot_file::prune(&*io, &dir, &installed.path, 0);
+        })
+        .await;
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<IndexSnapshot>, std::io::Error> {
-        Ok(None)
+        let snapshots = self.snapshots.clone();
+        let newest = blocking(move || snapshots.newest()).await?;
+        Ok(newest.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: s.file,
+        }))
     }
 }
 
-/// The snapshot builder until stage 5: never asked for (module docs), and
-/// says so if it is.
-pub struct NoSnapshotYet;
+/// openraft's snapshot builder: hands back the snapshot the snapshot task
+/// just took, or takes one (module docs).
+pub struct IndexSnapshotBuilder {
+    snapshots: SnapshotStore,
+}
 
-impl RaftSnapshotBuilder<UuidmapRaft> for NoSnapshotYet {
+impl RaftSnapshotBuilder<UuidmapRaft> for IndexSnapshotBuilder {
     type SnapshotData = SnapshotFile;
 
     async fn build_snapshot(&mut self) -> Result<IndexSnapshot, std::io::Error> {
-        Err(std::io::Error::other(
-            "a replica group member builds no snapshot yet (stage 5 of docs/replication.md)",
-        ))
+        let snapshots = self.snapshots.clone();
+        let found = blocking(move || {
+            // The task took one just before it asked; take one only if
+            // the directory holds none usable (openraft forced a build).
+            match snapshots.newest()? {
+                Some(found) => Ok(Some(found)),
+                None => snapshots.take(),
+            }
+        })
+        .await?;
+        let found = found.ok_or_else(|| {
+            std::io::Error::other("there is nothing to snapshot: no entry is applied yet")
+        })?;
+        Ok(Snapshot {
+            meta: found.meta,
+            snapshot: found.file,
+        })
     }
 }

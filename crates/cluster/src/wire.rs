@@ -20,6 +20,7 @@ use crate::types::{
     SnapshotMeta, SnapshotResponse, StoredMembership, TransferLeaderError, TransferLeaderRequest,
     Vote, VoteRequest, VoteResponse, log_id,
 };
+use uuidmap_engine::writer::ProposalChain;
 
 /// A message that did not convert from the wire.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -414,6 +415,8 @@ pub struct SnapshotHeader {
     /// The file's largest capture LSN: a node that installs it answers
     /// reads once it has applied this far.
     pub snapshot_lsn: u64,
+    /// The proposal chain at `meta.last_log_id`.
+    pub chain: ProposalChain,
 }
 
 impl ToWire for SnapshotHeader {
@@ -427,6 +430,8 @@ impl ToWire for SnapshotHeader {
             last_membership: Some(m.membership().to_wire()),
             file_len: self.file_len,
             snapshot_lsn: self.snapshot_lsn,
+            chain_term: self.chain.term,
+            chain_seq: self.chain.seq,
         }
     }
 }
@@ -449,6 +454,10 @@ impl FromWire for SnapshotHeader {
             },
             file_len: m.file_len,
             snapshot_lsn: m.snapshot_lsn,
+            chain: ProposalChain {
+                term: m.chain_term,
+                seq: m.chain_seq,
+            },
         })
     }
 }

@@ -3,6 +3,7 @@
 //! words that name what is wrong, never read as something else.
 
 use std::collections::BTreeMap;
+use uuidmap_engine::writer::ProposalChain;
 
 use proptest::prelude::*;
 use prost::Message;
@@ -144,6 +145,8 @@ proptest! {
         membership in arb_membership(),
         file_len in any::<u64>(),
         snapshot_lsn in any::<u64>(),
+        chain_term in any::<u64>(),
+        chain_seq in any::<u64>(),
     ) {
         let header = SnapshotHeader {
             vote,
@@ -153,6 +156,7 @@ proptest! {
             },
             file_len,
             snapshot_lsn,
+            chain: ProposalChain { term: chain_term, seq: chain_seq },
         };
         prop_assert_eq!(round_trip(&header), header);
         let resp = SnapshotResponse::new(vote);
@@ -187,6 +191,7 @@ fn an_empty_membership_round_trips_as_the_default() {
         meta: SnapshotMeta::default(),
         file_len: 0,
         snapshot_lsn: 0,
+        chain: ProposalChain::default(),
     };
     assert_eq!(round_trip(&header), header);
 }

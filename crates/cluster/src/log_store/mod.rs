@@ -18,9 +18,10 @@
 //!   and a purge that is lost only leaves more log than needed).
 //! - `truncate_after` cuts the tail in memory, then the WAL durably
 //!   (`WalWriter::truncate_from`), and returns when the cut is durable.
-//! - `purge` is logical: the purged log id is recorded and the entries
-//!   leave memory; the WAL files are removed by the snapshotter's rule
-//!   (they are kept while a snapshot needs them), not here.
+//! - `purge` records the purged log id and drops the entries from memory
+//!   at once; the log thread then makes the purge durable and removes the
+//!   WAL files that hold only purged entries (openraft purges only behind
+//!   a snapshot it knows of).
 //! - Reads take entries from the tail, and older ones (dropped from
 //!   memory once flushed and committed, beyond
 //!   [`LogStoreConfig::tail_entries`]) from the WAL files on the blocking
@@ -201,6 +202,8 @@ impl WalLogStore {
             tail,
             sync,
             stats: stats.clone(),
+            io: shared.io.clone(),
+            dir: shared.dir.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("raft-log".into())
@@ -214,6 +217,12 @@ impl WalLogStore {
             stats,
             _lock: lock,
         })
+    }
+
+    /// The index of the last purged entry, if any: the log holds none up
+    /// to it.
+    pub fn purged_index(&self) -> Option<u64> {
+        self.shared.tail().purged.map(|p| p.index)
     }
 
     /// What the log thread has done so far.
@@ -406,6 +415,9 @@ impl RaftLogStorage<UuidmapRaft> for WalLogStore {
     async fn purge(&mut self, upto: LogId) -> Result<(), std::io::Error> {
         self.hard.purged = Some(log_pos(&upto));
         self.shared.tail().purge(upto);
-        self.save_state(false).await
+        self.send(Command::Purge {
+            state: self.hard,
+            upto: upto.index,
+        })
     }
 }

@@ -16,10 +16,13 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::IOFlushed;
+use std::path::PathBuf;
 use tokio::sync::oneshot;
-use uuidmap_engine::store::StoreError;
+
 use uuidmap_engine::store::raft_state::{RaftHardState, RaftStateFile};
 use uuidmap_engine::store::wal::WalWriter;
+use uuidmap_engine::store::wal::remove_covered;
+use uuidmap_engine::store::{Io, StoreError};
 use uuidmap_engine::writer::VOUCH_AFTER_IDLE;
 
 use super::records::entry_record;
@@ -38,6 +41,9 @@ pub(crate) enum Command {
         from: u64,
         done: oneshot::Sender<std::io::Result<()>>,
     },
+    /// Remove the WAL files that hold only entries up to `upto`, once the
+    /// purge that covers them is durable in `state`.
+    Purge { state: RaftHardState, upto: u64 },
     /// Write the vote, committed and purged log ids; fsync if `sync`.
     SaveState {
         state: RaftHardState,
@@ -53,6 +59,9 @@ pub(crate) struct LogThread {
     /// Fsync each group (the `always` policy).
     pub(crate) sync: bool,
     pub(crate) stats: Arc<LogStats>,
+    /// The directory and file system, to remove purged files.
+    pub(crate) io: Arc<dyn Io>,
+    pub(crate) dir: PathBuf,
 }
 
 /// What the log thread has done, for benches and metrics.
@@ -136,6 +145,19 @@ impl LogThread {
             Command::Truncate { from, done } => {
                 self.flush(waiting);
                 let _ = done.send(self.wal.truncate_from(from).map_err(io_error));
+            }
+            Command::Purge { state, upto } => {
+                self.flush(waiting);
+                // Durable first: a restart must never find files missing
+                // that its recorded purge does not explain.
+                let removed = self
+                    .state
+                    .write(state, true)
+                    .and_then(|()| remove_covered(&*self.io, &self.dir, upto));
+                if let Err(e) = removed {
+                    // More log than needed is left: never wrong.
+                    tracing::warn!(error = %e, "could not remove the purged Raft log files");
+                }
             }
             Command::SaveState { state, sync, done } => {
                 self.flush(waiting);

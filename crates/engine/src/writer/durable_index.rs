@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 
 use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure, PipelineStats, WriteHandle};
 use super::read_lease::{ReadLease, ReadRefused};
-use super::replica::{Proposer, ReplicaControl, ReplicaPipeline};
+use super::replica::{ProposalChain, Proposer, ReplicaControl, ReplicaPipeline};
 use super::snapshotter::{
     ReplayBudget, SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger,
 };
@@ -76,6 +76,18 @@ impl DurableConfig {
             replay_bytes_per_sec: None,
         }
     }
+}
+
+/// Where a replica group member's index starts
+/// ([`DurableIndex::open_replica`]): a snapshot file of its directory,
+/// opened and checked.
+pub struct ReplicaStart {
+    /// The snapshot, as an index mapped in place.
+    pub restored: crate::store::RestoredIndex,
+    /// The last log entry wholly in it: the applied LSN to start from.
+    pub lsn: u64,
+    /// The proposal chain at `lsn`.
+    pub chain: ProposalChain,
 }
 
 /// A durable, running index.
@@ -310,22 +322,38 @@ impl DurableIndex {
         Ok(durable)
     }
 
-    /// The index of a replica group member: empty, with the writer thread
-    /// in replica mode (`writer::replica`), and no WAL, recovery or
-    /// snapshots of its own: the replicated log is kept by the caller,
-    /// which drives the writer through the [`ReplicaControl`] returned and
-    /// holds the directory's lock. `config`'s directory, file system and
-    /// queue limits apply. Snapshots and change streams are refused with
+    /// The index of a replica group member, with the writer thread in
+    /// replica mode (`writer::replica`), and no WAL, recovery or
+    /// snapshot thread of its own: the replicated log is kept by the
+    /// caller, which drives the writer through the [`ReplicaControl`]
+    /// returned, takes the member's snapshots, and holds the directory's
+    /// lock. `config`'s directory, file system and queue limits apply.
+    ///
+    /// The index starts empty, or, given `start`, from that snapshot file
+    /// mapped in place as a restart does; its applied LSN is then `start.lsn`, and reads wait
+    /// until the log is applied up to the file's own LSN (see
+    /// [`ReplicaControl::load`]). Change streams are refused with
     /// [`StoreError::NotInGroupYet`] for now.
     pub fn open_replica(
         config: DurableConfig,
         capacity: usize,
+        start: Option<ReplicaStart>,
         proposer: Box<dyn Proposer>,
         on_stall: Box<dyn Fn() + Send>,
     ) -> Result<(DurableIndex, ReplicaControl), StoreError> {
-        let (writer, index) = Index::with_capacity(capacity);
-        let watermark = Arc::new(LsnWatermark::new(0));
         let lease = Arc::new(ReadLease::default());
+        let (writer, index, applied, chain) = match start {
+            None => {
+                let (writer, index) = Index::with_capacity(capacity);
+                (writer, index, 0, ProposalChain::default())
+            }
+            Some(start) => {
+                let restored = start.restored;
+                lease.set_consistent_from(restored.lsn.max(start.lsn));
+                (restored.writer, restored.index, start.lsn, start.chain)
+            }
+        };
+        let watermark = Arc::new(LsnWatermark::new(applied));
         let pipeline = ReplicaPipeline::start(
             &config.pipeline,
             writer,
@@ -333,6 +361,7 @@ impl DurableIndex {
             proposer,
             on_stall,
             lease.clone(),
+            chain,
         )
         .map_err(|e| StoreError::io("starting the writer thread", &config.dir, e))?;
         let control = pipeline.control();
@@ -385,7 +414,7 @@ impl DurableIndex {
     pub fn admit_read(&self) -> Result<(), ReadRefused> {
         match &self.lease {
             None => Ok(()),
-            Some(lease) => lease.admit(),
+            Some(lease) => lease.admit(self.watermark.current()),
         }
     }
 

@@ -22,7 +22,9 @@ mod request;
 mod snapshotter;
 mod sync_thread;
 
-pub use durable_index::{DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats};
+pub use durable_index::{
+    DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats, ReplicaStart,
+};
 pub use pipeline::{
     Pipeline, PipelineConfig, PipelineExit, PipelineFailure, PipelineStats, VOUCH_AFTER_IDLE,
     WriteHandle,
@@ -30,8 +32,8 @@ pub use pipeline::{
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
 pub use read_lease::{ReadLease, ReadRefused};
 pub use replica::{
-    ApplyOutcome, CONFIRM_FLAG, CommittedEntry, DecidedBatch, ProposalChain, Proposer,
-    ReplicaControl, ReplicaPipeline, WriteReply, WriterStopped, proposal_epoch,
+    ApplyOutcome, CONFIRM_FLAG, CommittedEntry, DecidedBatch, LoadedSnapshot, ProposalChain,
+    Proposer, ReplicaControl, ReplicaPipeline, WriteReply, WriterStopped, proposal_epoch,
 };
 pub use request::{LeaderHint, WriteError, WriteOp, WriteOutcome};
 pub use snapshotter::{

@@ -38,6 +38,19 @@ pub enum ReadRefused {
          is applying what the previous leader committed); retry in a moment"
     )]
     NotReady,
+    /// A member that installed a snapshot (or restarted from one) has not
+    /// yet applied the log up to the snapshot's last write: its index is
+    /// not a prefix of the log yet (docs/replication.md, 4.3).
+    #[error(
+        "this member is catching up after loading a snapshot (applied LSN {applied}, consistent \
+         from LSN {until}); retry in a moment, or read from another member"
+    )]
+    CatchingUp {
+        /// The LSN applied now.
+        applied: u64,
+        /// The LSN from which the index is consistent.
+        until: u64,
+    },
 }
 
 /// A member's read lease (module docs).
@@ -52,6 +65,9 @@ pub struct ReadLease {
     until_ns: AtomicU64,
     /// The term whose gate the writer passed (0: none: not leading).
     ready_term: AtomicU64,
+    /// Reads wait until the applied LSN reaches this (0: none): set while
+    /// a loaded snapshot's fuzzy state is caught up (`CatchingUp`).
+    consistent_from: AtomicU64,
 }
 
 impl Default for ReadLease {
@@ -62,14 +78,20 @@ impl Default for ReadLease {
             term: AtomicU64::new(0),
             until_ns: AtomicU64::new(0),
             ready_term: AtomicU64::new(0),
+            consistent_from: AtomicU64::new(0),
         }
     }
 }
 
 impl ReadLease {
-    /// Whether a read may be answered now (module docs). A member that does
-    /// not believe it leads answers as a follower.
-    pub fn admit(&self) -> Result<(), ReadRefused> {
+    /// Whether a read may be answered now, with `applied` the LSN applied
+    /// (module docs). A member that does not believe it leads answers as a
+    /// follower, once caught up after loading a snapshot.
+    pub fn admit(&self, applied: u64) -> Result<(), ReadRefused> {
+        let until = self.consistent_from.load(Relaxed);
+        if applied < until {
+            return Err(ReadRefused::CatchingUp { applied, until });
+        }
         if !self.leading.load(Relaxed) {
             return Ok(());
         }
@@ -102,6 +124,17 @@ impl ReadLease {
         self.leading.store(false, Relaxed);
     }
 
+    /// Reads are refused until the applied LSN reaches `lsn`: the index
+    /// holds a snapshot's writes up to it, not all of the log before it.
+    pub fn set_consistent_from(&self, lsn: u64) {
+        self.consistent_from.fetch_max(lsn, Relaxed);
+    }
+
+    /// Whether the index is consistent once `applied` is applied.
+    pub fn is_consistent_at(&self, applied: u64) -> bool {
+        applied >= self.consistent_from.load(Relaxed)
+    }
+
     /// The writer passed its gate in `term` (0: it stopped deciding).
     pub(crate) fn set_ready(&self, term: u64) {
         self.ready_term.store(term, Relaxed);
@@ -116,30 +149,39 @@ mod tests {
     #[test]
     fn a_leader_answers_only_once_ready_and_within_its_lease() {
         let lease = ReadLease::default();
-        assert_eq!(lease.admit(), Ok(()), "a follower answers");
+        assert_eq!(lease.admit(0), Ok(()), "a follower answers");
         lease.lead(3, Some(Instant::now() + Duration::from_secs(60)));
-        assert_eq!(lease.admit(), Err(ReadRefused::NotReady));
+        assert_eq!(lease.admit(0), Err(ReadRefused::NotReady));
         lease.set_ready(2);
         assert_eq!(
-            lease.admit(),
+            lease.admit(0),
             Err(ReadRefused::NotReady),
             "an older term's gate"
         );
         lease.set_ready(3);
-        assert_eq!(lease.admit(), Ok(()));
+        assert_eq!(lease.admit(0), Ok(()));
         lease.lead(3, Some(Instant::now()));
-        assert_eq!(lease.admit(), Err(ReadRefused::LeaseExpired));
+        assert_eq!(lease.admit(0), Err(ReadRefused::LeaseExpired));
         lease.set_ready(0);
         assert_eq!(
-            lease.admit(),
+            lease.admit(0),
             Err(ReadRefused::LeaseExpired),
             "a stalled leader without a lease says so"
         );
         lease.set_ready(3);
         lease.lead(3, None);
-        assert_eq!(lease.admit(), Ok(()), "a group of one");
+        assert_eq!(lease.admit(0), Ok(()), "a group of one");
         lease.follow();
         lease.set_ready(0);
-        assert_eq!(lease.admit(), Ok(()), "a follower again");
+        assert_eq!(lease.admit(0), Ok(()), "a follower again");
+        lease.set_consistent_from(9);
+        assert_eq!(
+            lease.admit(8),
+            Err(ReadRefused::CatchingUp {
+                applied: 8,
+                until: 9
+            })
+        );
+        assert_eq!(lease.admit(9), Ok(()), "caught up");
     }
 }

@@ -144,6 +144,9 @@ pub struct CommittedEntry {
 pub struct ApplyOutcome {
     /// The LSNs of the void entries, in order (usually none).
     pub void: Vec<u64>,
+    /// The chain after the call: what a snapshot taken at its last entry
+    /// records.
+    pub chain: ProposalChain,
 }
 
 /// The epoch of a proposal number (module docs).
@@ -193,6 +196,19 @@ enum Control {
     Lead(u64),
     Follow(Option<LeaderHint>),
     Refused(u64),
+    Load(Box<LoadedSnapshot>, oneshot::Sender<()>),
+}
+
+/// A snapshot the group sent, mapped, for the writer to make the index's
+/// contents ([`ReplicaControl::load`]).
+pub struct LoadedSnapshot {
+    /// The snapshot as an index (mapped in place).
+    pub restored: crate::store::RestoredIndex,
+    /// The last entry wholly in it (its smallest capture LSN): the
+    /// applied LSN once loaded.
+    pub lsn: u64,
+    /// The chain at `lsn`.
+    pub chain: ProposalChain,
 }
 
 /// The writer thread is gone: it stopped, or failed.
@@ -232,6 +248,19 @@ impl ReplicaControl {
             .map_err(|_| WriterStopped)
     }
 
+    /// Makes the index hold `snapshot`'s contents and nothing else, and
+    /// the applied LSN its `lsn`; returns once done. Until the log is
+    /// applied up to the snapshot's own LSN (its largest capture), reads
+    /// are refused ([`ReadLease::set_consistent_from`]). Only for a member
+    /// that follows, and a snapshot past what it applied.
+    pub async fn load(&self, snapshot: LoadedSnapshot) -> Result<(), WriterStopped> {
+        let (done, loaded) = oneshot::channel();
+        self.tx
+            .send(Control::Load(Box::new(snapshot), done))
+            .map_err(|_| WriterStopped)?;
+        loaded.await.map_err(|_| WriterStopped)
+    }
+
     /// This member does not lead; `leader` is who does, if known.
     pub fn follow(&self, leader: Option<LeaderHint>) -> Result<(), WriterStopped> {
         self.tx
@@ -249,7 +278,8 @@ pub struct ReplicaPipeline {
 
 impl ReplicaPipeline {
     /// Starts the thread over `writer`, whose index holds every entry up to
-    /// `watermark`'s LSN; it follows until told it leads. `config`'s queue
+    /// `watermark`'s LSN, where the chain stood at `chain`; it follows
+    /// until told it leads. `config`'s queue
     /// depth and batch limit apply; its fsync policy is the log's business.
     /// `on_stall` is called when a leader stops deciding because the log
     /// refused or voided one of its proposals (module docs): whoever sends
@@ -261,6 +291,7 @@ impl ReplicaPipeline {
         proposer: Box<dyn Proposer>,
         on_stall: Box<dyn Fn() + Send>,
         lease: Arc<ReadLease>,
+        chain: ProposalChain,
     ) -> std::io::Result<ReplicaPipeline> {
         let (handle, rx) = WriteHandle::new(config);
         let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -277,7 +308,7 @@ impl ReplicaPipeline {
             batch_overlay: HashMap::default(),
             epoch: 0,
             next_seq: 1,
-            chain: ProposalChain::default(),
+            chain,
             last_proposed: 0,
             applied_own: 0,
             refusals: VecDeque::new(),
@@ -498,7 +529,64 @@ impl ReplicaThread {
                 self.confirm_proposed = 0;
             }
             Control::Refused(seq) => self.chain_broken(seq),
+            Control::Load(snapshot, done) => {
+                self.load(*snapshot);
+                let _ = done.send(());
+            }
         }
+    }
+
+    /// Makes the index hold the snapshot's contents (see
+    /// [`ReplicaControl::load`]): removes the keys it lacks, writes the
+    /// entries that differ. Reads are refused meanwhile, and until the
+    /// log reaches the snapshot's largest capture: segments hold writes
+    /// up to their own captures, so the state is no prefix of the log
+    /// before then.
+    fn load(&mut self, snapshot: LoadedSnapshot) {
+        let LoadedSnapshot {
+            restored,
+            lsn,
+            chain,
+        } = snapshot;
+        self.lease.set_consistent_from(restored.lsn.max(lsn));
+        let leader = match &self.role {
+            Role::Following(leader) => leader.clone(),
+            _ => None,
+        };
+        self.drop_pending(leader.clone());
+        self.refuse_deferred(leader.clone());
+        self.role = Role::Following(leader);
+        let source = restored.index;
+        // Stamped with the applied LSN, not the file's: a later snapshot
+        // of this index must not claim writes the log up to there holds
+        // (`write_snapshot` takes a segment's stamp as its capture).
+        self.writer.set_stamp(lsn);
+        let mut page = Vec::new();
+        let mut stale = Vec::new();
+        let mut own = self.writer.reader().scan();
+        while own.next_segment(&mut page).is_some() {
+            stale.extend(
+                page.drain(..)
+                    .filter(|(key, _)| source.get(key).is_none())
+                    .map(|(key, _)| key),
+            );
+        }
+        for key in stale {
+            self.writer.remove(&key);
+        }
+        self.writer
+            .reserve(source.len().saturating_sub(self.writer.len()));
+        let mut theirs = source.scan();
+        while theirs.next_segment(&mut page).is_some() {
+            for (key, value) in page.drain(..) {
+                if self.writer.get(&key) != Some(value) {
+                    let _ = self.writer.insert(key, value);
+                }
+            }
+            self.writer.reclaim();
+        }
+        self.chain = chain;
+        self.watermark.publish(lsn);
     }
 
     /// Forgets this leader's pending proposals (the leadership changed)
@@ -556,6 +644,7 @@ impl ReplicaThread {
         let mut gated = false;
         let mut batches = 0;
         let mut outcome = ApplyOutcome::default();
+        // Filled in at the end.
         for entry in entries {
             let Some((seq, ops)) = &entry.batch else {
                 continue;
@@ -603,6 +692,7 @@ impl ReplicaThread {
         if let Some(last) = entries.last() {
             self.watermark.publish(last.lsn);
         }
+        outcome.chain = self.chain;
         self.writer.reclaim();
         while self
             .refusals

@@ -109,7 +109,11 @@ impl RaftSnapshotBuilder<UuidmapRaft> for KvMachine {
         let snapshot_lsn = s.applied.map_or(0, |l| l.index);
         Ok(Snapshot {
             meta,
-            snapshot: SnapshotFile { path, snapshot_lsn },
+            snapshot: SnapshotFile {
+                path,
+                snapshot_lsn,
+                chain: Default::default(),
+            },
         })
     }
 }
@@ -192,6 +196,7 @@ impl RaftStateMachine<UuidmapRaft> for KvMachine {
             snapshot: SnapshotFile {
                 path,
                 snapshot_lsn: meta.last_log_id.map_or(0, |l| l.index),
+                chain: Default::default(),
             },
             meta,
         }))

@@ -34,9 +34,22 @@ impl ReplicaNode {
         listener: TcpListener,
         overrides: HashMap<u64, String>,
     ) -> ReplicaNode {
+        ReplicaNode::start_configured(id, dir, listener, overrides, |_| {}).await
+    }
+
+    /// [`ReplicaNode::start`], with `configure` applied to the member's
+    /// configuration first.
+    pub async fn start_configured(
+        id: u64,
+        dir: TempDir,
+        listener: TcpListener,
+        overrides: HashMap<u64, String>,
+        configure: impl FnOnce(&mut ReplicaConfig),
+    ) -> ReplicaNode {
         let addr = listener.local_addr().unwrap().to_string();
         let mut config = ReplicaConfig::new(id, dir.path());
         config.peer_overrides = overrides;
+        configure(&mut config);
         let replica = Replica::start(config).await.expect("the member starts");
         let service = replica.raft_service();
         let (stop, server) = super::serve_raft(service, listener);
@@ -66,13 +79,24 @@ impl ReplicaNode {
     /// address member `i` dials for member `j` (absent: its listener).
     pub async fn group_on(
         listeners: Vec<TcpListener>,
+        overrides: HashMap<u64, HashMap<u64, String>>,
+    ) -> Vec<ReplicaNode> {
+        ReplicaNode::group_configured(listeners, overrides, |_| {}).await
+    }
+
+    /// [`ReplicaNode::group_on`], with `configure` applied to every
+    /// member's configuration.
+    pub async fn group_configured(
+        listeners: Vec<TcpListener>,
         mut overrides: HashMap<u64, HashMap<u64, String>>,
+        configure: impl Fn(&mut ReplicaConfig),
     ) -> Vec<ReplicaNode> {
         let mut nodes = Vec::new();
         for (i, listener) in listeners.into_iter().enumerate() {
             let id = i as u64 + 1;
             let map = overrides.remove(&id).unwrap_or_default();
-            nodes.push(ReplicaNode::start(id, tempfile::tempdir().unwrap(), listener, map).await);
+            let dir = tempfile::tempdir().unwrap();
+            nodes.push(ReplicaNode::start_configured(id, dir, listener, map, &configure).await);
         }
         let members: BTreeMap<u64, ClusterNode> =
             nodes.iter().map(|n| (n.id(), n.node.clone())).collect();
@@ -83,6 +107,11 @@ impl ReplicaNode {
             .await
             .expect("the group initializes");
         nodes
+    }
+
+    /// Its data directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// Its node id.

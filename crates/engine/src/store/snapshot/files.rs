@@ -20,6 +20,11 @@ pub(super) fn snapshot_name(lsn: u64) -> String {
     format!("{PREFIX}{lsn:020}{SUFFIX}")
 }
 
+/// Where the snapshot with LSN `lsn` lives in `dir`.
+pub fn snapshot_path(dir: &Path, lsn: u64) -> PathBuf {
+    dir.join(snapshot_name(lsn))
+}
+
 /// The name of the temporary file a snapshot is written to.
 pub(super) fn temp_name(lsn: u64) -> String {
     format!("{PREFIX}{lsn:020}{TEMP_SUFFIX}")

@@ -1,0 +1,239 @@
+//! Snapshots of a replica group (docs/replication.md, section 4), with
+//! members over the real index in one process: a member takes snapshots
+//! and purges its log behind them, restarts from its snapshot, and a
+//! member whose log the leader no longer holds (wiped, or far behind) is
+//! sent the leader's snapshot file and installs it, ending with the same
+//! contents as the others, deletes included.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use tokio::net::TcpListener;
+use uuid::Uuid;
+use uuidmap_cluster::membership;
+use uuidmap_cluster::replica::ReplicaConfig;
+use uuidmap_engine::store::OsIo;
+use uuidmap_engine::store::snapshot::list_snapshots;
+use uuidmap_engine::store::wal::list_wal_files;
+use uuidmap_engine::writer::WriteOp;
+use uuidmap_index::Key;
+use uuidmap_testkit::cluster::{ReplicaNode, writable_leader};
+
+/// Snapshots every 40 entries, 10 kept behind, 8 KiB WAL files: a short
+/// test purges, and removes files.
+fn small_snapshots(config: &mut ReplicaConfig) {
+    config.snapshot_entries = 40;
+    config.logs_to_keep = 10;
+    config.wal.segment_bytes = 8 << 10;
+}
+
+async fn group(n: u64) -> Vec<ReplicaNode> {
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    ReplicaNode::group_configured(listeners, HashMap::new(), small_snapshots).await
+}
+
+async fn restart(id: u64, dir: tempfile::TempDir, addr: &str) -> ReplicaNode {
+    let listener = TcpListener::bind(addr)
+        .await
+        .expect("the member's port again");
+    ReplicaNode::start_configured(id, dir, listener, HashMap::new(), small_snapshots).await
+}
+
+fn key(k: u128) -> Key {
+    Key::new(Uuid::from_u128(k)).unwrap()
+}
+
+/// Batch `b` of a write load: puts of ten keys, and (from batch 10 on) a
+/// delete of a key put nine batches earlier.
+fn batch(b: u128) -> Vec<WriteOp> {
+    let mut ops: Vec<WriteOp> = (0..10)
+        .map(|i| WriteOp::Put {
+            key: key(b * 10 + i + 1),
+            value: Uuid::from_u128(b << 64 | i),
+        })
+        .collect();
+    if b >= 10 {
+        ops.push(WriteOp::Delete {
+            key: key((b - 9) * 10 + 1),
+        });
+    }
+    ops
+}
+
+/// Writes batches `range` through the leader; returns the last LSN.
+async fn load(nodes: &[ReplicaNode], range: std::ops::Range<u128>) -> u64 {
+    let l = writable_leader(nodes).await;
+    let mut last = 0;
+    for b in range {
+        last = nodes[l]
+            .write(batch(b))
+            .await
+            .expect("the leader takes it")
+            .lsn;
+    }
+    last
+}
+
+/// Waits until `node`'s directory holds a snapshot with its meta file,
+/// openraft has purged the log behind it, and no WAL file starts at LSN 1
+/// any more (the purged files are removed).
+async fn snapshot_and_purge(node: &ReplicaNode) -> u64 {
+    let dir = node.dir();
+    for _ in 0..200 {
+        let purged = node.replica.raft().metrics().borrow_watched().purged;
+        let snaps = list_snapshots(&OsIo, dir).unwrap();
+        let wals = list_wal_files(&OsIo, dir).unwrap();
+        let with_meta = snaps
+            .iter()
+            .find(|(_, p)| p.with_extension("raft").exists());
+        if let (Some(&(lsn, _)), Some(first), Some(_)) = (with_meta, wals.first(), purged)
+            && first.first_lsn > 1
+        {
+            return lsn;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{} holds no snapshot with a purged log behind it: {:?}",
+        dir.display(),
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_snapshot_purge_their_logs_and_restart_from_the_snapshot() {
+    let mut nodes = group(3).await;
+    let last = load(&nodes, 0..200).await;
+    for n in &nodes {
+        n.applied(last).await;
+        snapshot_and_purge(n).await;
+    }
+    let expected = nodes[0].contents();
+    assert_eq!(expected.len(), 200 * 10 - 190, "puts less deletes");
+
+    // A follower restarts: its log no longer reaches LSN 1, so the index
+    // can only come from its snapshot plus the log after it.
+    let l = writable_leader(&nodes).await;
+    let f = (l + 1) % nodes.len();
+    let (id, dir, addr) = nodes.remove(f).stop().await;
+    let back = restart(id, dir, &addr).await;
+    back.applied(last).await;
+    assert_eq!(back.contents(), expected);
+    nodes.push(back);
+
+    // And the group goes on writing, the restarted member included.
+    let more = load(&nodes, 200..220).await;
+    let expected = {
+        let l = writable_leader(&nodes).await;
+        nodes[l].applied(more).await;
+        nodes[l].contents()
+    };
+    for n in &nodes {
+        n.applied(more).await;
+        assert_eq!(n.contents(), expected, "member {}", n.id());
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_member_added_again_is_sent_the_snapshot_and_installs_it() {
+    let mut nodes = group(3).await;
+    let l = writable_leader(&nodes).await;
+    let f = (l + 1) % nodes.len();
+    let (id, _old_dir, addr) = nodes.remove(f).stop().await;
+    // Its disk is lost: it is removed from the group (a member that
+    // comes back with an empty log under its old place would be a voter
+    // that forgot what it acknowledged), and the group writes on, purging
+    // its log behind a snapshot: it can only catch up by the snapshot.
+    let l = writable_leader(&nodes).await;
+    membership::remove(nodes[l].replica.raft(), BTreeSet::from([id]))
+        .await
+        .expect("the dead member is removed");
+    let last = load(&nodes, 0..200).await;
+    for n in &nodes {
+        n.applied(last).await;
+        snapshot_and_purge(n).await;
+    }
+    let expected = nodes[0].contents();
+
+    let wiped = restart(id, tempfile::tempdir().unwrap(), &addr).await;
+    let l = writable_leader(&nodes).await;
+    let raft = nodes[l].replica.raft();
+    membership::add_learner(raft, id, wiped.node.clone())
+        .await
+        .expect("added as a learner, and caught up");
+    membership::promote(raft, BTreeSet::from([id]))
+        .await
+        .expect("promoted");
+    wiped.applied(last).await;
+    assert_eq!(wiped.contents(), expected);
+    let installed = list_snapshots(&OsIo, wiped.dir()).unwrap();
+    assert!(
+        !installed.is_empty() && installed[0].1.with_extension("raft").exists(),
+        "the installed snapshot and its meta file are in the member's directory"
+    );
+    let first_wal = list_wal_files(&OsIo, wiped.dir()).unwrap()[0].first_lsn;
+    assert!(
+        first_wal > 1,
+        "its log starts after the snapshot, at {first_wal}"
+    );
+
+    // Restarted, it starts from the installed snapshot and the log after.
+    let (id, dir, addr) = wiped.stop().await;
+    let back = restart(id, dir, &addr).await;
+    nodes.push(back);
+    let more = load(&nodes, 200..210).await;
+    let l = writable_leader(&nodes).await;
+    nodes[l].applied(more).await;
+    let expected = nodes[l].contents();
+    for n in &nodes {
+        n.applied(more).await;
+        assert_eq!(n.contents(), expected, "member {}", n.id());
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_far_behind_installs_the_snapshot_over_its_old_contents() {
+    let mut nodes = group(3).await;
+    let first = load(&nodes, 0..30).await;
+    for n in &nodes {
+        n.applied(first).await;
+    }
+    let l = writable_leader(&nodes).await;
+    let f = (l + 1) % nodes.len();
+    let (id, dir, addr) = nodes.remove(f).stop().await;
+    // Meanwhile every key it holds is deleted or overwritten, and the
+    // log behind the leader's snapshot purged.
+    let l = writable_leader(&nodes).await;
+    let deletes: Vec<WriteOp> = (1..=300u128)
+        .map(|k| WriteOp::Delete { key: key(k) })
+        .collect();
+    nodes[l].write(deletes).await.expect("the leader takes it");
+    let last = load(&nodes, 100..300).await;
+    for n in &nodes {
+        n.applied(last).await;
+        snapshot_and_purge(n).await;
+    }
+    let expected = nodes[0].contents();
+    assert!(expected.keys().all(|k| k.as_u128() > 1000));
+
+    let back = restart(id, dir, &addr).await;
+    back.applied(last).await;
+    assert_eq!(back.contents(), expected, "none of its old keys is left");
+    nodes.push(back);
+    for n in nodes {
+        n.stop().await;
+    }
+}
