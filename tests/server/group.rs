@@ -89,13 +89,19 @@ async fn a_group_of_one_serves_and_keeps_its_data_over_a_restart() {
         .unwrap_err();
     assert_eq!(watch.code(), Code::Unimplemented, "{watch:?}");
     assert!(watch.message().contains("replica group"), "{watch:?}");
+    // A snapshot on request: the member's own, with its Raft meta.
     let mut admin = UuidMapAdminClient::new(server.channel().await);
-    let snapshot = admin.snapshot(pb::SnapshotRequest {}).await.unwrap_err();
-    assert_eq!(snapshot.code(), Code::Unimplemented, "{snapshot:?}");
+    let snapshot = admin
+        .snapshot(pb::SnapshotRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(snapshot.lsn >= lsn && snapshot.entries == 1, "{snapshot:?}");
     server.stop().await.expect("a clean stop");
 
     // Again on the same directory (new ports; --cluster-init still set,
-    // and ignored): the index is rebuilt from the Raft log.
+    // and ignored): the index starts from the snapshot, and the Raft log
+    // after it is applied.
     let ((l, a), (r, ra)) = (bind().await, bind().await);
     let server =
         TestServer::start_member(member_config(dir.path(), 1, a, ra, vec![], true), l, r).await;
@@ -390,12 +396,29 @@ async fn members_are_added_promoted_replaced_and_a_wiped_one_re_added() {
     assert!(m.voters.contains(&5) && m.voters.len() == 4, "{m:?}");
     client.put(u(21), u(121)).await.unwrap();
 
-    // A member that lost its disk is removed, then added again empty: it
-    // catches up from the log.
+    // A member that lost its disk is removed; the others take a snapshot
+    // on request (the admin call), behind which the leader purges its log
+    // (these members keep 5 entries). Added again empty, it catches up by
+    // the leader's snapshot.
     let wiped = (0..3).find(|&i| i != leader && i != dead).unwrap();
     let id = wiped as u64 + 1;
     client.remove_members(&[id]).await.unwrap();
     group.wipe_member(wiped).await;
+    for k in 22..=40u128 {
+        client.put(u(k), u(k + 100)).await.unwrap();
+    }
+    for i in [leader, fourth, fifth] {
+        let (_, url) = group.addresses(i);
+        let one = Client::builder().endpoints([url]).build().unwrap();
+        let taken = one.snapshot().await.unwrap();
+        assert!(taken.lsn > 0 && taken.entries >= 40, "{taken:?}");
+        assert!(
+            std::path::Path::new(&taken.path)
+                .with_extension("raft")
+                .exists(),
+            "a member's snapshot has its Raft meta file beside it"
+        );
+    }
     group.restart_member(wiped).await;
     let (raftw, urlw) = group.addresses(wiped);
     client.add_learner(id, &raftw, &urlw).await.unwrap();
@@ -403,6 +426,14 @@ async fn members_are_added_promoted_replaced_and_a_wiped_one_re_added() {
     assert!(m.voters.contains(&id), "{m:?}");
     let got = get_at(group.member(wiped).unwrap(), 21, m.lsn).await;
     assert_eq!(got.value, Some(b(u(121))));
+    let got = get_at(group.member(wiped).unwrap(), 40, m.lsn).await;
+    assert_eq!(got.value, Some(b(u(140))));
+    let installed = std::fs::read_dir(group.dir(wiped))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("snapshot-") && n.ends_with(".raft"))
+        .count();
+    assert!(installed > 0, "it installed the leader's snapshot");
 
     // Refusals in words: promoting a node that is not a learner, a node
     // given with a bad address or id; a single node has no group.

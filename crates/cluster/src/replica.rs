@@ -188,6 +188,8 @@ impl Replica {
             id: config.id,
             overrides: Arc::new(config.peer_overrides.clone()),
         };
+        let (requests, snapshot_requests) = tokio::sync::mpsc::unbounded_channel();
+        durable.take_member_snapshots_with(requests);
         let raft_config = raft_config(&config.timing, config.logs_to_keep)
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let machine = IndexStateMachine::new(control.clone(), snapshots.clone());
@@ -212,6 +214,7 @@ impl Replica {
                     entries: config.snapshot_entries,
                     every: config.durable.snapshot_every,
                 },
+                snapshot_requests,
             )),
         ];
         Ok(Replica {

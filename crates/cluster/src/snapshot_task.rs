@@ -7,7 +7,12 @@
 //! full disk) is logged and tried again 10 s later: the log is meanwhile
 //! not purged, and nothing else is affected.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use uuidmap_engine::store::StoreError;
+use uuidmap_engine::writer::SnapshotResult;
 
 use crate::replica::IndexRaft;
 use crate::state_machine::SnapshotStore;
@@ -28,8 +33,14 @@ const CHECK_EVERY: Duration = Duration::from_millis(200);
 /// How long the task waits after a failed snapshot.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 
-/// Runs until the member stops (module docs).
-pub async fn take_snapshots(raft: IndexRaft, snapshots: SnapshotStore, policy: SnapshotPolicy) {
+/// Runs until the member stops (module docs). A request on `requests`
+/// (an operator's `Snapshot`) takes one at once and is answered.
+pub async fn take_snapshots(
+    raft: IndexRaft,
+    snapshots: SnapshotStore,
+    policy: SnapshotPolicy,
+    mut requests: mpsc::UnboundedReceiver<oneshot::Sender<SnapshotResult>>,
+) {
     let mut last_lsn = match snapshots.newest() {
         Ok(Some(s)) => s.meta.last_log_id.map_or(0, |l| l.index),
         _ => 0,
@@ -39,19 +50,22 @@ pub async fn take_snapshots(raft: IndexRaft, snapshots: SnapshotStore, policy: S
     let mut ticks = tokio::time::interval(CHECK_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticks.tick().await;
+        let asked = tokio::select! {
+            _ = ticks.tick() => None,
+            Some(reply) = requests.recv() => Some(reply),
+        };
         let applied = snapshots.point().log_id.map_or(0, |l| l.index);
         let since = applied.saturating_sub(last_lsn);
         let by_entries = policy.entries > 0 && since >= policy.entries;
         let by_time = since > 0 && policy.every.is_some_and(|every| last_at.elapsed() >= every);
         let waiting = failed_at.is_some_and(|t| t.elapsed() < RETRY_AFTER);
-        if !(by_entries || by_time) || waiting {
+        if asked.is_none() && (!(by_entries || by_time) || waiting) {
             continue;
         }
         let store = snapshots.clone();
         let started = Instant::now();
         match tokio::task::spawn_blocking(move || store.take()).await {
-            Ok(Ok(Some(taken))) => {
+            Ok(Ok(Some((taken, info)))) => {
                 failed_at = None;
                 last_lsn = taken.meta.last_log_id.map_or(0, |l| l.index);
                 last_at = Instant::now();
@@ -63,16 +77,28 @@ pub async fn take_snapshots(raft: IndexRaft, snapshots: SnapshotStore, policy: S
                 );
                 // openraft's builder hands back the file just written, and
                 // the log behind it is purged.
-                if let Err(e) = raft.trigger().snapshot().await {
+                let told = raft.trigger().snapshot().await;
+                if let Some(reply) = asked {
+                    let _ = reply.send(Ok(info));
+                }
+                if let Err(e) = told {
                     tracing::warn!(error = %e, "Raft did not take the snapshot");
                     return;
                 }
             }
-            // Nothing applied, or catching up after a load.
-            Ok(Ok(None)) => {}
+            Ok(Ok(None)) => {
+                if let Some(reply) = asked {
+                    let _ = reply.send(Err(Arc::new(StoreError::NothingToSnapshot(
+                        "no entry is applied yet, or it is catching up after loading a snapshot",
+                    ))));
+                }
+            }
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "could not take a snapshot; the log is kept until one succeeds");
                 failed_at = Some(Instant::now());
+                if let Some(reply) = asked {
+                    let _ = reply.send(Err(Arc::new(e)));
+                }
             }
             Err(e) => {
                 tracing::error!(error = %e, "the snapshot task failed");

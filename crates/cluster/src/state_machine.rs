@@ -44,12 +44,16 @@
 //! [`applied_state`]: RaftStateMachine::applied_state
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use openraft::EntryPayload;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine, Snapshot};
-use uuidmap_engine::store::snapshot::{OpenOptions, open_snapshot, snapshot_path, write_snapshot};
+use uuidmap_engine::store::snapshot::{
+    OpenOptions, SnapshotInfo, open_snapshot, snapshot_path, write_snapshot,
+};
 use uuidmap_engine::store::{Io, StoreError};
 use uuidmap_engine::writer::{
     CommittedEntry, DurableIndex, LoadedSnapshot, ProposalChain, ReplicaControl,
@@ -125,14 +129,38 @@ impl SnapshotStore {
     }
 
     /// Takes a snapshot now, while the writer goes on (module docs), and
-    /// returns it; `None` when there is nothing to take yet (nothing
-    /// applied, or catching up after a load). Blocks: call it on a
-    /// blocking thread.
-    pub fn take(&self) -> Result<Option<MemberSnapshot>, StoreError> {
+    /// returns it and what was written; `None` when there is nothing to
+    /// take yet (nothing applied, or catching up after a load). Blocks:
+    /// call it on a blocking thread. Recorded in the index's snapshot
+    /// figures.
+    pub fn take(&self) -> Result<Option<(MemberSnapshot, SnapshotInfo)>, StoreError> {
         let point = self.point();
         if point.log_id.is_none() || !self.is_consistent() {
             return Ok(None);
         }
+        let stats = self.durable.snapshot_stats();
+        let taken = self.write(point);
+        match &taken {
+            Ok((_, info)) => {
+                stats.taken.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .last_duration_us
+                    .store(info.duration.as_micros() as u64, Ordering::Relaxed);
+                let now = SystemTime::now().duration_since(UNIX_EPOCH);
+                stats
+                    .last_unix_ms
+                    .store(now.map_or(0, |d| d.as_millis() as u64), Ordering::Relaxed);
+                stats.last_lsn.store(info.lsn, Ordering::Relaxed);
+                stats.last_bytes.store(info.bytes, Ordering::Relaxed);
+            }
+            Err(_) => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        taken.map(Some)
+    }
+
+    fn write(&self, point: AppliedPoint) -> Result<(MemberSnapshot, SnapshotInfo), StoreError> {
         let watermark = self.durable.watermark().clone();
         let info = write_snapshot(
             &*self.io,
@@ -148,7 +176,7 @@ impl SnapshotStore {
         // An unchanged index: the file already there keeps its own meta.
         if let Ok(found) = snapshot_file::read_meta(&*self.io, &info.path, info.lsn) {
             snapshot_file::prune(&*self.io, &self.dir, &info.path, 1);
-            return Ok(Some(found));
+            return Ok((found, info));
         }
         let point_lsn = point.log_id.map_or(0, |l| l.index);
         if info.min_capture_lsn < point_lsn {
@@ -167,14 +195,14 @@ impl SnapshotStore {
                 last_membership: point.membership,
             },
             file: SnapshotFile {
-                path: info.path,
+                path: info.path.clone(),
                 snapshot_lsn: info.lsn,
                 chain: point.chain,
             },
         };
         snapshot_file::write_meta(&*self.io, &self.dir, &taken.meta, &taken.file)?;
         snapshot_file::prune(&*self.io, &self.dir, &taken.file.path, 1);
-        Ok(Some(taken))
+        Ok((taken, info))
     }
 
     /// The newest usable snapshot in the directory.
@@ -419,7 +447,7 @@ impl RaftSnapshotBuilder<UuidmapRaft> for IndexSnapshotBuilder {
             // the directory holds none usable (openraft forced a build).
             match snapshots.newest()? {
                 Some(found) => Ok(Some(found)),
-                None => snapshots.take(),
+                None => Ok(snapshots.take()?.map(|(taken, _)| taken)),
             }
         })
         .await?;

@@ -44,6 +44,8 @@
 //! advertise_url = "http://127.0.0.1:7878"  # where clients are sent; default: from listen
 //! peers = "2=127.0.0.1:7890@http://127.0.0.1:7888,3=127.0.0.1:7900@http://127.0.0.1:7898"
 //! cluster_init = true                 # on one member, once: make the group of it and its peers
+//! raft_snapshot_entries = 100000      # a member's snapshot after this many log entries
+//! raft_keep_entries = 10000           # log entries kept behind a member's snapshot
 //! ```
 
 use std::net::SocketAddr;
@@ -222,6 +224,11 @@ pub struct ClusterOptions {
     pub peers: Vec<Peer>,
     /// Make the group of this member and its peers, if it is not made yet.
     pub init: bool,
+    /// Take a snapshot once this many log entries were applied since the
+    /// last (0: only on the snapshot interval).
+    pub snapshot_entries: u64,
+    /// Log entries kept behind the newest snapshot.
+    pub keep_entries: u64,
 }
 
 /// Another member, as `--peers` names it: `ID=RAFT_ADDR@CLIENT_URL`.
@@ -507,6 +514,16 @@ serve_options! {
         value_parser = clap::builder::BoolishValueParser::new(),
     )]
     cluster_init: bool,
+    /// A member takes a snapshot once this many Raft log entries were
+    /// applied since its last one (0: only on --snapshot-interval)
+    /// [default: 100000].
+    #[arg(long, env = "UUIDMAP_RAFT_SNAPSHOT_ENTRIES")]
+    raft_snapshot_entries: u64,
+    /// Raft log entries a member keeps behind its newest snapshot: a
+    /// member further behind is sent the snapshot instead [default:
+    /// 10000].
+    #[arg(long, env = "UUIDMAP_RAFT_KEEP_ENTRIES")]
+    raft_keep_entries: u64,
 }
 
 /// The command line of `uuidmap serve`: where the TOML file is, and the
@@ -686,6 +703,8 @@ impl ServeOptions {
             advertise_url: self.advertise_url.clone(),
             peers: self.peers.clone(),
             cluster_init: self.cluster_init,
+            raft_snapshot_entries: self.raft_snapshot_entries,
+            raft_keep_entries: self.raft_keep_entries,
             ..ServeOptions::default()
         };
         let mut c = ServeConfig::new(self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
@@ -823,6 +842,11 @@ impl ServeOptions {
                 ("--advertise-url", self.advertise_url.is_some()),
                 ("--peers", self.peers.is_some()),
                 ("--cluster-init", self.cluster_init == Some(true)),
+                (
+                    "--raft-snapshot-entries",
+                    self.raft_snapshot_entries.is_some(),
+                ),
+                ("--raft-keep-entries", self.raft_keep_entries.is_some()),
             ];
             return match given.iter().find(|(_, on)| *on) {
                 Some((flag, _)) => err(format!(
@@ -894,6 +918,12 @@ impl ServeOptions {
             advertise_url,
             peers,
             init: self.cluster_init.unwrap_or(false),
+            snapshot_entries: self
+                .raft_snapshot_entries
+                .unwrap_or(uuidmap_cluster::replica::SNAPSHOT_ENTRIES),
+            keep_entries: self
+                .raft_keep_entries
+                .unwrap_or(uuidmap_cluster::replica::LOGS_TO_KEEP),
         }))
     }
 }
@@ -1454,7 +1484,7 @@ max_replay_ms = 250
             count += 1;
         }
         assert_eq!(
-            count, 34,
+            count, 36,
             "a new option? add it to the README and the module doc"
         );
     }

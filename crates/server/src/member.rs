@@ -8,10 +8,11 @@
 //! them otherwise with UNAVAILABLE and the leader in the `uuidmap-leader`
 //! metadata.
 //!
-//! What a member does not do yet (docs/replication.md, stages 5–7):
-//! snapshots (its index is rebuilt from the Raft log at start), Watch,
-//! linearizable reads on the leader (reads answer from the local index,
-//! as a follower's do), membership changes after the start.
+//! A member takes its own snapshots (`--raft-snapshot-entries`,
+//! `--snapshot-interval`, and the admin `Snapshot` call) and starts from
+//! the newest at a restart; one far behind is sent the leader's
+//! (docs/replication.md, section 4). What a member does not do yet:
+//! Watch (refused with UNIMPLEMENTED).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,7 +46,10 @@ pub(crate) async fn start(
 ) -> Result<Member, ServeError> {
     let mut replica_config = ReplicaConfig::new(cluster.node_id, &config.data_dir);
     replica_config.io = io;
+    replica_config.wal.segment_bytes = durable.wal_segment_bytes;
     replica_config.durable = durable;
+    replica_config.snapshot_entries = cluster.snapshot_entries;
+    replica_config.logs_to_keep = cluster.keep_entries;
     // The log store fsyncs each group of appends under `always`; under the
     // other policies an append counts once written (the group's other
     // members hold it too).

@@ -130,6 +130,9 @@ pub enum StoreError {
         /// What to do instead.
         hint: &'static str,
     },
+    /// A member has nothing to snapshot now.
+    #[error("this member has nothing to snapshot now: {0}")]
+    NothingToSnapshot(&'static str),
     /// Something a member of a replica group does not do yet.
     #[error("a member of a replica group does not {0} yet (docs/replication.md says when it will)")]
     NotInGroupYet(&'static str),

@@ -115,7 +115,13 @@ pub struct DurableIndex {
     replica: bool,
     /// A member's read lease (`None`: a single node, which always answers).
     lease: Option<Arc<ReadLease>>,
+    /// Where a member's snapshots on demand are asked for.
+    member_snapshots: std::sync::OnceLock<SnapshotRequests>,
 }
+
+/// Where a member's snapshots on demand are asked for: each request is
+/// the sender its result goes to.
+pub type SnapshotRequests = tokio::sync::mpsc::UnboundedSender<oneshot::Sender<SnapshotResult>>;
 
 /// What a running index owns until it stops.
 enum Running {
@@ -318,6 +324,7 @@ impl DurableIndex {
             config,
             replica: false,
             lease: None,
+            member_snapshots: std::sync::OnceLock::new(),
         };
         Ok(durable)
     }
@@ -383,6 +390,7 @@ impl DurableIndex {
             config,
             replica: true,
             lease: Some(lease),
+            member_snapshots: std::sync::OnceLock::new(),
         };
         Ok((durable, control))
     }
@@ -438,15 +446,37 @@ impl DurableIndex {
         &self.watermark
     }
 
+    /// A member's snapshots on demand are taken by whoever reads
+    /// `requests` (the replicated log's snapshot task), which answers
+    /// each; set once.
+    pub fn take_member_snapshots_with(&self, requests: SnapshotRequests) {
+        let _ = self.member_snapshots.set(requests);
+    }
+
+    /// The figures about snapshots: a member's snapshot task records its
+    /// own here.
+    pub fn snapshot_stats(&self) -> &Arc<SnapshotStats> {
+        &self.snapshot_stats
+    }
+
     /// What recovery found.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report
     }
 
-    /// Takes a snapshot now and waits for it.
+    /// Takes a snapshot now and waits for it. On a member, the replicated
+    /// log's snapshot task takes it
+    /// ([`DurableIndex::take_member_snapshots_with`]).
     pub async fn snapshot_now(&self) -> SnapshotResult {
         if self.replica {
-            return Err(Arc::new(StoreError::NotInGroupYet("take snapshots")));
+            let Some(requests) = self.member_snapshots.get() else {
+                return Err(Arc::new(StoreError::NotInGroupYet("take snapshots")));
+            };
+            let (tx, rx) = oneshot::channel();
+            requests
+                .send(tx)
+                .map_err(|_| Arc::new(stopped(&self.config.dir)))?;
+            return rx.await.map_err(|_| Arc::new(stopped(&self.config.dir)))?;
         }
         let (tx, rx) = oneshot::channel();
         self.snapshot_tx

@@ -23,7 +23,7 @@ mod snapshotter;
 mod sync_thread;
 
 pub use durable_index::{
-    DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats, ReplicaStart,
+    DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats, ReplicaStart, SnapshotRequests,
 };
 pub use pipeline::{
     Pipeline, PipelineConfig, PipelineExit, PipelineFailure, PipelineStats, VOUCH_AFTER_IDLE,

@@ -32,6 +32,10 @@ pub fn member_config(
         advertise_url: format!("http://{listen}"),
         peers,
         init,
+        snapshot_entries: uuidmap_cluster::replica::SNAPSHOT_ENTRIES,
+        // Short, so that a snapshot taken on request purges the log of a
+        // test's few writes.
+        keep_entries: 5,
     });
     c
 }
@@ -137,6 +141,11 @@ impl TestGroup {
             cluster.raft_advertise.clone(),
             format!("http://{}", c.listen),
         )
+    }
+
+    /// Member `i`'s data directory.
+    pub fn dir(&self, i: usize) -> &Path {
+        self.dirs[i].path()
     }
 
     /// Stops member `i` and empties its data directory (a lost disk).
