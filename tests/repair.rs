@@ -215,7 +215,7 @@ fn the_repair_sets_the_snapshot_aside_and_the_directory_then_accepts_writes_and_
     // LSNs the set-aside snapshot held, which is why it had to go), and
     // the directory restarts after them, also after a power loss.
     let d = open(Arc::new(sim.clone()), &dir).unwrap();
-    assert_eq!(groups_of(d.index()), states[27]);
+    assert_eq!(groups_of(&d.index()), states[27]);
     let lsn = d
         .writes()
         .write_blocking(vec![WriteOp::Put {
@@ -287,5 +287,5 @@ fn check_names_the_repair_command_and_repair_dry_run_then_repair_get_the_directo
         "{again:?}"
     );
     let d = open(Arc::new(OsIo), dir).unwrap();
-    assert_eq!(groups_of(d.index()), states[27]);
+    assert_eq!(groups_of(&d.index()), states[27]);
 }

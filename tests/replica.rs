@@ -91,8 +91,12 @@ fn rig() -> Rig {
     let counted = stalls.clone();
     let pipeline = ReplicaPipeline::start(
         &PipelineConfig::default(),
-        writer,
-        watermark.clone(),
+        uuidmap::writer::ReplicaIndex {
+            writer,
+            slot: Arc::new(arc_swap::ArcSwap::from_pointee(index.clone())),
+            watermark: watermark.clone(),
+            chain: uuidmap::writer::ProposalChain::default(),
+        },
         Box::new(KeepProposals {
             batches: proposed.clone(),
             gates: gates.clone(),
@@ -102,7 +106,6 @@ fn rig() -> Rig {
             counted.fetch_add(1, AtomicOrdering::SeqCst);
         }),
         Arc::new(uuidmap::writer::ReadLease::default()),
-        uuidmap::writer::ProposalChain::default(),
     )
     .expect("the thread starts");
     Rig {

@@ -28,8 +28,7 @@ use uuidmap_engine::store::raft_state::RAFT_STATE_FILE;
 use uuidmap_engine::store::snapshot::{OpenOptions, open_snapshot};
 use uuidmap_engine::store::wal::WalOptions;
 use uuidmap_engine::store::{Io, OsIo, StoreError};
-use uuidmap_engine::writer::{DurableConfig, DurableIndex, ReplicaStart, WriteHandle};
-use uuidmap_index::Index;
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, IndexRef, ReplicaStart, WriteHandle};
 use uuidmap_index::sync::LsnWatermark;
 
 use crate::UuidmapRaft;
@@ -245,7 +244,7 @@ impl Replica {
     }
 
     /// The index, for reads.
-    pub fn index(&self) -> &Index {
+    pub fn index(&self) -> IndexRef<'_> {
         self.durable.index()
     }
 

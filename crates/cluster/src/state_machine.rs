@@ -165,7 +165,7 @@ impl SnapshotStore {
         let info = write_snapshot(
             &*self.io,
             &self.dir,
-            self.durable.index(),
+            &self.durable.index(),
             &|| watermark.current(),
             // Every write in the file is of a committed entry: were this
             // member's copy of the log lost past the point, the group
@@ -372,6 +372,7 @@ impl RaftStateMachine<UuidmapRaft> for IndexStateMachine {
         let received = file.clone();
         let meta_owned = meta.clone();
         // Checked whole, its meta written, renamed into place, mapped.
+        let started = std::time::Instant::now();
         let (installed, restored) = blocking(move || {
             let opened = open_snapshot(&*io, &received.path, &OpenOptions::default())?;
             if opened.lsn != received.snapshot_lsn {
@@ -401,6 +402,7 @@ impl RaftStateMachine<UuidmapRaft> for IndexStateMachine {
         })
         .await?;
         let lsn = meta.last_log_id.map_or(0, |l| l.index);
+        let checked = started.elapsed();
         self.control
             .load(LoadedSnapshot {
                 restored,
@@ -409,6 +411,13 @@ impl RaftStateMachine<UuidmapRaft> for IndexStateMachine {
             })
             .await
             .map_err(writer_stopped)?;
+        tracing::info!(
+            point = lsn,
+            file_lsn = installed.snapshot_lsn,
+            checked_ms = checked.as_millis() as u64,
+            took_ms = started.elapsed().as_millis() as u64,
+            "installed the leader's snapshot"
+        );
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.chain = installed.chain;

@@ -60,7 +60,7 @@ pub(crate) async fn start(
     let (stop_raft, stopped) = oneshot::channel::<()>();
     let service = replica.raft_service();
     let raft_server = tokio::spawn(
-        tonic::transport::Server::builder()
+        uuidmap_cluster::raft_service::raft_server()
             .add_service(service)
             .serve_with_incoming_shutdown(
                 tonic::transport::server::TcpIncoming::from(raft_listener).with_nodelay(Some(true)),

@@ -303,7 +303,7 @@ impl UuidMap for DataService {
         &self,
         request: Request<pb::ScanRequest>,
     ) -> Result<Response<Self::ScanStream>, Status> {
-        let plan = scan::plan(self.durable.index(), request.get_ref(), &self.limits)?;
+        let plan = scan::plan(&self.durable.index(), request.get_ref(), &self.limits)?;
         let applied_lsn = self
             .wait_applied(&request, request.get_ref().min_lsn)
             .await?;

@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 
 use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure, PipelineStats, WriteHandle};
 use super::read_lease::{ReadLease, ReadRefused};
-use super::replica::{ProposalChain, Proposer, ReplicaControl, ReplicaPipeline};
+use super::replica::{ProposalChain, Proposer, ReplicaControl, ReplicaIndex, ReplicaPipeline};
 use super::snapshotter::{
     ReplayBudget, SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger,
 };
@@ -19,6 +19,7 @@ use crate::store::raft_state::RAFT_STATE_FILE;
 use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
 use crate::store::wal::{Preallocate, WalFollower, WalOptions, WalWriter};
 use crate::store::{DirLock, Io, OsIo, StoreError, lock_data_dir};
+use arc_swap::ArcSwap;
 use uuidmap_index::Index;
 use uuidmap_index::sync::LsnWatermark;
 
@@ -92,7 +93,7 @@ pub struct ReplicaStart {
 
 /// A durable, running index.
 pub struct DurableIndex {
-    index: Index,
+    index: IndexSlot,
     watermark: Arc<LsnWatermark>,
     /// The threads and the directory's lock, until [`DurableIndex::shutdown`]
     /// takes them (`None` after). Touched only by shutdown and drop: writes go
@@ -117,6 +118,34 @@ pub struct DurableIndex {
     lease: Option<Arc<ReadLease>>,
     /// Where a member's snapshots on demand are asked for.
     member_snapshots: std::sync::OnceLock<SnapshotRequests>,
+}
+
+/// Where a durable index's read handle lives.
+enum IndexSlot {
+    /// A single node's: one index for the process's life.
+    Fixed(Index),
+    /// A member's: replaced when a snapshot is installed.
+    Swappable(Arc<ArcSwap<Index>>),
+}
+
+/// A read handle of a [`DurableIndex`] ([`DurableIndex::index`]): derefs
+/// to the [`Index`].
+pub enum IndexRef<'a> {
+    /// A single node's index.
+    Fixed(&'a Index),
+    /// A member's index as it was when loaded.
+    Swapped(arc_swap::Guard<Arc<Index>>),
+}
+
+impl std::ops::Deref for IndexRef<'_> {
+    type Target = Index;
+
+    fn deref(&self) -> &Index {
+        match self {
+            IndexRef::Fixed(index) => index,
+            IndexRef::Swapped(guard) => guard,
+        }
+    }
 }
 
 /// Where a member's snapshots on demand are asked for: each request is
@@ -307,7 +336,7 @@ impl DurableIndex {
             let _ = snapshot_tx.send(Trigger::AfterLongReplay);
         }
         let durable = DurableIndex {
-            index: recovered.index,
+            index: IndexSlot::Fixed(recovered.index),
             watermark,
             failure: pipeline.failure(),
             writes,
@@ -337,9 +366,10 @@ impl DurableIndex {
     /// lock. `config`'s directory, file system and queue limits apply.
     ///
     /// The index starts empty, or, given `start`, from that snapshot file
-    /// mapped in place as a restart does; its applied LSN is then `start.lsn`, and reads wait
-    /// until the log is applied up to the file's own LSN (see
-    /// [`ReplicaControl::load`]). Change streams are refused with
+    /// mapped in place as a restart does; its applied LSN is then
+    /// `start.lsn`, and reads wait until the log is applied up to the
+    /// file's own LSN (see [`ReplicaControl::load`]), which also puts
+    /// another index in place of this one. Change streams are refused with
     /// [`StoreError::NotInGroupYet`] for now.
     pub fn open_replica(
         config: DurableConfig,
@@ -361,14 +391,18 @@ impl DurableIndex {
             }
         };
         let watermark = Arc::new(LsnWatermark::new(applied));
+        let slot = Arc::new(ArcSwap::from_pointee(index));
         let pipeline = ReplicaPipeline::start(
             &config.pipeline,
-            writer,
-            watermark.clone(),
+            ReplicaIndex {
+                writer,
+                slot: slot.clone(),
+                watermark: watermark.clone(),
+                chain,
+            },
             proposer,
             on_stall,
             lease.clone(),
-            chain,
         )
         .map_err(|e| StoreError::io("starting the writer thread", &config.dir, e))?;
         let control = pipeline.control();
@@ -377,7 +411,7 @@ impl DurableIndex {
         let (_, failure) = tokio::sync::watch::channel(None);
         let (snapshot_tx, _) = Snapshotter::channel();
         let durable = DurableIndex {
-            index,
+            index: IndexSlot::Swappable(slot),
             watermark,
             writes: pipeline.handle(),
             failure,
@@ -431,9 +465,14 @@ impl DurableIndex {
         self.lease.as_ref()
     }
 
-    /// The read handle.
-    pub fn index(&self) -> &Index {
-        &self.index
+    /// The read handle. On a member, the index a snapshot install put
+    /// in place of the old one (`ReplicaControl::load`); a caller that
+    /// reads over a long time (a scan page) holds the one it got.
+    pub fn index(&self) -> IndexRef<'_> {
+        match &self.index {
+            IndexSlot::Fixed(index) => IndexRef::Fixed(index),
+            IndexSlot::Swappable(slot) => IndexRef::Swapped(slot.load()),
+        }
     }
 
     /// Submits writes.
@@ -503,8 +542,8 @@ impl DurableIndex {
         let p: &PipelineStats = self.writes.stats();
         let s: &SnapshotStats = &self.snapshot_stats;
         DurableStats {
-            entries: self.index.len() as u64,
-            table_bytes: self.index.table_bytes() as u64,
+            entries: self.index().len() as u64,
+            table_bytes: self.index().table_bytes() as u64,
             applied_lsn: self.watermark.current(),
             wal_bytes: p.wal_bytes.load(Ordering::Relaxed),
             snapshots_taken: s.taken.load(Ordering::Relaxed),

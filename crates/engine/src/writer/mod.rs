@@ -23,7 +23,8 @@ mod snapshotter;
 mod sync_thread;
 
 pub use durable_index::{
-    DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats, ReplicaStart, SnapshotRequests,
+    DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats, IndexRef, ReplicaStart,
+    SnapshotRequests,
 };
 pub use pipeline::{
     Pipeline, PipelineConfig, PipelineExit, PipelineFailure, PipelineStats, VOUCH_AFTER_IDLE,
@@ -33,7 +34,8 @@ pub use policy::{BadFsyncPolicy, FsyncPolicy};
 pub use read_lease::{ReadLease, ReadRefused};
 pub use replica::{
     ApplyOutcome, CONFIRM_FLAG, CommittedEntry, DecidedBatch, LoadedSnapshot, ProposalChain,
-    Proposer, ReplicaControl, ReplicaPipeline, WriteReply, WriterStopped, proposal_epoch,
+    Proposer, ReplicaControl, ReplicaIndex, ReplicaPipeline, WriteReply, WriterStopped,
+    proposal_epoch,
 };
 pub use request::{LeaderHint, WriteError, WriteOp, WriteOutcome};
 pub use snapshotter::{

@@ -94,8 +94,9 @@ use super::pipeline::{Message, PipelineConfig, PipelineExit, Request, WriteHandl
 use super::read_lease::ReadLease;
 use super::request::{LeaderHint, WriteError, WriteOp, WriteOutcome};
 use crate::store::{Op, StoreError};
+use arc_swap::ArcSwap;
 use uuidmap_index::sync::LsnWatermark;
-use uuidmap_index::{IndexWriter, Key};
+use uuidmap_index::{Index, IndexWriter, Key};
 
 /// Where a caller's answer goes.
 pub type WriteReply = oneshot::Sender<Result<WriteOutcome, WriteError>>;
@@ -248,8 +249,9 @@ impl ReplicaControl {
             .map_err(|_| WriterStopped)
     }
 
-    /// Makes the index hold `snapshot`'s contents and nothing else, and
-    /// the applied LSN its `lsn`; returns once done. Until the log is
+    /// Puts `snapshot`'s index in place of the index (readers find it
+    /// through the slot given at the start), with the applied LSN its
+    /// `lsn`; returns once done. Until the log is
     /// applied up to the snapshot's own LSN (its largest capture), reads
     /// are refused ([`ReadLease::set_consistent_from`]). Only for a member
     /// that follows, and a snapshot past what it applied.
@@ -276,27 +278,44 @@ pub struct ReplicaPipeline {
     thread: Option<JoinHandle<PipelineExit>>,
 }
 
+/// The index a replica's writer starts over.
+pub struct ReplicaIndex {
+    /// The index's one writer.
+    pub writer: IndexWriter,
+    /// Where readers find the index (a snapshot install puts another
+    /// there).
+    pub slot: Arc<ArcSwap<Index>>,
+    /// Its applied LSN: every entry up to it is in the index.
+    pub watermark: Arc<LsnWatermark>,
+    /// Where the proposal chain stood at that LSN.
+    pub chain: ProposalChain,
+}
+
 impl ReplicaPipeline {
-    /// Starts the thread over `writer`, whose index holds every entry up to
-    /// `watermark`'s LSN, where the chain stood at `chain`; it follows
-    /// until told it leads. `config`'s queue
-    /// depth and batch limit apply; its fsync policy is the log's business.
+    /// Starts the thread over `index`; it follows until told it leads.
+    /// `config`'s queue depth and batch limit apply; its fsync policy is
+    /// the log's business.
     /// `on_stall` is called when a leader stops deciding because the log
     /// refused or voided one of its proposals (module docs): whoever sends
     /// `lead` should send it again, if this member still leads.
     pub fn start(
         config: &PipelineConfig,
-        writer: IndexWriter,
-        watermark: Arc<LsnWatermark>,
+        index: ReplicaIndex,
         proposer: Box<dyn Proposer>,
         on_stall: Box<dyn Fn() + Send>,
         lease: Arc<ReadLease>,
-        chain: ProposalChain,
     ) -> std::io::Result<ReplicaPipeline> {
+        let ReplicaIndex {
+            writer,
+            slot,
+            watermark,
+            chain,
+        } = index;
         let (handle, rx) = WriteHandle::new(config);
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let state = ReplicaThread {
             writer,
+            slot,
             watermark,
             proposer,
             on_stall,
@@ -382,6 +401,8 @@ struct Refusal {
 
 struct ReplicaThread {
     writer: IndexWriter,
+    /// Where readers find the index `writer` writes.
+    slot: Arc<ArcSwap<Index>>,
     watermark: Arc<LsnWatermark>,
     proposer: Box<dyn Proposer>,
     on_stall: Box<dyn Fn() + Send>,
@@ -536,12 +557,12 @@ impl ReplicaThread {
         }
     }
 
-    /// Makes the index hold the snapshot's contents (see
-    /// [`ReplicaControl::load`]): removes the keys it lacks, writes the
-    /// entries that differ. Reads are refused meanwhile, and until the
-    /// log reaches the snapshot's largest capture: segments hold writes
-    /// up to their own captures, so the state is no prefix of the log
-    /// before then.
+    /// Puts the snapshot's index in place of this one (see
+    /// [`ReplicaControl::load`]): from now on the writer writes it and
+    /// readers find it; the old one is freed when its last reader lets
+    /// go. Reads are refused until the log reaches the snapshot's largest
+    /// capture: segments hold writes up to their own captures, so the
+    /// state is no prefix of the log before then.
     fn load(&mut self, snapshot: LoadedSnapshot) {
         let LoadedSnapshot {
             restored,
@@ -556,35 +577,10 @@ impl ReplicaThread {
         self.drop_pending(leader.clone());
         self.refuse_deferred(leader.clone());
         self.role = Role::Following(leader);
-        let source = restored.index;
-        // Stamped with the applied LSN, not the file's: a later snapshot
-        // of this index must not claim writes the log up to there holds
-        // (`write_snapshot` takes a segment's stamp as its capture).
-        self.writer.set_stamp(lsn);
-        let mut page = Vec::new();
-        let mut stale = Vec::new();
-        let mut own = self.writer.reader().scan();
-        while own.next_segment(&mut page).is_some() {
-            stale.extend(
-                page.drain(..)
-                    .filter(|(key, _)| source.get(key).is_none())
-                    .map(|(key, _)| key),
-            );
-        }
-        for key in stale {
-            self.writer.remove(&key);
-        }
-        self.writer
-            .reserve(source.len().saturating_sub(self.writer.len()));
-        let mut theirs = source.scan();
-        while theirs.next_segment(&mut page).is_some() {
-            for (key, value) in page.drain(..) {
-                if self.writer.get(&key) != Some(value) {
-                    let _ = self.writer.insert(key, value);
-                }
-            }
-            self.writer.reclaim();
-        }
+        // The restored tables are stamped with their segments' capture
+        // LSNs, so a later snapshot of them claims no more than they hold.
+        self.writer = restored.writer;
+        self.slot.store(Arc::new(restored.index));
         self.chain = chain;
         self.watermark.publish(lsn);
     }

@@ -35,7 +35,7 @@ where
 {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        tonic::transport::Server::builder()
+        uuidmap_cluster::raft_service::raft_server()
             .add_service(service)
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::TcpListenerStream::new(listener),
