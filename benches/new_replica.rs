@@ -110,7 +110,7 @@ async fn run(entries: u64) {
     let serving = started.elapsed();
     let count = new.replica.index().len();
     assert_eq!(count as u64, entries, "the new replica holds every entry");
-    println!("| entries | snapshot | new member up | caught up (add_learner returned) | serving |");
+    println!("| entries | snapshot | new member up | learner added | serving |");
     println!("| --- | --- | --- | --- | --- |");
     println!(
         "| {entries} | {} MB | {:.3} s | {:.3} s | **{:.3} s** |",
