@@ -4,8 +4,9 @@
 //!
 //! One leader (a group of one, `uuidmap-cluster`'s `Replica` over the real
 //! index, fsync `always`) is loaded with `UUIDMAP_BENCH_ENTRIES` entries
-//! (default 10M) in batches of 100,000 puts, takes a snapshot (the admin
-//! call's path) behind which it purges its log, and goes idle. Then a new
+//! (default 10M) in batches of 100,000 puts, takes two snapshots (the
+//! admin call's path; one write between them) behind which it purges its
+//! log, and goes idle. Then a new
 //! member on an empty directory is started and added as a learner, timed
 //! from its start until it **serves**: it has installed the leader's
 //! snapshot (sent over the Raft service in checksummed chunks, checked,
@@ -71,13 +72,20 @@ async fn run(entries: u64) {
         "new replica bench: loaded {entries} entries in {:.1} s",
         loading.elapsed().as_secs_f64()
     );
-    let snap = Instant::now();
-    let taken = nodes[l]
-        .replica
-        .durable()
+    // Two snapshots, a write between them: the log is purged behind the
+    // older one's point, so the new member can only catch up by the
+    // snapshot.
+    let durable = nodes[l].replica.durable().clone();
+    durable
         .snapshot_now()
         .await
-        .expect("the leader's snapshot");
+        .expect("the leader's first snapshot");
+    let probe = WriteOp::Delete {
+        key: Key::new(Uuid::from_u128(u128::MAX - 1)).unwrap(),
+    };
+    last = nodes[l].write(vec![probe]).await.expect("taken").lsn;
+    let snap = Instant::now();
+    let taken = durable.snapshot_now().await.expect("the leader's snapshot");
     eprintln!(
         "new replica bench: leader's snapshot: {} entries, {} MB, {:.2} s",
         taken.entries,

@@ -11,7 +11,7 @@
 //!   `auth`, `tls`: who gets in, and when; `ops`: metrics and stats;
 //!   `disk_failure`: a full or failing data disk; `cli`: the binary's
 //!   client commands against a running server; `group`: the server as a
-//!   member of a replica group.
+//!   member of a replica group; `group_watch`: Watch on its members.
 
 mod admission;
 mod auth;
@@ -19,6 +19,7 @@ mod bad_input;
 mod cli;
 mod disk_failure;
 mod group;
+mod group_watch;
 mod lookup;
 mod ops;
 mod protocol;

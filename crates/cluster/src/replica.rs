@@ -13,8 +13,9 @@
 //!
 //! The snapshot task takes a snapshot once `snapshot_entries` entries were
 //! applied since the last one (or `durable.snapshot_every` passed with
-//! any), then tells openraft, which purges the log behind it but
-//! `logs_to_keep` entries (the state machine's module docs).
+//! any), then tells openraft, and purges the log behind the older
+//! retained snapshot, keeping `logs_to_keep` entries at least
+//! (`snapshot_task`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -71,8 +72,9 @@ pub struct ReplicaConfig {
     /// Take a snapshot once this many log entries were applied since the
     /// last (0: only on `durable.snapshot_every`).
     pub snapshot_entries: u64,
-    /// Log entries kept behind the newest snapshot: a follower further
-    /// behind is sent the snapshot instead.
+    /// Log entries kept behind the newest snapshot at least (the log after
+    /// the older retained snapshot is kept too): a follower further behind
+    /// is sent the snapshot instead.
     pub logs_to_keep: u64,
 }
 
@@ -189,8 +191,12 @@ impl Replica {
         };
         let (requests, snapshot_requests) = tokio::sync::mpsc::unbounded_channel();
         durable.take_member_snapshots_with(requests);
-        let raft_config = raft_config(&config.timing, config.logs_to_keep)
-            .map_err(|e| ReplicaError::Raft(e.to_string()))?;
+        let (io, dir) = (config.io.clone(), config.dir.clone());
+        durable.follow_members_log_with(Box::new(move |after| {
+            snapshot_file::chain_point_at_or_before(&*io, &dir, after)
+        }));
+        let raft_config =
+            raft_config(&config.timing).map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let machine = IndexStateMachine::new(control.clone(), snapshots.clone());
         let raft = Raft::new(config.id, raft_config, network, store, machine)
             .await
@@ -210,6 +216,7 @@ impl Replica {
                 raft.clone(),
                 snapshots,
                 SnapshotPolicy {
+                    keep: config.logs_to_keep,
                     entries: config.snapshot_entries,
                     every: config.durable.snapshot_every,
                 },

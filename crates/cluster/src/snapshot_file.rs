@@ -146,6 +146,32 @@ pub fn newest(io: &dyn Io, dir: &Path) -> Result<Option<MemberSnapshot>, StoreEr
     Ok(None)
 }
 
+/// The snapshots in `dir` whose meta file reads back whole, newest first.
+pub fn usable(io: &dyn Io, dir: &Path) -> Result<Vec<MemberSnapshot>, StoreError> {
+    Ok(list_snapshots(io, dir)?
+        .into_iter()
+        .filter_map(|(lsn, path)| read_meta(io, &path, lsn).ok())
+        .collect())
+}
+
+/// Where a reader of the log that wants the entries after `lsn` can start
+/// and know the proposal chain (`ChangeReader`): the point of the newest
+/// usable snapshot at or before `lsn`, with its chain; or 0 and the empty
+/// chain (the log's start).
+pub fn chain_point_at_or_before(
+    io: &dyn Io,
+    dir: &Path,
+    lsn: u64,
+) -> Result<(u64, ProposalChain), StoreError> {
+    for snapshot in usable(io, dir)? {
+        let point = snapshot.meta.last_log_id.map_or(0, |l| l.index);
+        if point <= lsn {
+            return Ok((point, snapshot.file.chain));
+        }
+    }
+    Ok((0, ProposalChain::default()))
+}
+
 /// Removes every snapshot and meta file in `dir` but `keep`'s, the
 /// snapshots older than the newest `older` ones kept (with `keep`), and
 /// meta files whose snapshot is gone. Best effort: what cannot be

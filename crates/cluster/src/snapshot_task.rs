@@ -2,6 +2,14 @@
 //! it ([`SnapshotStore::take`], on a blocking thread), and tells openraft,
 //! which then purges the log behind it (the state machine's module docs).
 //!
+//! After each snapshot the log is purged up to the older retained
+//! snapshot's point, and never closer than `keep` entries to the new
+//! one: a restart can fall back on the older snapshot should the newer be
+//! damaged, and a change stream can start from either (`ChangeReader`
+//! needs a point whose proposal chain is known). openraft removes nothing
+//! on its own (`timing::raft_config`), and purges nothing a replication
+//! to a follower still reads.
+//!
 //! A snapshot is due once `entries` log entries were applied since the
 //! last one, or `every` passed with any applied. A failed snapshot (a
 //! full disk) is logged and tried again 10 s later: the log is meanwhile
@@ -17,9 +25,12 @@ use uuidmap_engine::writer::SnapshotResult;
 use crate::replica::IndexRaft;
 use crate::state_machine::SnapshotStore;
 
-/// When a member takes a snapshot (module docs).
+/// When a member takes a snapshot, and how much log it keeps (module
+/// docs).
 #[derive(Clone, Copy, Debug)]
 pub struct SnapshotPolicy {
+    /// Log entries kept behind the newest snapshot, at least.
+    pub keep: u64,
     /// Entries applied since the last snapshot (0: not a trigger).
     pub entries: u64,
     /// Time since the last snapshot, with something applied (`None`: not
@@ -78,6 +89,9 @@ pub async fn take_snapshots(
                 // openraft's builder hands back the file just written, and
                 // the log behind it is purged.
                 let told = raft.trigger().snapshot().await;
+                if told.is_ok() {
+                    purge(&raft, &snapshots, last_lsn, policy.keep).await;
+                }
                 if let Some(reply) = asked {
                     let _ = reply.send(Ok(info));
                 }
@@ -105,5 +119,30 @@ pub async fn take_snapshots(
                 return;
             }
         }
+    }
+}
+
+/// Purges the log behind the snapshot at `point` (module docs).
+async fn purge(raft: &IndexRaft, snapshots: &SnapshotStore, point: u64, keep: u64) {
+    let store = snapshots.clone();
+    let older = tokio::task::spawn_blocking(move || store.usable())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .and_then(|usable| {
+            usable
+                .iter()
+                .map(|s| s.meta.last_log_id.map_or(0, |l| l.index))
+                .find(|&p| p < point)
+        });
+    let Some(older) = older else {
+        return;
+    };
+    let upto = older.min(point.saturating_sub(keep));
+    if upto == 0 {
+        return;
+    }
+    if let Err(e) = raft.trigger().purge_log(upto).await {
+        tracing::warn!(error = %e, upto, "Raft did not purge the log");
     }
 }

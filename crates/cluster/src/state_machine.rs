@@ -25,8 +25,8 @@
 //!   least the point: the log after the point, applied to the file,
 //!   gives the state exactly (blind writes, in log order). The meta says
 //!   the point. Then openraft is told (`trigger().snapshot()`): its
-//!   builder hands back the file just written, and openraft purges the
-//!   log behind it, keeping `ReplicaConfig::logs_to_keep` entries.
+//!   builder hands back the file just written; the log behind the older
+//!   retained snapshot is purged (`snapshot_task`).
 //! - **Installing one** ([`RaftStateMachine::install_snapshot`]): the
 //!   received file is checked (header and every segment's CRC), its meta
 //!   written, then it is renamed into place and mapped, as a restart maps
@@ -208,6 +208,11 @@ impl SnapshotStore {
     /// The newest usable snapshot in the directory.
     pub fn newest(&self) -> Result<Option<MemberSnapshot>, StoreError> {
         snapshot_file::newest(&*self.io, &self.dir)
+    }
+
+    /// The usable snapshots in the directory, newest first.
+    pub fn usable(&self) -> Result<Vec<MemberSnapshot>, StoreError> {
+        snapshot_file::usable(&*self.io, &self.dir)
     }
 }
 

@@ -49,11 +49,10 @@ impl Default for RaftTiming {
 /// openraft's configuration for `timing`, validated (openraft checks that
 /// a heartbeat fits well inside the election timeout).
 ///
-/// Snapshots are never taken by openraft on its own: the member's snapshot
-/// task decides (docs/replication.md, 4.1) and tells openraft, which then
-/// purges the log behind the snapshot but `logs_to_keep` entries (and
-/// none a replication to a follower still reads).
-pub fn raft_config(timing: &RaftTiming, logs_to_keep: u64) -> Result<Arc<Config>, ConfigError> {
+/// Snapshots are never taken by openraft on its own, and the log is never
+/// purged by it: the member's snapshot task decides both
+/// (docs/replication.md, 4.1, and `snapshot_task`).
+pub fn raft_config(timing: &RaftTiming) -> Result<Arc<Config>, ConfigError> {
     let config = Config {
         cluster_name: "uuidmap".into(),
         heartbeat_interval: timing.heartbeat_ms,
@@ -63,7 +62,7 @@ pub fn raft_config(timing: &RaftTiming, logs_to_keep: u64) -> Result<Arc<Config>
         install_snapshot_timeout: timing.snapshot_progress_ms,
         enable_pre_vote: Some(true),
         snapshot_policy: SnapshotPolicy::Never,
-        max_in_snapshot_log_to_keep: logs_to_keep,
+        max_in_snapshot_log_to_keep: u64::MAX,
         ..Config::default()
     };
     Ok(Arc::new(config.validate()?))
@@ -75,7 +74,7 @@ mod tests {
 
     #[test]
     fn the_default_timing_is_a_valid_configuration_with_the_designs_choices() {
-        let c = raft_config(&RaftTiming::default(), 10).unwrap();
+        let c = raft_config(&RaftTiming::default()).unwrap();
         assert_eq!(c.heartbeat_interval, 150);
         assert_eq!(
             (c.election_timeout_min, c.election_timeout_max),
@@ -91,6 +90,6 @@ mod tests {
             heartbeat_ms: 800,
             ..RaftTiming::default()
         };
-        assert!(raft_config(&timing, 10).is_err());
+        assert!(raft_config(&timing).is_err());
     }
 }

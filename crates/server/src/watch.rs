@@ -3,10 +3,16 @@
 //!
 //! # Protocol
 //!
-//! A watch after LSN `a` sends the batches `a+1, a+2, ...` in LSN order,
-//! consecutively, each only once applied (visible to reads): it reads the
-//! WAL up to the applied LSN (the watermark), sends what it found, then
-//! waits on the watermark (no polling) for the next LSN. Batches read
+//! A watch after LSN `a` sends the batches after `a` in LSN order, each
+//! only once applied (visible to reads): it reads the WAL up to the
+//! applied LSN (the watermark), sends what it found, then waits on the
+//! watermark (no polling) for the next LSN. On a single node the batches
+//! are consecutive (`a+1, a+2, ...`). On a replica group member the
+//! WAL is the Raft log, and LSNs of entries that changed nothing (a new
+//! leader's first entry, membership changes, the writer's gates, batches
+//! voided by a broken proposal chain) are skipped
+//! (`uuidmap_engine::writer::ChangeReader`); every member sends the same
+//! batches at the same LSNs. Batches read
 //! together go out together, in responses of at most [`MAX_RESPONSE_BYTES`]
 //! (a single larger batch goes alone); a batch is never held back waiting
 //! for more. `a` beyond the applied LSN simply waits.
@@ -35,9 +41,8 @@ use tonic::Status;
 
 use super::proto::v1 as pb;
 use super::status::{stopping_watch, watch_error};
-use uuidmap_engine::store::wal::WalFollower;
 use uuidmap_engine::store::{Op, StoreError};
-use uuidmap_engine::writer::DurableIndex;
+use uuidmap_engine::writer::{ChangeReader, DurableIndex};
 use uuidmap_index::sync::LsnWatermark;
 
 /// Most bytes of one response, unless a single batch is larger.
@@ -118,6 +123,10 @@ impl WatchTask {
             let after = reader.next_lsn() - 1;
             self.reader = Some(reader);
             let message = response.map_err(|e| watch_error(&e, after));
+            if message.as_ref().is_ok_and(|r| r.batches.is_empty()) {
+                // A member's entries that changed nothing: wait for more.
+                continue;
+            }
             let failed = message.is_err();
             if self.tx.send(message).await.is_err() || failed {
                 return;
@@ -128,7 +137,7 @@ impl WatchTask {
 
 /// Reads batches from the WAL into responses.
 struct BatchReader {
-    follower: WalFollower,
+    follower: ChangeReader,
     /// A batch read but left out of the last response (it would have made
     /// it too large); it opens the next one.
     carry: Option<pb::WatchBatch>,
@@ -148,14 +157,16 @@ impl BatchReader {
 
     /// The next response: the batches from `next_lsn()` on, up to `upto`
     /// (applied, so committed), at most [`MAX_RESPONSE_BYTES`] unless the
-    /// first is larger. At least one batch, as `upto >= next_lsn()`.
+    /// first is larger. On a single node at least one batch, as `upto >=
+    /// next_lsn()`; on a member none when the entries up to `upto` changed
+    /// nothing.
     fn read(&mut self, upto: u64) -> Result<pb::WatchResponse, StoreError> {
         let mut batches = Vec::new();
         let mut size = 0;
         loop {
             let batch = match self.carry.take() {
                 Some(batch) => batch,
-                None => match self.follower.next_record(upto)? {
+                None => match self.follower.next_batch(upto)? {
                     Some((lsn, ops)) => batch(&mut self.bytes, lsn, ops),
                     None => break,
                 },

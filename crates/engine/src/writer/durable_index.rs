@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::changes::ChangeReader;
 use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure, PipelineStats, WriteHandle};
 use super::read_lease::{ReadLease, ReadRefused};
 use super::replica::{ProposalChain, Proposer, ReplicaControl, ReplicaIndex, ReplicaPipeline};
@@ -118,7 +119,14 @@ pub struct DurableIndex {
     lease: Option<Arc<ReadLease>>,
     /// Where a member's snapshots on demand are asked for.
     member_snapshots: std::sync::OnceLock<SnapshotRequests>,
+    /// Where a member's change streams start reading its log.
+    member_follow: std::sync::OnceLock<MemberFollowStart>,
 }
+
+/// Where a member's change streams start reading its log
+/// ([`DurableIndex::follow_members_log_with`]).
+pub type MemberFollowStart =
+    Box<dyn Fn(u64) -> Result<(u64, ProposalChain), StoreError> + Send + Sync>;
 
 /// Where a durable index's read handle lives.
 enum IndexSlot {
@@ -354,6 +362,7 @@ impl DurableIndex {
             replica: false,
             lease: None,
             member_snapshots: std::sync::OnceLock::new(),
+            member_follow: std::sync::OnceLock::new(),
         };
         Ok(durable)
     }
@@ -425,6 +434,7 @@ impl DurableIndex {
             replica: true,
             lease: Some(lease),
             member_snapshots: std::sync::OnceLock::new(),
+            member_follow: std::sync::OnceLock::new(),
         };
         Ok((durable, control))
     }
@@ -612,21 +622,33 @@ impl DurableIndex {
     }
 
     /// Opens a reader of the applied batches after `after_lsn`, from the
-    /// WAL (for change streams). Fails with
+    /// WAL (for change streams; see [`ChangeReader`]). Fails with
     /// [`StoreError::WalNotRetained`] when the WAL no longer holds the
     /// batch after it (a snapshot covered it and its file was removed).
-    /// Blocking (it opens and reads WAL files).
-    pub fn follow(&self, after_lsn: u64) -> Result<WalFollower, StoreError> {
-        if self.replica {
-            // Its log holds gates and void entries, which a change stream
-            // must skip: stage 6 of docs/replication.md.
-            return Err(StoreError::NotInGroupYet("serve change streams (Watch)"));
+    /// Blocking (it opens and reads WAL files). On a member, the reader
+    /// starts where [`DurableIndex::follow_members_log_with`] says.
+    pub fn follow(&self, after_lsn: u64) -> Result<ChangeReader, StoreError> {
+        let io = self.config.io.clone();
+        let dir = &self.config.dir;
+        if !self.replica {
+            let follower = WalFollower::open(io, dir, after_lsn.saturating_add(1))?;
+            return Ok(ChangeReader::single(follower));
         }
-        WalFollower::open(
-            self.config.io.clone(),
-            &self.config.dir,
-            after_lsn.saturating_add(1),
-        )
+        let Some(start) = self.member_follow.get() else {
+            return Err(StoreError::NotInGroupYet("serve change streams (Watch)"));
+        };
+        let (point, chain) = start(after_lsn)?;
+        let follower = WalFollower::open(io, dir, point.saturating_add(1))?;
+        Ok(ChangeReader::member(follower, chain, after_lsn))
+    }
+
+    /// Where a member's change streams start reading its log: given the
+    /// LSN a stream starts after, `start` returns a point at or before it
+    /// whose proposal chain is known, and that chain (a snapshot's point,
+    /// or 0 and the empty chain when the log starts at its first entry).
+    /// Set once.
+    pub fn follow_members_log_with(&self, start: MemberFollowStart) {
+        let _ = self.member_follow.set(start);
     }
 }
 

@@ -12,7 +12,11 @@
 //!   committed.
 //! - `read_lease`: [`ReadLease`], whether a member that believes it leads
 //!   may answer a read.
+//! - `changes`: [`ChangeReader`], the applied batches read back from the
+//!   log for change streams (a member's log holds entries that changed
+//!   nothing, which it skips).
 
+mod changes;
 mod durable_index;
 mod pipeline;
 mod policy;
@@ -22,9 +26,10 @@ mod request;
 mod snapshotter;
 mod sync_thread;
 
+pub use changes::ChangeReader;
 pub use durable_index::{
-    DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats, IndexRef, ReplicaStart,
-    SnapshotRequests,
+    DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats, IndexRef, MemberFollowStart,
+    ReplicaStart, SnapshotRequests,
 };
 pub use pipeline::{
     Pipeline, PipelineConfig, PipelineExit, PipelineFailure, PipelineStats, VOUCH_AFTER_IDLE,

@@ -189,6 +189,14 @@ impl ProposalChain {
         }
         continues
     }
+
+    /// Whether a normal log entry of `term` with proposal number `seq` and
+    /// `op_count` ops is applied, moving the chain on if so: the writer's
+    /// rule, which a reader of the log follows too (`ChangeReader`). An
+    /// entry with no ops (a gate, a confirmation) is no link of the chain.
+    pub fn applies(&mut self, term: u64, seq: u64, op_count: usize) -> bool {
+        op_count > 0 && self.admit(term, seq)
+    }
 }
 
 /// What the replicated log tells the writer.
@@ -656,7 +664,7 @@ impl ReplicaThread {
                 }
                 continue;
             }
-            if !self.chain.admit(entry.term, *seq) {
+            if !self.chain.applies(entry.term, *seq, ops.len()) {
                 outcome.void.push(entry.lsn);
                 if leading == Some(entry.term) {
                     self.chain_broken(*seq);

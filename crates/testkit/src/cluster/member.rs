@@ -63,8 +63,7 @@ impl Member {
             id,
             overrides: Arc::new(HashMap::new()),
         };
-        let config =
-            raft_config(&RaftTiming::default(), u64::MAX).expect("the product's timing is valid");
+        let config = raft_config(&RaftTiming::default()).expect("the product's timing is valid");
         let raft = Raft::new(id, config, network, store, machine.clone())
             .await
             .expect("openraft starts");

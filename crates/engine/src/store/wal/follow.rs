@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::files::{WalFile, list_wal_files};
-use super::record::{HEADER_LEN, WalFormat, check_header, claimed_len, decode_record};
+use super::record::{EntryHead, HEADER_LEN, WalFormat, check_header, claimed_len, decode_record};
 use super::spare::all_zero;
 use crate::store::{Io, Op, StoreError};
 
@@ -64,6 +64,9 @@ pub struct WalFollower {
     next_lsn: u64,
     /// Decoded ops of the last record; reused.
     ops: Vec<Op>,
+    /// The term, kind and proposal number of the last record (a Raft
+    /// log's; the default for a single node's).
+    head: EntryHead,
 }
 
 impl WalFollower {
@@ -94,12 +97,24 @@ impl WalFollower {
             trusted_upto: 0,
             next_lsn: from_lsn,
             ops: Vec::new(),
+            head: EntryHead::default(),
         })
     }
 
     /// The LSN the next record returned will have.
     pub fn next_lsn(&self) -> u64 {
         self.next_lsn
+    }
+
+    /// The term, kind and proposal number of the record returned last (a
+    /// Raft log's; the default in a single node's WAL).
+    pub fn last_head(&self) -> EntryHead {
+        self.head
+    }
+
+    /// The ops of the record returned last.
+    pub fn last_ops(&self) -> &[Op] {
+        &self.ops
     }
 
     /// The next record, if its LSN is at most `upto`, which the caller
@@ -140,6 +155,7 @@ impl WalFollower {
                             continue;
                         }
                         self.next_lsn += 1;
+                        self.head = rec.head;
                         return Ok(Some((rec.lsn, &self.ops)));
                     }
                     // Cut off (or not yet whole): more of it may have been
