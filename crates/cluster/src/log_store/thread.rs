@@ -185,6 +185,12 @@ impl LogThread {
                 // hole it cannot explain.
                 self.state.sync().map_err(io_error)?;
                 self.wal.start_at(index).map_err(io_error)?;
+                // Every entry before the jump is purged (durably, above):
+                // the files that hold only those go, now that a newer
+                // file follows them.
+                if let Err(e) = remove_covered(&*self.io, &self.dir, index - 1) {
+                    tracing::warn!(error = %e, "could not remove the purged Raft log files");
+                }
             }
             let (head, count, body) = entry_record(entry);
             self.wal.append_entry(index, head, count, &body);
