@@ -5,11 +5,15 @@
 //! `uuidmap_testkit::proxy::FaultProxy`); watches that resume, the
 //! follower's recipe and Write batches (`streams`); a server process
 //! killed with SIGKILL and restarted under load (`chaos`); a replica
-//! group whose leader stops (`group`), and a group of three processes
-//! whose leader is killed with SIGKILL under write load (`group_kill`).
+//! group whose leader stops (`group`), a group of three processes
+//! whose leader is killed with SIGKILL under write load (`group_kill`),
+//! and a group of three processes under a randomized schedule of kills,
+//! partitions and a wipe-and-re-add (`cluster_chaos`, the short run of
+//! `tools/cluster-chaos.sh`).
 
 mod batching;
 mod chaos;
+mod cluster_chaos;
 mod faults;
 mod group;
 mod group_kill;

@@ -46,8 +46,10 @@
 //! cluster_init = true                 # on one member, once: make the group of it and its peers
 //! raft_snapshot_entries = 100000      # a member's snapshot after this many log entries
 //! raft_keep_entries = 10000           # log entries kept behind a member's snapshot
+//! raft_dial = "2=127.0.0.1:17890"     # dial member 2's Raft service here (a proxy, a NAT'd address)
 //! ```
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -229,6 +231,9 @@ pub struct ClusterOptions {
     pub snapshot_entries: u64,
     /// Log entries kept behind the newest snapshot.
     pub keep_entries: u64,
+    /// The address (host:port) to dial for a member's Raft service
+    /// instead of the one in the membership, by node id (`--raft-dial`).
+    pub dial: HashMap<u64, String>,
 }
 
 /// Another member, as `--peers` names it: `ID=RAFT_ADDR@CLIENT_URL`.
@@ -279,6 +284,42 @@ impl FromStr for Peers {
             });
         }
         Ok(Peers(peers))
+    }
+}
+
+/// `--raft-dial`: `ID=HOST:PORT` items separated by commas, in the order
+/// given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RaftDial(pub Vec<(u64, String)>);
+
+impl FromStr for RaftDial {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut dial: Vec<(u64, String)> = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let bad = |why: &str| {
+                format!(
+                    "{item:?} is not an address to dial ({why}): write ID=HOST:PORT, for example \
+                     2=127.0.0.1:17890"
+                )
+            };
+            let (id, addr) = item.split_once('=').ok_or_else(|| bad("no `=`"))?;
+            let id: u64 = id
+                .trim()
+                .parse()
+                .map_err(|_| bad("the id is not a number"))?;
+            if id == 0 {
+                return Err(bad("node ids start at 1"));
+            }
+            let addr = addr.trim();
+            check_host_port(addr).map_err(|why| bad(&why))?;
+            if dial.iter().any(|(i, _)| *i == id) {
+                return Err(bad("this id is given twice"));
+            }
+            dial.push((id, addr.to_string()));
+        }
+        Ok(RaftDial(dial))
     }
 }
 
@@ -524,6 +565,11 @@ serve_options! {
     /// 10000].
     #[arg(long, env = "UUIDMAP_RAFT_KEEP_ENTRIES")]
     raft_keep_entries: u64,
+    /// The address this member dials for member ID's Raft service instead
+    /// of the one in the membership (a proxy, a NAT'd address):
+    /// ID=HOST:PORT, separated by commas.
+    #[arg(long, env = "UUIDMAP_RAFT_DIAL")]
+    raft_dial: RaftDial,
 }
 
 /// The command line of `uuidmap serve`: where the TOML file is, and the
@@ -705,6 +751,7 @@ impl ServeOptions {
             cluster_init: self.cluster_init,
             raft_snapshot_entries: self.raft_snapshot_entries,
             raft_keep_entries: self.raft_keep_entries,
+            raft_dial: self.raft_dial.clone(),
             ..ServeOptions::default()
         };
         let mut c = ServeConfig::new(self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
@@ -847,6 +894,7 @@ impl ServeOptions {
                     self.raft_snapshot_entries.is_some(),
                 ),
                 ("--raft-keep-entries", self.raft_keep_entries.is_some()),
+                ("--raft-dial", self.raft_dial.is_some()),
             ];
             return match given.iter().find(|(_, on)| *on) {
                 Some((flag, _)) => err(format!(
@@ -911,6 +959,13 @@ impl ServeOptions {
                  others"
             ));
         }
+        let dial = self.raft_dial.clone().unwrap_or_default().0;
+        if dial.iter().any(|(id, _)| *id == node_id) {
+            return err(format!(
+                "--raft-dial names node {node_id}, which is this member (--node-id): a member \
+                 does not dial itself"
+            ));
+        }
         Ok(Some(ClusterOptions {
             node_id,
             raft_listen,
@@ -924,6 +979,7 @@ impl ServeOptions {
             keep_entries: self
                 .raft_keep_entries
                 .unwrap_or(uuidmap_cluster::replica::LOGS_TO_KEEP),
+            dial: dial.into_iter().collect(),
         }))
     }
 }
@@ -1090,6 +1146,80 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn raft_dial_sends_a_members_raft_calls_elsewhere_and_a_bad_value_names_the_flag() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(args)
+                .map(|cli| cli.serve)
+                .map_err(|e| e.to_string())
+        };
+        let member = ["serve", "--node-id", "1", "--raft-listen", "127.0.0.1:7880"];
+        let with = |extra: &[&'static str]| [&member[..], extra].concat();
+        let c = parse(&with(&["--raft-dial", "2=127.0.0.1:17890, 3=h3:17900"]))
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .cluster
+            .unwrap();
+        let want: HashMap<u64, String> = [(2, "127.0.0.1:17890".into()), (3, "h3:17900".into())]
+            .into_iter()
+            .collect();
+        assert_eq!(c.dial, want);
+        // None given: the membership's addresses.
+        let plain = parse(&member).unwrap().resolve().unwrap().cluster.unwrap();
+        assert!(plain.dial.is_empty());
+        // The same from the TOML file.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uuidmap.toml");
+        std::fs::write(
+            &path,
+            "node_id = 1\nraft_listen = \"127.0.0.1:7880\"\n\
+             raft_dial = \"2=127.0.0.1:17890,3=h3:17900\"\n",
+        )
+        .unwrap();
+        let from_file = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        };
+        assert_eq!(from_file.resolve().unwrap().cluster.unwrap().dial, want);
+
+        // A bad value: refused naming the flag and the form it takes.
+        for (value, words) in [
+            ("2", "no `=`"),
+            ("x=h:1", "not a number"),
+            ("0=h:1", "start at 1"),
+            ("2=h", "not host:port"),
+            ("2=h:1,2=g:1", "given twice"),
+        ] {
+            let e = parse(&with(&["--raft-dial", value])).unwrap_err();
+            assert!(
+                e.contains("--raft-dial") && e.contains(words) && e.contains("ID=HOST:PORT"),
+                "{value}: {e}"
+            );
+        }
+        // Only a member dials, and never itself.
+        let e = parse(&["serve", "--raft-dial", "2=h:1"])
+            .unwrap()
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--raft-dial is an option of a replica group member"),
+            "{e}"
+        );
+        let e = parse(&with(&["--raft-dial", "1=h:1"]))
+            .unwrap()
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("which is this member"), "{e}");
     }
 
     #[test]
@@ -1484,7 +1614,7 @@ max_replay_ms = 250
             count += 1;
         }
         assert_eq!(
-            count, 36,
+            count, 37,
             "a new option? add it to the README and the module doc"
         );
     }

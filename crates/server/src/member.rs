@@ -50,6 +50,9 @@ pub(crate) async fn start(
     replica_config.durable = durable;
     replica_config.snapshot_entries = cluster.snapshot_entries;
     replica_config.logs_to_keep = cluster.keep_entries;
+    // `--raft-dial`: these members' Raft services are reached elsewhere
+    // than the membership says (a proxy, a NAT'd address).
+    replica_config.peer_overrides = cluster.dial.clone();
     // The log store fsyncs each group of appends under `always`; under the
     // other policies an append counts once written (the group's other
     // members hold it too).
@@ -83,6 +86,7 @@ pub(crate) async fn start(
         raft_advertise = %cluster.raft_advertise,
         advertise_url = %cluster.advertise_url,
         peers = cluster.peers.len(),
+        dial = ?cluster.dial,
         "serving as a member of a replica group"
     );
     Ok(member)

@@ -36,6 +36,7 @@ pub fn member_config(
         // Short, so that a snapshot taken on request purges the log of a
         // test's few writes.
         keep_entries: 5,
+        dial: Default::default(),
     });
     c
 }
