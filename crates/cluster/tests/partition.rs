@@ -314,6 +314,20 @@ async fn an_isolated_leader_acknowledges_nothing_and_the_histories_stay_lineariz
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_ne!(new_leader, leader_id);
+    // Cut off past its lease, the old leader takes no new write: it
+    // refuses at once, nothing logged, so a client tries another member.
+    let refused = tokio::time::timeout(
+        Duration::from_secs(1),
+        nodes[l].write(vec![WriteOp::Put {
+            key: key(0),
+            value: value(NEVER - 2),
+        }]),
+    )
+    .await;
+    assert!(
+        matches!(refused, Ok(Err(WriteError::NotLeader { .. }))),
+        "the cut-off leader kept a write waiting, or took it: {refused:?}"
+    );
     tokio::time::sleep(Duration::from_millis(1000)).await;
 
     // Heal; let the clients go on a while, then stop them.

@@ -107,6 +107,16 @@ impl ReadLease {
         Ok(())
     }
 
+    /// Whether this member believes it leads but its lease ran out: no
+    /// majority acknowledged it lately (it may be cut off). Its proposals
+    /// would wait for a majority that may never come.
+    pub fn lapsed(&self) -> bool {
+        let until = self.until_ns.load(Relaxed);
+        self.leading.load(Relaxed)
+            && until != u64::MAX
+            && (self.base.elapsed().as_nanos() as u64) >= until
+    }
+
     /// openraft says this member leads `term`, and its lease holds until
     /// `until` (`None`: always, a group of one).
     pub fn lead(&self, term: u64, until: Option<Instant>) {
@@ -160,8 +170,10 @@ mod tests {
         );
         lease.set_ready(3);
         assert_eq!(lease.admit(0), Ok(()));
+        assert!(!lease.lapsed());
         lease.lead(3, Some(Instant::now()));
         assert_eq!(lease.admit(0), Err(ReadRefused::LeaseExpired));
+        assert!(lease.lapsed());
         lease.set_ready(0);
         assert_eq!(
             lease.admit(0),
@@ -171,6 +183,7 @@ mod tests {
         lease.set_ready(3);
         lease.lead(3, None);
         assert_eq!(lease.admit(0), Ok(()), "a group of one");
+        assert!(!lease.lapsed(), "a group of one's lease always holds");
         lease.follow();
         lease.set_ready(0);
         assert_eq!(lease.admit(0), Ok(()), "a follower again");

@@ -14,7 +14,9 @@
 //!   next *proposal number* (`seq`) and goes to the [`Proposer`], which
 //!   logs it and answers the caller once it is applied. A refused batch is
 //!   logged nowhere. While this member does not lead, every batch is
-//!   refused with [`WriteError::NotLeader`].
+//!   refused with [`WriteError::NotLeader`], and so is every batch while
+//!   its read lease has lapsed (no majority acknowledged it lately: it may
+//!   be cut off, and its proposals would wait for ever).
 //! - **Control messages** ([`ReplicaControl`]), which come first when both
 //!   wait:
 //!   - `apply`: committed entries, in log order. Each normal entry's ops
@@ -728,6 +730,15 @@ impl ReplicaThread {
     fn decide(&mut self, request: Request) {
         let taken = Instant::now();
         let term = match &self.role {
+            // Cut off (no majority acknowledged it lately): its proposals
+            // may never commit, so a caller is better sent elsewhere at
+            // once, nothing logged, than kept waiting.
+            Role::Leading(_) if self.lease.lapsed() => {
+                let _ = request
+                    .reply
+                    .send(Err(WriteError::NotLeader { leader: None }));
+                return;
+            }
             Role::Leading(term) => *term,
             Role::Gating { .. } => {
                 self.deferred.push_back(request);
