@@ -142,6 +142,7 @@ impl Replica {
             tail_entries: TAIL_ENTRIES,
         })?;
         let log = store.stats();
+        let written = store.written();
         let purged = store.purged_index();
         remove_incoming(&config);
         let start = open_newest_snapshot(&config, purged)?;
@@ -197,7 +198,7 @@ impl Replica {
         }));
         let raft_config =
             raft_config(&config.timing).map_err(|e| ReplicaError::Raft(e.to_string()))?;
-        let machine = IndexStateMachine::new(control.clone(), snapshots.clone());
+        let machine = IndexStateMachine::new(control.clone(), snapshots.clone(), written);
         let raft = Raft::new(config.id, raft_config, network, store, machine)
             .await
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;

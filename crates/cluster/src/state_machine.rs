@@ -10,6 +10,11 @@
 //!   chain"), and its proposer learns that it was not applied.
 //! - A membership entry is recorded for [`applied_state`]; a blank entry
 //!   changes nothing. Both move the applied LSN on.
+//! - An entry is applied only once it is in this member's log files: an
+//!   entry is committed once a majority has it, which need not include
+//!   this member's own write yet. So every applied entry can be read back
+//!   from the files (a change stream reads up to the applied LSN), and a
+//!   snapshot's writes are all in this member's log.
 //!
 //! # Snapshots (docs/replication.md, section 4)
 //!
@@ -167,10 +172,12 @@ impl SnapshotStore {
             &self.dir,
             &self.durable.index(),
             &|| watermark.current(),
-            // Every write in the file is of a committed entry: were this
-            // member's copy of the log lost past the point, the group
-            // still holds it, and reads wait until it is applied again
-            // (`ReadLease::set_consistent_from`, set at every start).
+            // Every write in the file is of an applied entry, which is in
+            // this member's log files already (module docs): synced under
+            // `always`; under the other policies a power cut may take the
+            // log's end, which the group still holds, and reads wait until
+            // it is applied again (`ReadLease::set_consistent_from`, set at
+            // every start).
             &|_| Ok(()),
         )?;
         // An unchanged index: the file already there keeps its own meta.
@@ -232,6 +239,8 @@ async fn blocking<T: Send + 'static>(
 /// openraft's state machine over the index (module docs).
 pub struct IndexStateMachine {
     control: ReplicaControl,
+    /// The first LSN not in this member's log files yet.
+    written: tokio::sync::watch::Receiver<u64>,
     applied: Option<LogId>,
     membership: StoredMembership,
     chain: ProposalChain,
@@ -241,11 +250,18 @@ pub struct IndexStateMachine {
 impl IndexStateMachine {
     /// The machine that applies through `control`, over an index that
     /// holds the state at `snapshots`' applied point (nothing, or the
-    /// snapshot it started from).
-    pub fn new(control: ReplicaControl, snapshots: SnapshotStore) -> IndexStateMachine {
+    /// snapshot it started from); `written` is the log store's
+    /// (`WalLogStore::written`): an entry is applied only once it is in
+    /// this member's log files (module docs).
+    pub fn new(
+        control: ReplicaControl,
+        snapshots: SnapshotStore,
+        written: tokio::sync::watch::Receiver<u64>,
+    ) -> IndexStateMachine {
         let point = snapshots.point();
         IndexStateMachine {
             control,
+            written,
             applied: point.log_id,
             membership: point.membership,
             chain: point.chain,
@@ -280,6 +296,15 @@ impl IndexStateMachine {
     /// Has the writer apply `chunk`, then records it and answers its
     /// proposers.
     async fn apply_chunk(&mut self, chunk: &mut Chunk) -> Result<(), std::io::Error> {
+        // Committed (on a majority) need not mean written here yet: wait
+        // for this member's log thread, so that every applied entry can
+        // be read back from the files (change streams, module docs).
+        if let Some(last) = chunk.entries.last().map(|e| e.lsn) {
+            self.written
+                .wait_for(|&next| next > last)
+                .await
+                .map_err(|_| std::io::Error::other("the Raft log thread has stopped"))?;
+        }
         let outcome = self
             .control
             .apply(std::mem::take(&mut chunk.entries))

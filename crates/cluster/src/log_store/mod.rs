@@ -96,6 +96,8 @@ impl Shared {
 /// data directory (module docs).
 pub struct WalLogStore {
     shared: Arc<Shared>,
+    /// The first LSN not in the files yet (see [`WalLogStore::written`]).
+    written: tokio::sync::watch::Sender<u64>,
     commands: Option<Sender<Command>>,
     thread: Option<JoinHandle<()>>,
     /// The state last handed to the log thread.
@@ -196,6 +198,7 @@ impl WalLogStore {
         });
         let (commands, receiver) = mpsc::channel();
         let stats = Arc::new(LogStats::default());
+        let (written, _) = tokio::sync::watch::channel(next_lsn);
         let log_thread = LogThread {
             wal,
             state,
@@ -204,6 +207,7 @@ impl WalLogStore {
             stats: stats.clone(),
             io: shared.io.clone(),
             dir: shared.dir.clone(),
+            written: written.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("raft-log".into())
@@ -211,12 +215,22 @@ impl WalLogStore {
             .map_err(|e| StoreError::io("starting the Raft log thread", &shared.dir, e))?;
         Ok(WalLogStore {
             shared,
+            written,
             commands: Some(commands),
             thread: Some(thread),
             hard,
             stats,
             _lock: lock,
         })
+    }
+
+    /// The first LSN not written to the log's files yet, as it moves: the
+    /// entries before it are there (synced, under `always`). A state
+    /// machine that applies an entry only once it is written here keeps
+    /// "applied means in this member's log" (change streams read the
+    /// applied entries back from the files).
+    pub fn written(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.written.subscribe()
     }
 
     /// The index of the last purged entry, if any: the log holds none up

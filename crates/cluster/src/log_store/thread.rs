@@ -62,6 +62,9 @@ pub(crate) struct LogThread {
     /// The directory and file system, to remove purged files.
     pub(crate) io: Arc<dyn Io>,
     pub(crate) dir: PathBuf,
+    /// The first LSN not in the files yet: every entry before it is
+    /// written (and synced, under `always`).
+    pub(crate) written: tokio::sync::watch::Sender<u64>,
 }
 
 /// What the log thread has done, for benches and metrics.
@@ -144,7 +147,13 @@ impl LogThread {
             }
             Command::Truncate { from, done } => {
                 self.flush(waiting);
-                let _ = done.send(self.wal.truncate_from(from).map_err(io_error));
+                let cut = self.wal.truncate_from(from).map_err(io_error);
+                self.written.send_if_modified(|next| {
+                    let cut_back = *next > from;
+                    *next = (*next).min(from);
+                    cut_back
+                });
+                let _ = done.send(cut);
             }
             Command::Purge { state, upto } => {
                 self.flush(waiting);
@@ -201,9 +210,13 @@ impl LogThread {
     fn commit(&mut self) -> std::io::Result<()> {
         self.wal.commit(self.sync).map_err(io_error)?;
         self.stats.groups.fetch_add(1, Ordering::Relaxed);
+        let next = self.wal.next_lsn();
         let mut tail = self.tail.lock().expect("the tail lock is never poisoned");
-        tail.flushed = self.wal.next_lsn().checked_sub(1);
+        tail.flushed = next.checked_sub(1);
         tail.trim();
+        drop(tail);
+        self.written
+            .send_if_modified(|w| std::mem::replace(w, next) != next);
         Ok(())
     }
 
