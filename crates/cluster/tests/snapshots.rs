@@ -98,6 +98,22 @@ async fn load(nodes: &[ReplicaNode], range: std::ops::Range<u128>) -> u64 {
     last
 }
 
+/// Writes batches `range` through the leader, checks that every member
+/// applies them and holds the leader's contents, and stops the members.
+async fn write_agree_and_stop(nodes: Vec<ReplicaNode>, range: std::ops::Range<u128>) {
+    let last = load(&nodes, range).await;
+    let l = writable_leader(&nodes).await;
+    nodes[l].applied(last).await;
+    let expected = nodes[l].contents();
+    for n in &nodes {
+        n.applied(last).await;
+        assert_eq!(n.contents(), expected, "member {}", n.id());
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
 /// Waits until `node`'s directory holds a snapshot with its meta file,
 /// openraft has purged the log behind it, and no WAL file starts at LSN 1
 /// any more (the purged files are removed).
@@ -149,19 +165,7 @@ async fn members_snapshot_purge_their_logs_and_restart_from_the_snapshot() {
     nodes.push(back);
 
     // And the group goes on writing, the restarted member included.
-    let more = load(&nodes, 200..220).await;
-    let expected = {
-        let l = writable_leader(&nodes).await;
-        nodes[l].applied(more).await;
-        nodes[l].contents()
-    };
-    for n in &nodes {
-        n.applied(more).await;
-        assert_eq!(n.contents(), expected, "member {}", n.id());
-    }
-    for n in nodes {
-        n.stop().await;
-    }
+    write_agree_and_stop(nodes, 200..220).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,17 +209,7 @@ async fn a_wiped_member_added_again_is_sent_the_snapshot_and_installs_it() {
     let (id, dir, addr) = wiped.stop().await;
     let back = restart(id, dir, &addr).await;
     nodes.push(back);
-    let more = load(&nodes, 200..210).await;
-    let l = writable_leader(&nodes).await;
-    nodes[l].applied(more).await;
-    let expected = nodes[l].contents();
-    for n in &nodes {
-        n.applied(more).await;
-        assert_eq!(n.contents(), expected, "member {}", n.id());
-    }
-    for n in nodes {
-        n.stop().await;
-    }
+    write_agree_and_stop(nodes, 200..210).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1045,6 +1045,18 @@ mod tests {
         o.into_config().map_err(|e| e.to_string())
     }
 
+    /// `uuidmap serve`'s arguments as the binary parses them.
+    fn parse(args: &[&str]) -> Result<ServeArgs, String> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(args)
+            .map(|cli| cli.serve)
+            .map_err(|e| e.to_string())
+    }
+
     #[test]
     fn a_member_is_made_of_its_id_its_raft_port_and_its_peers() {
         assert_eq!(ServeArgs::default().resolve().unwrap().cluster, None);
@@ -1150,16 +1162,6 @@ mod tests {
 
     #[test]
     fn raft_dial_sends_a_members_raft_calls_elsewhere_and_a_bad_value_names_the_flag() {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            serve: ServeArgs,
-        }
-        let parse = |args: &[&str]| {
-            <Cli as clap::Parser>::try_parse_from(args)
-                .map(|cli| cli.serve)
-                .map_err(|e| e.to_string())
-        };
         let member = ["serve", "--node-id", "1", "--raft-listen", "127.0.0.1:7880"];
         let with = |extra: &[&'static str]| [&member[..], extra].concat();
         let c = parse(&with(&["--raft-dial", "2=127.0.0.1:17890, 3=h3:17900"]))
@@ -1430,16 +1432,6 @@ max_replay_ms = 250
         assert_eq!(c.max_replay, Some(Duration::from_millis(250)));
 
         // Flags win over the file.
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            serve: ServeArgs,
-        }
-        let parse = |args: &[&str]| {
-            <Cli as clap::Parser>::try_parse_from(args)
-                .map(|cli| cli.serve)
-                .map_err(|e| e.to_string())
-        };
         let mut args = parse(&[
             "serve",
             "--wal-file-bytes",
