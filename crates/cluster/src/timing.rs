@@ -84,10 +84,7 @@ mod tests {
     fn the_default_timing_is_a_valid_configuration_with_the_designs_choices() {
         let c = raft_config(&RaftTiming::default()).unwrap();
         assert_eq!(c.heartbeat_interval, 150);
-        assert_eq!(
-            (c.election_timeout_min, c.election_timeout_max),
-            (400, 800)
-        );
+        assert_eq!((c.election_timeout_min, c.election_timeout_max), (400, 800));
         assert_eq!(c.enable_pre_vote, Some(true));
         assert!(matches!(c.snapshot_policy, SnapshotPolicy::Never));
     }
