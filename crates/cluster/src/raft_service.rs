@@ -6,19 +6,21 @@
 //!   field; openraft stopping (`Fatal`) is `UNAVAILABLE`, so the caller
 //!   backs off.
 //! - `InstallSnapshot` writes the file to
-//!   `<snapshot_dir>/snapshot-incoming-….tmp` as it arrives: the first
+//!   `<snapshot_dir>/snapshot-incoming-….tmp` as it arrives (through the
+//!   member's [`Io`], so the crash tests' simulated disk sees it): the first
 //!   message must be the header, then consecutive chunks whose CRC-32C
 //!   checks out, and the file must end at the length the header gave. Only
 //!   then is it fsynced and handed to openraft, whose state machine takes
 //!   the file; a file it did not take (an older snapshot, a stale leader),
 //!   and every file of a failed transfer, is removed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
-use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
+use uuidmap_engine::store::Io;
 use uuidmap_proto::raft::v1 as pb;
 
 use crate::snapshot_file::SnapshotFile;
@@ -32,6 +34,7 @@ where
 {
     raft: openraft::Raft<UuidmapRaft, SM>,
     snapshot_dir: PathBuf,
+    io: Arc<dyn Io>,
 }
 
 impl<SM> RaftService<SM>
@@ -39,9 +42,18 @@ where
     SM: RaftStateMachine<UuidmapRaft, SnapshotData = SnapshotFile>,
 {
     /// The service of `raft`; snapshots being received are written in
-    /// `snapshot_dir` (the data directory: the install renames them there).
-    pub fn new(raft: openraft::Raft<UuidmapRaft, SM>, snapshot_dir: PathBuf) -> Self {
-        RaftService { raft, snapshot_dir }
+    /// `snapshot_dir` (the data directory: the install renames them there)
+    /// through `io`.
+    pub fn new(
+        raft: openraft::Raft<UuidmapRaft, SM>,
+        snapshot_dir: PathBuf,
+        io: Arc<dyn Io>,
+    ) -> Self {
+        RaftService {
+            raft,
+            snapshot_dir,
+            io,
+        }
     }
 
     /// The tonic service to add to a server.
@@ -82,8 +94,9 @@ where
 {
     /// Receives the file into `path`; returns the header.
     async fn receive(
+        &self,
         stream: &mut Streaming<pb::SnapshotChunk>,
-        path: &std::path::Path,
+        path: &Path,
     ) -> Result<SnapshotHeader, Status> {
         let first = stream
             .message()
@@ -95,7 +108,8 @@ where
             ));
         };
         let header = SnapshotHeader::from_wire(meta).map_err(invalid)?;
-        let mut file = tokio::fs::File::create(path)
+        let (io, created) = (self.io.clone(), path.to_path_buf());
+        let mut file = blocking(move || io.create(&created))
             .await
             .map_err(|e| Status::unavailable(format!("cannot create {}: {e}", path.display())))?;
         let mut written = 0u64;
@@ -123,9 +137,11 @@ where
                     header.file_len
                 )));
             }
-            file.write_all(&chunk.data).await.map_err(|e| {
-                Status::unavailable(format!("cannot write {}: {e}", path.display()))
-            })?;
+            file = blocking(move || file.write_all(&chunk.data).map(|()| file))
+                .await
+                .map_err(|e| {
+                    Status::unavailable(format!("cannot write {}: {e}", path.display()))
+                })?;
         }
         if written != header.file_len {
             return Err(Status::invalid_argument(format!(
@@ -133,11 +149,21 @@ where
                 header.file_len
             )));
         }
-        file.sync_all()
+        blocking(move || file.sync())
             .await
             .map_err(|e| Status::unavailable(format!("cannot fsync {}: {e}", path.display())))?;
         Ok(header)
     }
+}
+
+/// Runs a blocking file call (the [`Io`] calls block) off the async
+/// workers.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
 }
 
 #[tonic::async_trait]
@@ -183,7 +209,7 @@ where
             INCOMING.fetch_add(1, Ordering::Relaxed)
         ));
         let started = std::time::Instant::now();
-        let received = Self::receive(&mut stream, &path).await;
+        let received = self.receive(&mut stream, &path).await;
         let header = match received {
             Ok(header) => {
                 tracing::info!(
@@ -194,7 +220,7 @@ where
                 header
             }
             Err(status) => {
-                let _ = tokio::fs::remove_file(&path).await;
+                let _ = self.io.remove(&path);
                 return Err(status);
             }
         };
@@ -208,7 +234,7 @@ where
         };
         let installed = self.raft.install_full_snapshot(header.vote, snapshot).await;
         // The state machine moves a file it installs; one left was not.
-        let _ = tokio::fs::remove_file(&path).await;
+        let _ = self.io.remove(&path);
         let resp = installed.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
     }

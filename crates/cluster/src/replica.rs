@@ -122,6 +122,7 @@ pub enum ReplicaError {
 pub struct Replica {
     id: u64,
     dir: PathBuf,
+    io: Arc<dyn Io>,
     raft: IndexRaft,
     durable: Arc<DurableIndex>,
     log: Arc<LogStats>,
@@ -227,6 +228,7 @@ impl Replica {
         Ok(Replica {
             id: config.id,
             dir: config.dir,
+            io: config.io,
             raft,
             durable,
             log,
@@ -281,7 +283,7 @@ impl Replica {
     pub fn raft_service(
         &self,
     ) -> uuidmap_proto::raft::v1::raft_server::RaftServer<RaftService<IndexStateMachine>> {
-        RaftService::new(self.raft.clone(), self.dir.clone()).into_server()
+        RaftService::new(self.raft.clone(), self.dir.clone(), self.io.clone()).into_server()
     }
 
     /// Stops openraft (which syncs the log), then the writer.

@@ -74,6 +74,9 @@ pub struct SimIo {
     disk: Arc<Mutex<Disk>>,
 }
 
+/// Decides, from a call's description, whether the power fails there.
+type CrashRule = Box<dyn FnMut(&str) -> bool + Send>;
+
 /// Everything on the simulated disk, plus the fault schedule.
 #[derive(Default)]
 struct Disk {
@@ -89,8 +92,13 @@ struct Disk {
     next_inode: u64,
     /// Mutating calls still allowed before the crash; `None`: no crash planned.
     crash_after: Option<u64>,
+    /// A planned crash by call: the first counted call whose description
+    /// this accepts crashes.
+    crash_when: Option<CrashRule>,
     /// Set by the crashing call; from then on every call fails.
     crashed: bool,
+    /// The description of the call that crashed.
+    crashed_in: Option<String>,
     /// Bound on the total length of current files; `None`: unbounded.
     capacity: Option<u64>,
     /// `IoFile::sync` calls still allowed to succeed before one fails with
@@ -268,9 +276,24 @@ impl SimIo {
         self.lock().crash_after = ops;
     }
 
+    /// Plans a crash by call: the first mutating or syncing call whose
+    /// description `rule` accepts fails, and every call after it. A call
+    /// is described as its name and path: `create P`, `open_write P`,
+    /// `write P`, `set_len P`, `sync P`, `rename FROM -> TO`, `remove P`,
+    /// `sync_dir D`, `truncate P` (a file's path is its current name).
+    pub fn set_crash_when(&self, rule: impl FnMut(&str) -> bool + Send + 'static) {
+        self.lock().crash_when = Some(Box::new(rule));
+    }
+
     /// Whether the simulated process has crashed.
     pub fn crashed(&self) -> bool {
         self.lock().crashed
+    }
+
+    /// The call the power failed in (its description, as
+    /// [`SimIo::set_crash_when`] gives it), once crashed.
+    pub fn crashed_in(&self) -> Option<String> {
+        self.lock().crashed_in.clone()
     }
 
     /// Plans a failed fsync: `Some(k)` lets `k` more `IoFile::sync` calls
@@ -329,7 +352,9 @@ impl SimIo {
             dirs: disk.dirs.clone(),
             next_inode: disk.next_inode,
             crash_after: None,
+            crash_when: None,
             crashed: false,
+            crashed_in: None,
             capacity: disk.capacity,
             sync_failure_after: None,
             ops: 0,
@@ -360,23 +385,42 @@ impl Disk {
         }
     }
 
-    /// Counts one mutating call; fails if the process is, or now becomes,
-    /// dead.
-    fn step(&mut self) -> io::Result<()> {
+    /// Counts one mutating call, described by `call`; fails if the
+    /// process is, or now becomes, dead.
+    fn step(&mut self, call: impl FnOnce(&Disk) -> String) -> io::Result<()> {
         self.alive()?;
         self.ops += 1;
-        match self.crash_after {
-            Some(0) => {
-                self.crashed = true;
-                self.crash_after = None;
-                Err(crash_error())
-            }
+        let planned = self.crash_when.is_some() || self.crash_after == Some(0);
+        let described = planned.then(|| call(self));
+        let by_rule = match (&mut self.crash_when, &described) {
+            (Some(rule), Some(what)) => rule(what),
+            _ => false,
+        };
+        let by_count = match self.crash_after {
+            Some(0) => true,
             Some(k) => {
                 self.crash_after = Some(k - 1);
-                Ok(())
+                false
             }
-            None => Ok(()),
+            None => false,
+        };
+        if by_rule || by_count {
+            self.crashed = true;
+            self.crash_after = None;
+            self.crash_when = None;
+            self.crashed_in = described;
+            Err(crash_error())
+        } else {
+            Ok(())
         }
+    }
+
+    /// A file's current name, for a call's description.
+    fn name_of(&self, ino: u64) -> String {
+        self.current
+            .iter()
+            .find(|&(_, &i)| i == ino)
+            .map_or_else(|| "(unnamed)".to_owned(), |(p, _)| p.display().to_string())
     }
 
     /// Total length of the files in the current namespace.
@@ -440,7 +484,7 @@ impl Io for SimIo {
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
         let mut disk = self.lock();
-        disk.step()?;
+        disk.step(|_| format!("create {}", path.display()))?;
         if !disk.dir_exists(parent(path)) {
             return Err(not_found(parent(path)));
         }
@@ -463,7 +507,7 @@ impl Io for SimIo {
 
     fn open_write(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
         let mut disk = self.lock();
-        disk.step()?;
+        disk.step(|_| format!("open_write {}", path.display()))?;
         let ino = disk.inode_of(path)?;
         let len = disk.inodes[&ino].current.len() as u64;
         Ok(Box::new(SimFile {
@@ -506,7 +550,7 @@ impl Io for SimIo {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut disk = self.lock();
-        disk.step()?;
+        disk.step(|_| format!("rename {} -> {}", from.display(), to.display()))?;
         let ino = disk.inode_of(from)?;
         if !disk.dir_exists(parent(to)) {
             return Err(not_found(parent(to)));
@@ -518,7 +562,7 @@ impl Io for SimIo {
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         let mut disk = self.lock();
-        disk.step()?;
+        disk.step(|_| format!("remove {}", path.display()))?;
         disk.inode_of(path)?;
         disk.current.remove(path);
         Ok(())
@@ -526,7 +570,7 @@ impl Io for SimIo {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut disk = self.lock();
-        disk.step()?;
+        disk.step(|_| format!("sync_dir {}", dir.display()))?;
         if !disk.dir_exists(dir) {
             return Err(not_found(dir));
         }
@@ -544,7 +588,7 @@ impl Io for SimIo {
 
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
         let mut disk = self.lock();
-        disk.step()?;
+        disk.step(|_| format!("truncate {}", path.display()))?;
         let ino = disk.inode_of(path)?;
         let old = disk.inodes[&ino].current.len() as u64;
         disk.reserve(len.saturating_sub(old))?;
@@ -592,7 +636,7 @@ impl FileSync for SimFileSync {
 /// Fsyncs the file `inode` (with the fault schedule's crash and EIO).
 fn sync_inode(disk: &Mutex<Disk>, inode: u64) -> io::Result<()> {
     let mut disk = lock(disk);
-    disk.step()?;
+    disk.step(|d| format!("sync {}", d.name_of(inode)))?;
     let fail = match disk.sync_failure_after {
         Some(0) => {
             disk.sync_failure_after = None;
@@ -617,7 +661,7 @@ impl IoFile for SimFile {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         let mut disk = lock(&self.disk);
         let was_dead = disk.crashed;
-        if let Err(e) = disk.step() {
+        if let Err(e) = disk.step(|d| format!("write {}", d.name_of(self.inode))) {
             if !was_dead {
                 // The power failed during this write: it reached the page
                 // cache but not the disk; a restart may keep a prefix.
@@ -635,7 +679,7 @@ impl IoFile for SimFile {
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
         let mut disk = lock(&self.disk);
         let was_dead = disk.crashed;
-        if let Err(e) = disk.step() {
+        if let Err(e) = disk.step(|d| format!("write {}", d.name_of(self.inode))) {
             if !was_dead {
                 place(&mut disk, self.inode, offset, buf);
             }
@@ -662,7 +706,7 @@ impl IoFile for SimFile {
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         let mut disk = lock(&self.disk);
-        disk.step()?;
+        disk.step(|d| format!("set_len {}", d.name_of(self.inode)))?;
         let old = disk.inodes[&self.inode].current.len() as u64;
         disk.reserve(len.saturating_sub(old))?;
         disk.inodes
@@ -857,6 +901,40 @@ mod tests {
         assert!(outcomes.contains(&b"0000xy"[..]), "the later write alone");
         f.sync().unwrap();
         assert_eq!(sim.restart(0).read(&dir.join("a")).unwrap(), b"0ab0xy");
+    }
+
+    #[test]
+    fn a_crash_by_call_fails_the_first_call_the_rule_accepts() {
+        let (sim, dir) = disk_with_dir();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        sim.set_crash_when(move |what| {
+            log.lock().unwrap().push(what.to_owned());
+            what.starts_with("rename") && what.ends_with("/data/b")
+        });
+        let mut f = sim.create(&dir.join("a")).unwrap();
+        f.write_all(b"x").unwrap();
+        f.sync().unwrap();
+        sim.rename(&dir.join("a"), &dir.join("c")).unwrap();
+        assert!(!sim.crashed());
+        let err = sim.rename(&dir.join("c"), &dir.join("b")).unwrap_err();
+        assert_eq!(err.to_string(), "simulated crash");
+        assert_eq!(
+            sim.crashed_in().as_deref(),
+            Some("rename /data/c -> /data/b")
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "create /data/a",
+                "write /data/a",
+                "sync /data/a",
+                "rename /data/a -> /data/c",
+                "rename /data/c -> /data/b",
+            ]
+        );
+        assert!(sim.sync_dir(&dir).is_err(), "every call after it fails");
+        assert_eq!(sim.restart(0).crashed_in(), None);
     }
 
     #[test]

@@ -67,7 +67,8 @@ impl Member {
         let raft = Raft::new(id, config, network, store, machine.clone())
             .await
             .expect("openraft starts");
-        let service = RaftService::new(raft.clone(), dir.path().to_path_buf()).into_server();
+        let service =
+            RaftService::new(raft.clone(), dir.path().to_path_buf(), Arc::new(OsIo)).into_server();
         let (stop, server) = super::serve_raft(service, listener);
         Member {
             id,
