@@ -14,7 +14,11 @@
 //!     leadership task has it lead again (a new epoch);
 //!   - logged and then discarded when the leadership changed
 //!     (`LogEntryDiscarded`): [`WriteError::LeadershipLost`], whose outcome
-//!     is unknown.
+//!     is unknown;
+//!   - still waiting when the leader's lease has lapsed for a while (no
+//!     majority answers it: it may be cut off, and would wait until it
+//!     hears of a new leader): [`WriteError::QuorumLost`], whose outcome is
+//!     unknown, so that the caller can turn to another member at once.
 //! - The *leadership task* watches openraft's metrics. When this member
 //!   leads a new term, or its writer stalled while it leads, it tells the
 //!   writer to lead (the writer then proposes its gate, through this same
@@ -25,9 +29,12 @@
 //!   openraft's metrics: whether it leads, in which term, and until when
 //!   a majority's last acknowledgement lets it answer reads alone.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use openraft::Raft;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{ClientWriteError, ForwardToLeader};
@@ -91,61 +98,123 @@ where
     })
 }
 
+/// How often the proposal task looks at the lease while proposals wait.
+const LEASE_CHECK: Duration = Duration::from_millis(100);
+
 /// The proposal task (module docs): runs until the writer and every
-/// proposer are gone.
+/// proposer are gone. One task both hands proposals to openraft and
+/// answers them as openraft answers (no task per write). While proposals
+/// wait, it looks at `lease` every [`LEASE_CHECK`]: once it has seen it
+/// lapsed twice in a row, each waiting caller is answered
+/// [`WriteError::QuorumLost`] (outcome unknown) instead of waiting for a
+/// majority that may never come; the proposal itself is still followed,
+/// for the writer's sake.
 pub async fn run_proposals<SM>(
     mut queue: ProposalQueue,
     raft: Raft<UuidmapRaft, SM>,
     control: ReplicaControl,
+    lease: Arc<ReadLease>,
 ) where
     SM: RaftStateMachine<UuidmapRaft>,
 {
-    while let Some((batch, reply)) = queue.rx.recv().await {
-        let (responder, answer) = ProgressResponder::complete_only();
-        let seq = batch.seq;
-        let entry = RaftBatch::new(seq, &batch.ops);
-        let sent = raft
-            .write(entry)
-            .with_leader(CommittedLeaderId::new(batch.term))
-            .responder(responder)
-            .await;
-        if sent.is_err() {
-            // openraft has stopped: nothing was logged.
-            let _ = reply.send(Err(WriteError::ShuttingDown));
-            continue;
+    let mut waiting = FuturesUnordered::new();
+    // The callers not answered yet, by proposal number.
+    let mut callers: HashMap<u64, WriteReply> = HashMap::new();
+    let mut next = 0u64;
+    let mut lapsed_checks = 0;
+    let mut checks = tokio::time::interval(LEASE_CHECK);
+    checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            Some((n, seq, answer)) = waiting.next(), if !waiting.is_empty() => {
+                let outcome = outcome(answer, seq, &raft, &control);
+                if let Some(reply) = callers.remove(&n) {
+                    let _ = reply.send(outcome);
+                }
+            }
+            proposal = queue.rx.recv() => {
+                let Some((batch, reply)) = proposal else { break };
+                let (responder, answer) = ProgressResponder::complete_only();
+                let seq = batch.seq;
+                let entry = RaftBatch::new(seq, &batch.ops);
+                let sent = raft
+                    .write(entry)
+                    .with_leader(CommittedLeaderId::new(batch.term))
+                    .responder(responder)
+                    .await;
+                if sent.is_err() {
+                    // openraft has stopped: nothing was logged.
+                    let _ = reply.send(Err(WriteError::ShuttingDown));
+                    continue;
+                }
+                next += 1;
+                let n = next;
+                callers.insert(n, reply);
+                waiting.push(async move { (n, seq, answer.await) });
+            }
+            _ = checks.tick(), if !callers.is_empty() => {
+                lapsed_checks = if lease.lapsed() { lapsed_checks + 1 } else { 0 };
+                if lapsed_checks >= 2 {
+                    tracing::warn!(
+                        writes = callers.len(),
+                        "no majority answers this leader: its writes in flight are answered as of unknown outcome"
+                    );
+                    for (_, reply) in callers.drain() {
+                        let _ = reply.send(Err(WriteError::QuorumLost));
+                    }
+                }
+            }
         }
-        let (raft, control) = (raft.clone(), control.clone());
-        tokio::spawn(async move {
-            let outcome = match answer.await {
-                Ok(Ok(written)) if !written.data.void => Ok(WriteOutcome {
-                    lsn: written.data.lsn,
-                }),
-                Ok(Ok(_void)) => {
-                    let _ = control.refused(seq);
-                    Err(WriteError::NotLeader {
-                        leader: current_hint(&raft),
-                    })
-                }
-                Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
-                    let _ = control.refused(seq);
-                    Err(WriteError::NotLeader {
-                        leader: hint(&forward),
-                    })
-                }
-                Ok(Err(ClientWriteError::LogEntryDiscarded(forward))) => {
-                    Err(WriteError::LeadershipLost {
-                        leader: hint(&forward),
-                    })
-                }
-                Ok(Err(other)) => {
-                    tracing::warn!("a proposal failed: {other}");
-                    Err(WriteError::Unanswered)
-                }
-                // openraft stopped with the entry logged: unknown.
-                Err(_) => Err(WriteError::Unanswered),
-            };
+    }
+    // The writer is gone: answer what is still waiting.
+    while let Some((n, seq, answer)) = waiting.next().await {
+        let outcome = outcome(answer, seq, &raft, &control);
+        if let Some(reply) = callers.remove(&n) {
             let _ = reply.send(outcome);
-        });
+        }
+    }
+}
+
+/// What openraft's answer to proposal `seq` means for its caller; tells
+/// the writer of a refusal.
+fn outcome<SM>(
+    answer: Result<
+        Result<openraft::raft::ClientWriteResponse<UuidmapRaft>, ClientWriteError<UuidmapRaft>>,
+        impl std::fmt::Display,
+    >,
+    seq: u64,
+    raft: &Raft<UuidmapRaft, SM>,
+    control: &ReplicaControl,
+) -> Result<WriteOutcome, WriteError>
+where
+    SM: RaftStateMachine<UuidmapRaft>,
+{
+    match answer {
+        Ok(Ok(written)) if !written.data.void => Ok(WriteOutcome {
+            lsn: written.data.lsn,
+        }),
+        Ok(Ok(_void)) => {
+            let _ = control.refused(seq);
+            Err(WriteError::NotLeader {
+                leader: current_hint(raft),
+            })
+        }
+        Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
+            let _ = control.refused(seq);
+            Err(WriteError::NotLeader {
+                leader: hint(&forward),
+            })
+        }
+        Ok(Err(ClientWriteError::LogEntryDiscarded(forward))) => Err(WriteError::LeadershipLost {
+            leader: hint(&forward),
+        }),
+        Ok(Err(other)) => {
+            tracing::warn!("a proposal failed: {other}");
+            Err(WriteError::Unanswered)
+        }
+        // openraft stopped with the entry logged: unknown.
+        Err(_) => Err(WriteError::Unanswered),
     }
 }
 

@@ -211,7 +211,12 @@ impl Replica {
         // minimum leaves room for the clocks' drift.
         let lease = std::time::Duration::from_millis(config.timing.election_min_ms);
         let tasks = vec![
-            tokio::spawn(run_proposals(proposals, raft.clone(), control.clone())),
+            tokio::spawn(run_proposals(
+                proposals,
+                raft.clone(),
+                control.clone(),
+                read_lease.clone(),
+            )),
             tokio::spawn(watch_leadership(raft.clone(), control, stalled)),
             tokio::spawn(watch_lease(raft.clone(), read_lease, lease)),
             tokio::spawn(take_snapshots(

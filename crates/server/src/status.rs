@@ -63,10 +63,11 @@ pub fn write_error(e: WriteError) -> Status {
         )),
         WriteError::CasMismatch { .. } => Status::failed_precondition(e.to_string()),
         // The WAL's fsync failed (the batch may have reached the disk and
-        // be replayed at the restart), or the writer ended with the batch
-        // queued: its outcome is unknown, and the client must not resend it
-        // unless it is idempotent.
-        WriteError::WalFailed(_) | WriteError::Unanswered => {
+        // be replayed at the restart), the writer ended with the batch
+        // queued, or a leader that lost its majority holds it logged: its
+        // outcome is unknown, and the client must not resend it unless it
+        // is idempotent.
+        WriteError::WalFailed(_) | WriteError::Unanswered | WriteError::QuorumLost => {
             let mut status = Status::unavailable(e.to_string());
             status.metadata_mut().insert(
                 uuidmap_proto::OUTCOME_METADATA,
@@ -330,6 +331,18 @@ mod tests {
         assert_eq!(
             s.metadata().get(uuidmap_proto::LEADER_ID_METADATA).unwrap(),
             "3"
+        );
+
+        let s = write_error(WriteError::QuorumLost);
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(
+            s.metadata().get(uuidmap_proto::OUTCOME_METADATA).unwrap(),
+            uuidmap_proto::OUTCOME_UNKNOWN
+        );
+        assert!(
+            s.metadata()
+                .get(uuidmap_proto::LEADER_ID_METADATA)
+                .is_none()
         );
 
         // No leader known: no metadata, and the message says so.

@@ -123,6 +123,15 @@ pub enum WriteError {
         /// The new leader, when this member knows it.
         leader: Option<LeaderHint>,
     },
+    /// The batch was logged by a leader that then heard from no majority
+    /// for longer than its lease (it may be cut off from the others): it
+    /// commits only if this leader is heard again before another is
+    /// elected, so its outcome is unknown, and waiting longer would only
+    /// keep the caller from trying another member.
+    #[error(
+        "this member led the replica group, but no majority has answered it for longer than its          lease with this batch logged and not committed: it may or may not be applied (read the          keys to find out, from the group's leader)"
+    )]
+    QuorumLost,
     /// The batch was queued, but the writer ended without answering it (it
     /// stopped abnormally): it may or may not have been logged.
     #[error(
