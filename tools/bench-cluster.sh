@@ -20,10 +20,23 @@
 # group's leader), then `uuidmap bench --op lookup --keys 100` runs
 # against the single node, and against one follower of the group alone.
 #
-# Knobs (environment): MODE (writes or reads, default writes), ROUNDS
-# (default 3), SECS (seconds per run, default 5), TASKS (default 64),
-# ENTRIES (MODE=reads, default 100000), UUIDMAP_BIN (a built binary;
-# default: build target/release/uuidmap).
+# MODE=scans measures scans (issue 15's "... and scans keep their
+# single-node rates"), with h2load (nghttp2-client, a neutral C client
+# that costs the shared cores little): ENTRIES entries are written in
+# batches of 50,000 (curl, gRPC Write; through the group's leader), the
+# follower is waited for until it has applied them, one full scan's
+# entries are counted (`uuidmap scan | wc -l`), and then h2load runs
+# SCANS Scan calls one after another (-c 1 -m 1) against the single node,
+# and against one follower of the group: a full scan (FILTER=0), or one
+# filtered by the values of FILTER entries (each scan still examines
+# every entry). Rates are entries scanned (examined) per second.
+#
+# Knobs (environment): MODE (writes, reads or scans, default writes),
+# ROUNDS (default 3), SECS (seconds per run, default 5), TASKS (default
+# 64), ENTRIES (MODE=reads, default 100000; MODE=scans, default 1000000),
+# SCANS (MODE=scans, scans per run, default 20), FILTER (MODE=scans,
+# default 0), UUIDMAP_BIN (a built binary; default: build
+# target/release/uuidmap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -31,7 +44,14 @@ ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 TASKS=${TASKS:-64}
 MODE=${MODE:-writes}
-ENTRIES=${ENTRIES:-100000}
+if [ "$MODE" = scans ]; then
+  ENTRIES=${ENTRIES:-1000000}
+  . tools/install-h2load.sh
+else
+  ENTRIES=${ENTRIES:-100000}
+fi
+SCANS=${SCANS:-20}
+FILTER=${FILTER:-0}
 if [ -z "${UUIDMAP_BIN:-}" ]; then
   cargo build --release --bin uuidmap >&2
   bin=$root/target/release/uuidmap
@@ -82,8 +102,44 @@ json_field() { # field: from bench's JSON line on stdin (no wrong answers, no mi
   tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['wrong']==0 and d.get('misses',0)==0, d; print(round(d['$1']))"
 }
 
+grpc() { # url method body-file: one unary call with curl; fails unless grpc-status 0
+  local status
+  status=$(curl -s --max-time 60 --http2-prior-knowledge -H 'content-type: application/grpc' \
+    -H 'te: trailers' --data-binary @"$3" -D - -o /dev/null "$1/uuidmap.v1.UuidMap/$2" |
+    tr -d '\r' | awk -F': ' '$1 == "grpc-status" {print $2}')
+  [ "$status" = 0 ] || { echo "$2 at $1 answered grpc-status '$status'" >&2; return 1; }
+}
+
+applied_lsn() { "$bin" stats --server "$1" | awk '$1 == "applied_lsn" {print $2}'; }
+
+scan_rate() { # writer target -> entries scanned (examined) per second on target
+  local s c lsn
+  for ((s = 0; s < ENTRIES; s += 50000)); do
+    c=$((ENTRIES - s < 50000 ? ENTRIES - s : 50000))
+    python3 tools/grpc-body.py write "$s" "$c" "$work/w.bin"
+    grpc "$1" Write "$work/w.bin"
+  done
+  lsn=$(applied_lsn "$1")
+  for _ in $(seq 1 300); do
+    [ "$(applied_lsn "$2")" -ge "$lsn" ] && break
+    sleep 0.1
+  done
+  c=$("$bin" scan --server "$2" | wc -l)
+  # The readiness probe's entry is there too.
+  [ "$c" -ge "$ENTRIES" ] || { echo "a full scan of $2 gave $c entries, not $ENTRIES" >&2; return 1; }
+  python3 tools/grpc-body.py scan 0 "$FILTER" "$work/scan.bin"
+  grpc "$2" Scan "$work/scan.bin"
+  h2load -n "$SCANS" -c 1 -m 1 -d "$work/scan.bin" -H 'content-type: application/grpc' \
+    -H 'te: trailers' "$2/uuidmap.v1.UuidMap/Scan" >"$work/h2load.out"
+  grep -q "succeeded, 0 failed, 0 errored" "$work/h2load.out" ||
+    { cat "$work/h2load.out" >&2; return 1; }
+  awk -v n="$c" '/^finished in/ {gsub(",", "", $4); printf "%.0f\n", $4 * n}' "$work/h2load.out"
+}
+
 bench() { # servers -> writes/s, or (MODE=reads) lookups/s of keys
-  if [ "$MODE" = reads ]; then
+  if [ "$MODE" = scans ]; then
+    scan_rate "$1" "${2:-$1}"
+  elif [ "$MODE" = reads ]; then
     "$bin" bench --op put --tasks "$TASKS" --secs 1 --json --entries "$ENTRIES" \
       --load "$ENTRIES" --server "$1" >/dev/null
     local target=$1
@@ -97,9 +153,13 @@ bench() { # servers -> writes/s, or (MODE=reads) lookups/s of keys
   fi
 }
 
+leader_of() { # servers -> the leader's URL
+  "$bin" cluster status --server "$1" | awk '$1 == "leader_url" {print $2}'
+}
+
 follower_of() { # servers -> the URL of one member that does not lead
   local leader
-  leader=$("$bin" cluster status --server "$1" | awk '$1 == "leader_url" {print $2}')
+  leader=$(leader_of "$1")
   tr ',' '\n' <<<"$1" | grep -vxF "$leader" | head -1
 }
 
@@ -126,14 +186,18 @@ run_group() { # round -> writes/s
   pids+=("$pid")
   local urls="http://127.0.0.1:$base,http://127.0.0.1:$((base + 10)),http://127.0.0.1:$((base + 20))"
   wait_writable "$urls"
-  if [ "$MODE" = reads ]; then
+  if [ "$MODE" = reads ] || [ "$MODE" = scans ]; then
     local follower
     follower=$(follower_of "$urls")
     if [ -z "$follower" ]; then
       echo "no follower found among $urls" >&2
       exit 1
     fi
-    bench "$urls" "$follower"
+    if [ "$MODE" = scans ]; then
+      bench "$(leader_of "$urls")" "$follower"
+    else
+      bench "$urls" "$follower"
+    fi
   else
     bench "$urls"
   fi
@@ -143,6 +207,11 @@ run_group() { # round -> writes/s
 
 unit="writes/s"
 [ "$MODE" = reads ] && unit="keys/s (lookups of 100 keys, on a follower for the group)"
+if [ "$MODE" = scans ]; then
+  unit="entries scanned/s (full scans of $ENTRIES, h2load, on a follower for the group)"
+  [ "$FILTER" = 0 ] ||
+    unit="entries examined/s (scans of $ENTRIES filtered by $FILTER values, h2load, on a follower for the group)"
+fi
 echo "== $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $TASKS tasks, $SECS s per run, $ROUNDS rounds; $unit"
 single=()
 group=()

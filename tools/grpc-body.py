@@ -18,6 +18,8 @@ Keys are deterministic: key i is the MD5 of "k<i>", value i the MD5 of
   grpc-body.py resp START N OUT       RESP `SET key value` commands (raw
                                       16-byte keys and values) for redis-cli --pipe
   grpc-body.py keyhex I               prints key I as a UUID (for `uuidmap get`)
+  grpc-body.py scan START N OUT       ScanRequest filtered by the values of entries
+                                      START..START+N (N = 0: no filter, a full scan)
   grpc-body.py etcdput I OUT          etcd's PutRequest (etcdserverpb.KV/Put)
                                       setting key I to value I, 16 raw bytes each
 """
@@ -88,6 +90,11 @@ def main(argv):
             put = field_bytes(1, key(i)) + field_bytes(2, value(i))
             ops += field_bytes(1, field_bytes(1, put))  # WriteOp{put} in ops
         body = frame(bytes(ops))
+        out = argv[4]
+    elif cmd == "scan":
+        start, n = int(argv[2]), int(argv[3])
+        values = b"".join(value(i) for i in range(start, start + n))
+        body = frame(field_bytes(4, values) if values else b"")
         out = argv[4]
     elif cmd == "etcdput":
         # PutRequest: field 1 key, field 2 value (both bytes).
