@@ -40,7 +40,7 @@ use uuidmap_testkit::linearizability::{Call, Op, Ret, check};
 use uuidmap_testkit::proxy::FaultProxy;
 
 use super::dead_addr;
-use super::serve_child::{ServeChild, clear_uuidmap_env};
+use super::serve_child::{ServeChild, member_command};
 
 /// Raft log entries between a member's snapshots, and kept behind one:
 /// small, so that a member added again empty catches up by snapshot.
@@ -206,27 +206,20 @@ impl Rig {
     fn command(&self, i: usize) -> std::process::Command {
         let n = &self.nodes[i];
         let others = || self.nodes.iter().filter(|p| p.id != n.id);
-        let peers: Vec<String> = others()
-            .map(|p| format!("{}={}@{}", p.id, p.raft_addr(), p.url()))
-            .collect();
         let dial: Vec<String> = others()
             .map(|p| format!("{}={}", p.id, self.proxies[&(n.id, p.id)].addr))
             .collect();
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"));
-        cmd.args(["serve", "--metrics-listen", "off", "--fsync", "always"])
-            .args(["--listen", &format!("127.0.0.1:{}", n.port)])
-            .args(["--node-id", &n.id.to_string()])
-            .args(["--raft-listen", &n.raft_addr()])
-            .args(["--peers", &peers.join(",")])
-            .args(["--raft-dial", &dial.join(",")])
+        let mut cmd = member_command(
+            n.id,
+            n.port,
+            &n.raft_addr(),
+            others().map(|p| (p.id, p.raft_addr(), p.url())),
+            n.dir.path(),
+            n.id == 1 && !self.made,
+        );
+        cmd.args(["--raft-dial", &dial.join(",")])
             .args(["--raft-snapshot-entries", &SNAPSHOT_ENTRIES.to_string()])
-            .args(["--raft-keep-entries", &KEEP_ENTRIES.to_string()])
-            .arg("--data-dir")
-            .arg(n.dir.path());
-        if n.id == 1 && !self.made {
-            cmd.arg("--cluster-init");
-        }
-        clear_uuidmap_env(&mut cmd);
+            .args(["--raft-keep-entries", &KEEP_ENTRIES.to_string()]);
         cmd
     }
 

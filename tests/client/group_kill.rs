@@ -15,7 +15,7 @@ use uuidmap_client::Client;
 use uuidmap_proto::v1 as pb;
 use uuidmap_proto::v1::uuid_map_client::UuidMapClient;
 
-use super::serve_child::{ServeChild, clear_uuidmap_env};
+use super::serve_child::{ServeChild, member_command};
 use super::{dead_addr, key};
 
 struct Member {
@@ -26,29 +26,21 @@ struct Member {
 }
 
 fn start(m: &Member, all: &[Member]) -> ServeChild {
-    let peers: Vec<String> = all
-        .iter()
-        .filter(|p| p.id != m.id)
-        .map(|p| {
-            format!(
-                "{}=127.0.0.1:{}@http://127.0.0.1:{}",
-                p.id, p.raft_port, p.port
-            )
-        })
-        .collect();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"));
-    cmd.args(["serve", "--metrics-listen", "off", "--fsync", "always"])
-        .args(["--listen", &format!("127.0.0.1:{}", m.port)])
-        .args(["--node-id", &m.id.to_string()])
-        .args(["--raft-listen", &format!("127.0.0.1:{}", m.raft_port)])
-        .args(["--peers", &peers.join(",")])
-        .arg("--data-dir")
-        .arg(m.dir.path());
-    if m.id == 1 {
-        cmd.arg("--cluster-init");
-    }
-    clear_uuidmap_env(&mut cmd);
-    ServeChild::start(cmd)
+    let peers = all.iter().filter(|p| p.id != m.id).map(|p| {
+        (
+            p.id,
+            format!("127.0.0.1:{}", p.raft_port),
+            format!("http://127.0.0.1:{}", p.port),
+        )
+    });
+    ServeChild::start(member_command(
+        m.id,
+        m.port,
+        &format!("127.0.0.1:{}", m.raft_port),
+        peers,
+        m.dir.path(),
+        m.id == 1,
+    ))
 }
 
 /// Which member takes writes now (by trying one on each; up to 15 s).

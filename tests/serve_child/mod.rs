@@ -32,6 +32,38 @@ pub fn serve_command(dir: &Path) -> Command {
     cmd
 }
 
+/// A member of a replica group on loopback, as `uuidmap serve --node-id`
+/// runs it: fsync `always`, metrics off, clients on `port`, Raft on
+/// `raft_addr`, the other members as `peers` (`(id, raft_addr,
+/// client_url)`), and `--cluster-init` if `init`; no `UUIDMAP_*` variable
+/// from the test's environment.
+pub fn member_command(
+    id: u64,
+    port: u16,
+    raft_addr: &str,
+    peers: impl IntoIterator<Item = (u64, String, String)>,
+    dir: &Path,
+    init: bool,
+) -> Command {
+    let peers: Vec<String> = peers
+        .into_iter()
+        .map(|(id, raft, url)| format!("{id}={raft}@{url}"))
+        .collect();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uuidmap"));
+    cmd.args(["serve", "--metrics-listen", "off", "--fsync", "always"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--node-id", &id.to_string()])
+        .args(["--raft-listen", raft_addr])
+        .args(["--peers", &peers.join(",")])
+        .arg("--data-dir")
+        .arg(dir);
+    if init {
+        cmd.arg("--cluster-init");
+    }
+    clear_uuidmap_env(&mut cmd);
+    cmd
+}
+
 /// Removes every `UUIDMAP_*` variable the test itself runs with.
 pub fn clear_uuidmap_env(cmd: &mut Command) {
     for (k, _) in std::env::vars() {

@@ -13,7 +13,7 @@ use tonic::Code;
 use uuidmap::server::ServeError;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
-use uuidmap_testkit::server::{TestGroup, TestServer, b, member_config, u};
+use uuidmap_testkit::server::{TestGroup, TestServer, b, cas_req, member_config, put_req, u};
 
 async fn bind() -> (TcpListener, SocketAddr) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -36,10 +36,7 @@ async fn get_at(server: &TestServer, k: u128, min_lsn: u64) -> pb::GetResponse {
 }
 
 fn put(k: u128, v: u128) -> pb::PutRequest {
-    pb::PutRequest {
-        key: b(u(k)),
-        value: b(u(v)),
-    }
+    put_req(u(k), u(v))
 }
 
 /// Puts until the server takes the write (its group has a leader and it
@@ -70,11 +67,7 @@ async fn a_group_of_one_serves_and_keeps_its_data_over_a_restart() {
     assert!(got.applied_lsn >= lsn);
     let mut c = server.client().await;
     let cas = c
-        .compare_and_set(pb::CompareAndSetRequest {
-            key: b(u(1)),
-            expected: Some(b(u(0xb))),
-            new_value: Some(b(u(0xc))),
-        })
+        .compare_and_set(cas_req(u(1), Some(u(0xb)), Some(u(0xc))))
         .await
         .unwrap()
         .into_inner();

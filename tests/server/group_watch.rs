@@ -11,7 +11,7 @@ use tonic::Streaming;
 use uuid::Uuid;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
-use uuidmap_testkit::server::{TestGroup, TestServer, b, u};
+use uuidmap_testkit::server::{TestGroup, TestServer, b, cas_req, put_req, u};
 
 /// A batch as (LSN, its changes as (key, value or None for a removal)).
 type Batch = (u64, Vec<(Uuid, Option<Uuid>)>);
@@ -61,10 +61,7 @@ async fn puts(server: &TestServer, keys: std::ops::RangeInclusive<u128>, offset:
     let mut lsns = Vec::new();
     for k in keys {
         let r = c
-            .put(pb::PutRequest {
-                key: b(u(k)),
-                value: b(u(k + offset)),
-            })
+            .put(put_req(u(k), u(k + offset)))
             .await
             .expect("the leader takes it");
         lsns.push(r.into_inner().lsn);
@@ -86,11 +83,7 @@ async fn every_member_watches_the_same_applied_batches_and_from_after_a_snapshot
         .into_inner();
     lsns.push(del.lsn);
     let cas = c
-        .compare_and_set(pb::CompareAndSetRequest {
-            key: b(u(4)),
-            expected: Some(b(u(104))),
-            new_value: Some(b(u(7))),
-        })
+        .compare_and_set(cas_req(u(4), Some(u(104)), Some(u(7))))
         .await
         .unwrap()
         .into_inner();
@@ -98,11 +91,7 @@ async fn every_member_watches_the_same_applied_batches_and_from_after_a_snapshot
     lsns.push(cas.lsn);
     // Refused: logged nowhere, so watched nowhere.
     let refused = c
-        .compare_and_set(pb::CompareAndSetRequest {
-            key: b(u(4)),
-            expected: Some(b(u(104))),
-            new_value: Some(b(u(8))),
-        })
+        .compare_and_set(cas_req(u(4), Some(u(104)), Some(u(8))))
         .await
         .unwrap()
         .into_inner();

@@ -255,35 +255,22 @@ impl FromStr for Peers {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let mut peers = Vec::new();
-        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let bad = |why: &str| {
-                format!(
-                    "{item:?} is not a peer ({why}): write ID=RAFT_ADDR@CLIENT_URL, for example \
-                     2=10.0.0.2:7880@http://10.0.0.2:7878"
-                )
-            };
-            let (id, rest) = item.split_once('=').ok_or_else(|| bad("no `=`"))?;
-            let id: u64 = id
-                .trim()
-                .parse()
-                .map_err(|_| bad("the id is not a number"))?;
-            if id == 0 {
-                return Err(bad("node ids start at 1"));
-            }
-            let (raft_addr, client_url) = rest.split_once('@').ok_or_else(|| bad("no `@`"))?;
-            check_host_port(raft_addr).map_err(|why| bad(&why))?;
-            check_url(client_url).map_err(|why| bad(&why))?;
-            if peers.iter().any(|p: &Peer| p.id == id) {
-                return Err(bad("this id is given twice"));
-            }
-            peers.push(Peer {
-                id,
-                raft_addr: raft_addr.to_string(),
-                client_url: client_url.to_string(),
-            });
-        }
-        Ok(Peers(peers))
+        let peers = parse_id_list(
+            s,
+            "is not a peer",
+            "ID=RAFT_ADDR@CLIENT_URL, for example 2=10.0.0.2:7880@http://10.0.0.2:7878",
+            |id, rest| {
+                let (raft_addr, client_url) = rest.split_once('@').ok_or("no `@`")?;
+                check_host_port(raft_addr)?;
+                check_url(client_url)?;
+                Ok(Peer {
+                    id,
+                    raft_addr: raft_addr.to_string(),
+                    client_url: client_url.to_string(),
+                })
+            },
+        )?;
+        Ok(Peers(peers.into_iter().map(|(_, peer)| peer).collect()))
     }
 }
 
@@ -296,31 +283,49 @@ impl FromStr for RaftDial {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let mut dial: Vec<(u64, String)> = Vec::new();
-        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let bad = |why: &str| {
-                format!(
-                    "{item:?} is not an address to dial ({why}): write ID=HOST:PORT, for example \
-                     2=127.0.0.1:17890"
-                )
-            };
-            let (id, addr) = item.split_once('=').ok_or_else(|| bad("no `=`"))?;
-            let id: u64 = id
-                .trim()
-                .parse()
-                .map_err(|_| bad("the id is not a number"))?;
-            if id == 0 {
-                return Err(bad("node ids start at 1"));
-            }
-            let addr = addr.trim();
-            check_host_port(addr).map_err(|why| bad(&why))?;
-            if dial.iter().any(|(i, _)| *i == id) {
-                return Err(bad("this id is given twice"));
-            }
-            dial.push((id, addr.to_string()));
-        }
+        let dial = parse_id_list(
+            s,
+            "is not an address to dial",
+            "ID=HOST:PORT, for example 2=127.0.0.1:17890",
+            |_, addr| {
+                let addr = addr.trim();
+                check_host_port(addr)?;
+                Ok(addr.to_string())
+            },
+        )?;
         Ok(RaftDial(dial))
     }
+}
+
+/// Parses `ID=REST` items separated by commas (empty items skipped), in
+/// the order given: each id a node id (a number from 1), no id twice, and
+/// `rest` made into a `T` by `item` (an error says why not). An error
+/// names the item, says `what` it is not and why, and how to write one
+/// (`form`).
+fn parse_id_list<T>(
+    s: &str,
+    what: &str,
+    form: &str,
+    item: impl Fn(u64, &str) -> Result<T, String>,
+) -> Result<Vec<(u64, T)>, String> {
+    let mut out: Vec<(u64, T)> = Vec::new();
+    for text in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let bad = |why: &str| format!("{text:?} {what} ({why}): write {form}");
+        let (id, rest) = text.split_once('=').ok_or_else(|| bad("no `=`"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| bad("the id is not a number"))?;
+        if id == 0 {
+            return Err(bad("node ids start at 1"));
+        }
+        let value = item(id, rest).map_err(|why| bad(&why))?;
+        if out.iter().any(|(i, _)| *i == id) {
+            return Err(bad("this id is given twice"));
+        }
+        out.push((id, value));
+    }
+    Ok(out)
 }
 
 /// `host:port`, with a port.

@@ -18,4 +18,4 @@ pub use raw_grpc::{
 };
 pub use test_group::{TestGroup, member_config};
 pub use test_server::{MAX_BATCH_KEYS, MAX_FILTER_VALUES, MAX_WRITE_OPS, TestServer, config};
-pub use values::{b, put_op, spread_key, u};
+pub use values::{b, cas_req, put_op, put_req, spread_key, u};

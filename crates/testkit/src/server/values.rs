@@ -14,6 +14,23 @@ pub fn u(n: u128) -> Uuid {
     Uuid::from_u128(n)
 }
 
+/// A `Put` of `k → v`.
+pub fn put_req(k: Uuid, v: Uuid) -> pb::PutRequest {
+    pb::PutRequest {
+        key: b(k),
+        value: b(v),
+    }
+}
+
+/// A `CompareAndSet` of `k` from `expected` to `new` (`None`: absent).
+pub fn cas_req(k: Uuid, expected: Option<Uuid>, new: Option<Uuid>) -> pb::CompareAndSetRequest {
+    pb::CompareAndSetRequest {
+        key: b(k),
+        expected: expected.map(b),
+        new_value: new.map(b),
+    }
+}
+
 /// A `WriteOp` that puts `k → v`.
 pub fn put_op(k: Uuid, v: Uuid) -> pb::WriteOp {
     pb::WriteOp {
