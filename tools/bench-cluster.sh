@@ -66,37 +66,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-free_base() { # a base port with the next 30 free (best effort)
-  python3 -c '
-import socket, random
-while True:
-    base = random.randrange(20000, 60000, 10)
-    try:
-        socks = []
-        for p in range(base, base + 30):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()'
-}
-median_range() { sort -g | awk '{a[NR]=$1} END {printf "%.0f (%.0f-%.0f)", a[int((NR+1)/2)], a[1], a[NR]}'; }
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-
-wait_writable() { # servers: until a put is taken (15 s)
-  local i
-  for i in $(seq 1 300); do
-    if "$bin" put --server "$1" --timeout 1 ffffffff-0000-4000-8000-000000000001 \
-      ffffffff-0000-4000-8000-000000000002 >/dev/null 2>&1; then
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "no write taken by $1 within 15 s" >&2
-  return 1
-}
+. tools/bench-lib.sh
 
 json_field() { # field: from bench's JSON line on stdin (no wrong answers, no misses)
   tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['wrong']==0 and d.get('misses',0)==0, d; print(round(d['$1']))"
@@ -109,8 +79,6 @@ grpc() { # url method body-file: one unary call with curl; fails unless grpc-sta
     tr -d '\r' | awk -F': ' '$1 == "grpc-status" {print $2}')
   [ "$status" = 0 ] || { echo "$2 at $1 answered grpc-status '$status'" >&2; return 1; }
 }
-
-applied_lsn() { "$bin" stats --server "$1" | awk '$1 == "applied_lsn" {print $2}'; }
 
 scan_rate() { # writer target -> entries scanned (examined) per second on target
   local s c lsn
@@ -151,10 +119,6 @@ bench() { # servers -> writes/s, or (MODE=reads) lookups/s of keys
     "$bin" bench --op put --tasks "$TASKS" --secs "$SECS" --json --server "$1" |
       json_field calls_per_s
   fi
-}
-
-leader_of() { # servers -> the leader's URL
-  "$bin" cluster status --server "$1" | awk '$1 == "leader_url" {print $2}'
 }
 
 follower_of() { # servers -> the URL of one member that does not lead

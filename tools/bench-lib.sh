@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Helpers shared by the replica-group benchmarks (tools/bench-cluster.sh,
+# tools/bench-etcd.sh); sourced, with `bin` set to the uuidmap binary.
+#
+#   . tools/bench-lib.sh
+
+free_base() { # a base port with the next 30 free (best effort)
+  python3 -c '
+import socket, random
+while True:
+    base = random.randrange(20000, 60000, 10)
+    try:
+        socks = []
+        for p in range(base, base + 30):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
+        print(base); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()'
+}
+
+median_range() { sort -g | awk '{a[NR]=$1} END {printf "%.0f (%.0f-%.0f)", a[int((NR+1)/2)], a[1], a[NR]}'; }
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+wait_writable() { # servers: until a put is taken (15 s)
+  local i
+  for i in $(seq 1 300); do
+    if "$bin" put --server "$1" --timeout 1 ffffffff-0000-4000-8000-000000000001 \
+      ffffffff-0000-4000-8000-000000000002 >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 0.05
+  done
+  echo "no write taken by $1 within 15 s" >&2
+  return 1
+}
+
+applied_lsn() { # server -> its applied LSN (uuidmap stats)
+  "$bin" stats --server "$1" | awk '$1 == "applied_lsn" {print $2}'
+}
+
+leader_of() { # servers -> the leader's client URL (uuidmap cluster status)
+  "$bin" cluster status --server "$1" | awk '$1 == "leader_url" {print $2}'
+}
