@@ -295,6 +295,24 @@ async fn stats_and_cluster_status_show_each_members_view_of_the_group() {
     assert_eq!(f.leader_id, l.leader_id);
     assert!(f.applied_index >= Some(lsn));
     assert!(f.followers.is_empty(), "only the leader tracks progress");
+    // Each member counts the bytes its own log wrote (the write, and the
+    // entries before it), as a single node counts its WAL's.
+    for i in [leader, follower] {
+        let s = group
+            .member(i)
+            .unwrap()
+            .client()
+            .await
+            .stats(pb::StatsRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            s.wal_bytes > 0,
+            "member {} wrote no log bytes: {s:?}",
+            i + 1
+        );
+    }
 
     // The same through the binary.
     let out = tokio::task::spawn_blocking({

@@ -132,6 +132,10 @@ pub async fn run_proposals<SM>(
                 if let Some(reply) = callers.remove(&n) {
                     let _ = reply.send(outcome);
                 }
+                if callers.is_empty() {
+                    // A lapse seen before counts no more.
+                    lapsed_checks = 0;
+                }
             }
             proposal = queue.rx.recv() => {
                 let Some((batch, reply)) = proposal else { break };
@@ -156,10 +160,14 @@ pub async fn run_proposals<SM>(
             _ = checks.tick(), if !callers.is_empty() => {
                 lapsed_checks = if lease.lapsed() { lapsed_checks + 1 } else { 0 };
                 if lapsed_checks >= 2 {
-                    tracing::warn!(
-                        writes = callers.len(),
-                        "no majority answers this leader: its writes in flight are answered as of unknown outcome"
-                    );
+                    // Gates and confirmations have no caller waiting.
+                    let writes = callers.values().filter(|r| !r.is_closed()).count();
+                    if writes > 0 {
+                        tracing::warn!(
+                            writes,
+                            "no majority answers this leader: its writes in flight are answered as of unknown outcome"
+                        );
+                    }
                     for (_, reply) in callers.drain() {
                         let _ = reply.send(Err(WriteError::QuorumLost));
                     }

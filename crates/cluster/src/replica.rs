@@ -181,6 +181,7 @@ impl Replica {
             Box::new(on_stall),
         )?;
         let durable = Arc::new(durable);
+        durable.count_members_log_with(log.bytes.clone());
         let snapshots = SnapshotStore::new(
             config.io.clone(),
             config.dir.clone(),

@@ -325,14 +325,7 @@ async fn learner_case(rule: impl FnMut(&str) -> bool + Send + 'static, seed: u64
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let learner = ReplicaNode::start_configured(
-        2,
-        tempfile::tempdir().unwrap(),
-        listener,
-        HashMap::new(),
-        on_sim(&sim),
-    )
-    .await;
+    let learner = learner_on(&sim, listener).await;
     let adding = {
         let raft = leader.replica.raft().clone();
         let node = learner.node.clone();
@@ -359,14 +352,7 @@ async fn learner_case(rule: impl FnMut(&str) -> bool + Send + 'static, seed: u64
     let listener = TcpListener::bind(&addr)
         .await
         .expect("the learner's port again");
-    let back = ReplicaNode::start_configured(
-        2,
-        tempfile::tempdir().unwrap(),
-        listener,
-        HashMap::new(),
-        on_sim(&after),
-    )
-    .await;
+    let back = learner_on(&after, listener).await;
     tokio::time::timeout(Duration::from_secs(20), adding)
         .await
         .unwrap_or_else(|_| {
@@ -383,6 +369,12 @@ async fn learner_case(rule: impl FnMut(&str) -> bool + Send + 'static, seed: u64
     back.stop().await;
     leader.stop().await;
     crashed_in
+}
+
+/// Member 2 on the simulated disk `sim`, its Raft service on `listener`.
+async fn learner_on(sim: &SimIo, listener: TcpListener) -> ReplicaNode {
+    let unused = tempfile::tempdir().unwrap();
+    ReplicaNode::start_configured(2, unused, listener, HashMap::new(), on_sim(sim)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,6 +76,8 @@ pub struct LogStats {
     pub entries: AtomicU64,
     /// Groups committed (one write, and one fsync under `always`).
     pub groups: AtomicU64,
+    /// WAL bytes written since the store opened (headers included).
+    pub bytes: Arc<AtomicU64>,
 }
 
 fn io_error(e: StoreError) -> std::io::Error {
@@ -210,6 +212,9 @@ impl LogThread {
     fn commit(&mut self) -> std::io::Result<()> {
         self.wal.commit(self.sync).map_err(io_error)?;
         self.stats.groups.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .bytes
+            .store(self.wal.total_bytes(), Ordering::Relaxed);
         let next = self.wal.next_lsn();
         let mut tail = self.tail.lock().expect("the tail lock is never poisoned");
         tail.flushed = next.checked_sub(1);

@@ -121,6 +121,9 @@ pub struct DurableIndex {
     member_snapshots: std::sync::OnceLock<SnapshotRequests>,
     /// Where a member's change streams start reading its log.
     member_follow: std::sync::OnceLock<MemberFollowStart>,
+    /// The bytes a member's log store has written (its WAL is the log's,
+    /// not the pipeline's).
+    member_log_bytes: std::sync::OnceLock<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// Where a member's change streams start reading its log
@@ -363,6 +366,7 @@ impl DurableIndex {
             lease: None,
             member_snapshots: std::sync::OnceLock::new(),
             member_follow: std::sync::OnceLock::new(),
+            member_log_bytes: std::sync::OnceLock::new(),
         };
         Ok(durable)
     }
@@ -435,6 +439,7 @@ impl DurableIndex {
             lease: Some(lease),
             member_snapshots: std::sync::OnceLock::new(),
             member_follow: std::sync::OnceLock::new(),
+            member_log_bytes: std::sync::OnceLock::new(),
         };
         Ok((durable, control))
     }
@@ -555,7 +560,11 @@ impl DurableIndex {
             entries: self.index().len() as u64,
             table_bytes: self.index().table_bytes() as u64,
             applied_lsn: self.watermark.current(),
-            wal_bytes: p.wal_bytes.load(Ordering::Relaxed),
+            wal_bytes: self
+                .member_log_bytes
+                .get()
+                .map_or(&p.wal_bytes, |b| &**b)
+                .load(Ordering::Relaxed),
             snapshots_taken: s.taken.load(Ordering::Relaxed),
             snapshots_failed: s.failed.load(Ordering::Relaxed),
             last_snapshot_lsn: s.last_lsn.load(Ordering::Relaxed),
@@ -649,6 +658,12 @@ impl DurableIndex {
     /// Set once.
     pub fn follow_members_log_with(&self, start: MemberFollowStart) {
         let _ = self.member_follow.set(start);
+    }
+
+    /// Where a member's figures find the bytes its log store wrote
+    /// (`wal_bytes`): the count it keeps. Set once.
+    pub fn count_members_log_with(&self, bytes: Arc<std::sync::atomic::AtomicU64>) {
+        let _ = self.member_log_bytes.set(bytes);
     }
 }
 
