@@ -104,6 +104,23 @@ pub enum ClientCommand {
     },
     /// Print entries, one `key value` line each.
     Scan(ScanArgs),
+    /// Print the changes of the write batches after an LSN as they are
+    /// applied, one `lsn key value` line each (`-` for a removed key),
+    /// until interrupted or --batches have been printed.
+    Watch {
+        /// Print the batches after this LSN (default: the server's applied
+        /// LSN when the command starts: only changes from now on). A server
+        /// keeps the changes since its older retained snapshot; before
+        /// that, the command fails: scan instead.
+        #[arg(long, value_name = "LSN")]
+        after: Option<u64>,
+        /// Stop after this many batches.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        batches: Option<u64>,
+        /// How to reach the server.
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
     /// Print the server's figures.
     Stats {
         /// How to reach the server.
@@ -209,6 +226,10 @@ fn flag_hint(e: &ClientError) -> String {
             _ => String::new(),
         },
         ClientError::BadToken => " (--token or UUIDMAP_TOKEN)".into(),
+        ClientError::NotRetained { .. } => " (from the command line: read applied_lsn with `uuidmap \
+                                           stats`, then `uuidmap scan`, then `uuidmap watch --after` \
+                                           that LSN)"
+            .into(),
         ClientError::Status { status, .. } if status.code() == tonic::Code::Unauthenticated => {
             " (this command sends the token of --token or UUIDMAP_TOKEN)".into()
         }
@@ -265,6 +286,7 @@ impl ClientCommand {
             ClientCommand::Del { .. } => "del",
             ClientCommand::Scan(_) => "scan",
             ClientCommand::Stats { .. } => "stats",
+            ClientCommand::Watch { .. } => "watch",
             ClientCommand::Snapshot { .. } => "snapshot",
             ClientCommand::Cluster(ClusterCommand::Status { .. }) => "cluster status",
             ClientCommand::Cluster(ClusterCommand::Add { .. }) => "cluster add",
@@ -459,6 +481,11 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
             Ok(EXIT_OK)
         }
         ClientCommand::Scan(args) => scan(args).await,
+        ClientCommand::Watch {
+            after,
+            batches,
+            connect,
+        } => watch(after, batches, connect).await,
         ClientCommand::Bench(args) => crate::bench::run(args).await,
     }
 }
@@ -516,6 +543,43 @@ async fn scan(args: ScanArgs) -> Result<i32, CliError> {
             "uuidmap scan: stopped after {printed} entries (--limit); continue with --cursor {}",
             hex(&cursor)
         );
+    }
+    Ok(EXIT_OK)
+}
+
+async fn watch(
+    after: Option<u64>,
+    batches: Option<u64>,
+    connect: ConnectArgs,
+) -> Result<i32, CliError> {
+    let client = Client::connect(&connect.options()).await?;
+    let after = match after {
+        Some(lsn) => lsn,
+        None => client.stats().await?.applied_lsn,
+    };
+    let mut stream = client.watch(after);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut printed = 0u64;
+    while batches.is_none_or(|n| printed < n) {
+        let batch = stream.next().await?;
+        let written = (|| -> std::io::Result<()> {
+            for (key, value) in &batch.changes {
+                match value {
+                    Some(v) => writeln!(out, "{} {key} {v}", batch.lsn)?,
+                    None => writeln!(out, "{} {key} -", batch.lsn)?,
+                }
+            }
+            // Each batch as it comes: a reader may be waiting for it.
+            out.flush()
+        })();
+        match written {
+            Ok(()) => {}
+            // `uuidmap watch | head`: the reader has seen enough.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(EXIT_OK),
+            Err(e) => return Err(CliError::Output(e)),
+        }
+        printed += 1;
     }
     Ok(EXIT_OK)
 }

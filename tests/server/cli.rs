@@ -464,3 +464,90 @@ async fn bad_scan_flags_are_refused_with_a_message_and_exit_code_2() {
     );
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_each_change_after_an_lsn_and_from_now_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let url = format!("http://{}", server.addr);
+    let at = [("UUIDMAP_SERVER", url.as_str())];
+    let other = "00000000-0000-4000-8000-0000000000b2";
+    for args in [
+        vec!["put", KEY, VALUE],
+        vec!["put", other, VALUE],
+        vec!["del", KEY],
+    ] {
+        let o = uuidmap(&args, &at).await;
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+    }
+
+    // From the start, and from the middle.
+    let all = uuidmap(&["watch", "--after", "0", "--batches", "3"], &at).await;
+    assert_eq!(all.status.code(), Some(0), "{}", stderr(&all));
+    assert_eq!(
+        stdout(&all),
+        format!("1 {KEY} {VALUE}\n2 {other} {VALUE}\n3 {KEY} -\n")
+    );
+    let last = uuidmap(&["watch", "--after", "2", "--batches", "1"], &at).await;
+    assert_eq!(stdout(&last), format!("3 {KEY} -\n"));
+
+    // By default it starts at the applied LSN: the first batch it prints
+    // is one written after it started, never an older one.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uuidmap"));
+    cmd.args(["watch", "--batches", "1", "--server", &url])
+        .stdout(std::process::Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("UUIDMAP_") {
+            cmd.env_remove(k);
+        }
+    }
+    let child = cmd.spawn().unwrap();
+    let mut c = server.client().await;
+    let exited = {
+        let mut child = child;
+        let mut written = Vec::new();
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break (status, child, written);
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "the watch printed nothing in 10 s"
+            );
+            let key = Uuid::from_u128(0xc000 + written.len() as u128);
+            let lsn = c
+                .put(pb::PutRequest {
+                    key: key.as_bytes().to_vec().into(),
+                    value: Uuid::parse_str(VALUE).unwrap().as_bytes().to_vec().into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .lsn;
+            written.push((lsn, key));
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    let (status, child, written) = exited;
+    assert!(status.success());
+    let out = std::io::read_to_string(child.stdout.unwrap()).unwrap();
+    assert!(
+        written
+            .iter()
+            .any(|(lsn, key)| out == format!("{lsn} {key} {VALUE}\n")),
+        "{out:?} is none of the writes made after it started: {written:?}"
+    );
+
+    // Refused by the command line parser.
+    for (args, named) in [
+        (vec!["watch", "--batches", "0"], "--batches"),
+        (vec!["watch", "--after", "x"], "--after"),
+        (vec!["watch", "--after", "-1"], "'-1'"),
+    ] {
+        let o = uuidmap(&args, &at).await;
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(named), "{args:?}: {}", stderr(&o));
+    }
+    server.stop().await.unwrap();
+}
