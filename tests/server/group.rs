@@ -510,3 +510,27 @@ async fn cluster_init_on_a_wiped_member_refuses_to_split_the_group() {
     group.leader().await;
     group.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_voter_started_again_before_its_removal_is_refused() {
+    let mut group = TestGroup::start(3).await;
+    let leader = group.leader().await;
+    put_when_leading(group.member(leader).unwrap(), 1, 1).await;
+    // A follower loses its disk and is started again under its old id,
+    // still a voter: it would vote having forgotten what it acknowledged.
+    let wiped = (leader + 1) % 3;
+    group.wipe_member(wiped).await;
+    group.restart_member(wiped).await;
+    let err = group.stop_member(wiped).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("lost its data") && text.contains("uuidmap cluster remove"),
+        "{text}"
+    );
+    // So is the next start (the first left no group behind), and the
+    // others go on.
+    group.restart_member(wiped).await;
+    assert!(group.stop_member(wiped).await.is_err());
+    put_when_leading(group.member(leader).unwrap(), 2, 2).await;
+    group.stop().await;
+}

@@ -60,6 +60,11 @@ pub(crate) async fn start(
     let replica = Replica::start(replica_config)
         .await
         .map_err(ServeError::Member)?;
+    // Before its Raft service answers anyone (a vote above all).
+    if let Err(e) = refuse_a_forgotten_member(&replica, cluster).await {
+        replica.shutdown().await;
+        return Err(e);
+    }
     let (stop_raft, stopped) = oneshot::channel::<()>();
     let service = replica.raft_service();
     let raft_server = tokio::spawn(
@@ -109,7 +114,9 @@ impl Member {
         // peers are in. A peer that answers is asked; one that does not
         // (the first start of every member at once) proves nothing.
         for p in &cluster.peers {
-            if let Some(voters) = peer_group(&p.client_url).await {
+            if let Some(crate::proto::v1::ClusterStats { voters, .. }) =
+                peer_group(&p.client_url).await
+            {
                 return Err(ServeError::RaftFailed(format!(
                     "--cluster-init: peer {} ({}) is already in a group (voters {voters:?}); \
                      making another would split it. Start this member without --cluster-init \
@@ -175,7 +182,7 @@ impl Member {
 
 /// The voters of the group the server at `url` is in, if it answers
 /// within a second and is in one.
-async fn peer_group(url: &str) -> Option<Vec<u64>> {
+async fn peer_group(url: &str) -> Option<crate::proto::v1::ClusterStats> {
     use crate::proto::v1 as pb;
     use pb::uuid_map_cluster_client::UuidMapClusterClient;
     let ask = async {
@@ -190,12 +197,58 @@ async fn peer_group(url: &str) -> Option<Vec<u64>> {
             .await
             .ok()?
             .into_inner();
-        (!status.voters.is_empty()).then_some(status.voters)
+        (!status.voters.is_empty()).then_some(status)
     };
     tokio::time::timeout(std::time::Duration::from_secs(2), ask)
         .await
         .ok()
         .flatten()
+}
+
+/// Refuses a member that starts with no Raft state (an empty directory,
+/// a lost disk) while its group's leader knows it acknowledged entries
+/// before: a voter that forgot its log and its vote could help elect a
+/// leader that lacks acknowledged writes, and the leader would find the
+/// member's log gone backwards. It must be removed first, then added
+/// again (README, "Replica groups"). Best effort: it asks the peers given
+/// with `--peers`, and only a leader that has replicated to this member
+/// since it took over knows; a member started for the first time (listed
+/// by `--cluster-init` before it ever ran) has acknowledged nothing, and
+/// starts.
+async fn refuse_a_forgotten_member(
+    replica: &Replica,
+    cluster: &ClusterOptions,
+) -> Result<(), ServeError> {
+    let initialized = replica
+        .raft()
+        .is_initialized()
+        .await
+        .map_err(|e| ServeError::RaftFailed(e.to_string()))?;
+    if initialized || cluster.init {
+        return Ok(());
+    }
+    let id = cluster.node_id;
+    for p in &cluster.peers {
+        let Some(group) = peer_group(&p.client_url).await else {
+            continue;
+        };
+        let acknowledged = group.role == "leader"
+            && group
+                .followers
+                .iter()
+                .any(|f| f.node_id == id && f.matched_index.is_some());
+        if acknowledged {
+            return Err(ServeError::RaftFailed(format!(
+                "node {id} is a member of the group led by peer {} ({}; voters {:?}), which \
+                 replicated its log to it, but its data directory holds no Raft state: it lost \
+                 its data, and a member that forgot what it acknowledged may lose acknowledged \
+                 writes. Remove it first (`uuidmap cluster remove {id}`), then start it and add \
+                 it again (`uuidmap cluster add`): it catches up from the leader's snapshot",
+                p.id, p.client_url, group.voters
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Resolves when openraft has stopped on a fatal error (its log could
