@@ -108,62 +108,84 @@ where
             ));
         };
         let header = SnapshotHeader::from_wire(meta).map_err(invalid)?;
-        let (io, created) = (self.io.clone(), path.to_path_buf());
-        let mut file = blocking(move || io.create(&created))
-            .await
-            .map_err(|e| Status::unavailable(format!("cannot create {}: {e}", path.display())))?;
-        let mut written = 0u64;
-        while let Some(msg) = stream.message().await? {
-            let Some(pb::snapshot_chunk::Chunk::Bytes(chunk)) = msg.chunk else {
-                return Err(Status::invalid_argument(
-                    "a snapshot has one meta, at its start",
-                ));
-            };
-            if chunk.offset != written {
-                return Err(Status::invalid_argument(format!(
-                    "a snapshot chunk starts at byte {}, but {written} bytes came before it",
-                    chunk.offset
-                )));
+        // A blocking thread writes what arrives (the `Io` calls block),
+        // while the next chunks come in: receiving and writing overlap.
+        let (chunks, writer) = file_writer(self.io.clone(), path.to_path_buf());
+        let received = async {
+            let mut written = 0u64;
+            while let Some(msg) = stream.message().await? {
+                let Some(pb::snapshot_chunk::Chunk::Bytes(chunk)) = msg.chunk else {
+                    return Err(Status::invalid_argument(
+                        "a snapshot has one meta, at its start",
+                    ));
+                };
+                if chunk.offset != written {
+                    return Err(Status::invalid_argument(format!(
+                        "a snapshot chunk starts at byte {}, but {written} bytes came before it",
+                        chunk.offset
+                    )));
+                }
+                if crc32c::crc32c(&chunk.data) != chunk.crc32c {
+                    return Err(Status::invalid_argument(format!(
+                        "the snapshot chunk at byte {written} fails its CRC-32C"
+                    )));
+                }
+                written += chunk.data.len() as u64;
+                if written > header.file_len {
+                    return Err(Status::invalid_argument(format!(
+                        "the snapshot runs past the {} bytes its meta gave",
+                        header.file_len
+                    )));
+                }
+                if chunks.send(chunk.data).await.is_err() {
+                    // The writer stopped on an error, which it gives below.
+                    return Ok(());
+                }
             }
-            if crc32c::crc32c(&chunk.data) != chunk.crc32c {
+            if written != header.file_len {
                 return Err(Status::invalid_argument(format!(
-                    "the snapshot chunk at byte {written} fails its CRC-32C"
-                )));
-            }
-            written += chunk.data.len() as u64;
-            if written > header.file_len {
-                return Err(Status::invalid_argument(format!(
-                    "the snapshot runs past the {} bytes its meta gave",
+                    "the snapshot ended after {written} of the {} bytes its meta gave",
                     header.file_len
                 )));
             }
-            file = blocking(move || file.write_all(&chunk.data).map(|()| file))
-                .await
-                .map_err(|e| {
-                    Status::unavailable(format!("cannot write {}: {e}", path.display()))
-                })?;
+            Ok(())
         }
-        if written != header.file_len {
-            return Err(Status::invalid_argument(format!(
-                "the snapshot ended after {written} of the {} bytes its meta gave",
-                header.file_len
-            )));
-        }
-        blocking(move || file.sync())
+        .await;
+        // The writer is done with the file (and its name) before anyone
+        // removes it.
+        drop(chunks);
+        let wrote = writer
             .await
-            .map_err(|e| Status::unavailable(format!("cannot fsync {}: {e}", path.display())))?;
+            .unwrap_or_else(|e| Err(format!("the writer thread failed: {e}")));
+        received?;
+        wrote.map_err(|e| Status::unavailable(format!("{}: {e}", path.display())))?;
         Ok(header)
     }
 }
 
-/// Runs a blocking file call (the [`Io`] calls block) off the async
-/// workers.
-async fn blocking<T: Send + 'static>(
-    call: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> std::io::Result<T> {
-    tokio::task::spawn_blocking(call)
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+/// A thread that creates `path` through `io`, writes the chunks sent to
+/// it in order, and fsyncs the file once the sender is dropped; its
+/// result says which step failed.
+fn file_writer(
+    io: Arc<dyn Io>,
+    path: PathBuf,
+) -> (
+    tokio::sync::mpsc::Sender<bytes::Bytes>,
+    tokio::task::JoinHandle<Result<(), String>>,
+) {
+    // A few chunks ahead: enough to keep the disk busy, little memory.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut file = io
+            .create(&path)
+            .map_err(|e| format!("cannot create it: {e}"))?;
+        while let Some(chunk) = rx.blocking_recv() {
+            file.write_all(&chunk)
+                .map_err(|e| format!("cannot write it: {e}"))?;
+        }
+        file.sync().map_err(|e| format!("cannot fsync it: {e}"))
+    });
+    (tx, writer)
 }
 
 #[tonic::async_trait]
