@@ -149,9 +149,12 @@ async fn sole_member_case(rule: impl FnMut(&str) -> bool + Send + 'static, seed:
         .expect("initializes");
     writable(&replica).await;
     sim.set_crash_when(rule);
+    // Until the power fails (snapshots come every 200 ms at most, so
+    // time, not a count of batches, brings the later steps), or 30 s.
     let mut acked = 0;
     let writes = replica.writes();
-    while acked < 2_000 {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !sim.crashed() && std::time::Instant::now() < until {
         let write = writes.write(batch(acked));
         match tokio::time::timeout(Duration::from_secs(5), write).await {
             Ok(Ok(_)) => acked += 1,
