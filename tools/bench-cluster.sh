@@ -52,21 +52,8 @@ else
 fi
 SCANS=${SCANS:-20}
 FILTER=${FILTER:-0}
-if [ -z "${UUIDMAP_BIN:-}" ]; then
-  cargo build --release --bin uuidmap >&2
-  bin=$root/target/release/uuidmap
-else
-  bin=$UUIDMAP_BIN
-fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/bench-cluster.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
 . tools/bench-lib.sh
+bench_setup bench-cluster
 
 json_field() { # field: from bench's JSON line on stdin (no wrong answers, no misses)
   tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['wrong']==0 and d.get('misses',0)==0, d; print(round(d['$1']))"

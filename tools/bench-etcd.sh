@@ -71,22 +71,9 @@ if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
 fi
 . tools/install-h2load.sh
 
-if [ -z "${UUIDMAP_BIN:-}" ]; then
-  cargo build --release --bin uuidmap >&2
-  bin=$root/target/release/uuidmap
-else
-  bin=$UUIDMAP_BIN
-fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/bench-etcd.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 . tools/bench-lib.sh
+bench_setup bench-etcd
+trap 'exit 130' INT TERM
 
 load() { cut -d' ' -f1 /proc/loadavg; }
 

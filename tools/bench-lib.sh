@@ -1,8 +1,32 @@
 #!/usr/bin/env bash
 # Helpers shared by the replica-group benchmarks (tools/bench-cluster.sh,
-# tools/bench-etcd.sh); sourced, with `bin` set to the uuidmap binary.
+# tools/bench-etcd.sh); sourced from the repository's root (`root`).
 #
 #   . tools/bench-lib.sh
+#   bench_setup NAME
+
+# bench_setup NAME: the uuidmap binary in `bin` (UUIDMAP_BIN, or
+# target/release/uuidmap, built), an empty temporary directory in `work`
+# (under TMPDIR), and `pids`: the processes to stop at exit, when `work`
+# is removed.
+bench_setup() {
+  if [ -z "${UUIDMAP_BIN:-}" ]; then
+    cargo build --release --bin uuidmap >&2
+    bin=$root/target/release/uuidmap
+  else
+    bin=$UUIDMAP_BIN
+  fi
+  work=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+  pids=()
+  trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
 
 free_base() { # a base port with the next 30 free (best effort)
   python3 -c '
