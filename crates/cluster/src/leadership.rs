@@ -104,7 +104,7 @@ const LEASE_CHECK: Duration = Duration::from_millis(100);
 /// The proposal task (module docs): runs until the writer and every
 /// proposer are gone. One task both hands proposals to openraft and
 /// answers them as openraft answers (no task per write). While proposals
-/// wait, it looks at `lease` every [`LEASE_CHECK`]: once it has seen it
+/// wait, it looks at `lease` every `LEASE_CHECK` (100 ms): once it has seen it
 /// lapsed twice in a row, each waiting caller is answered
 /// [`WriteError::QuorumLost`] (outcome unknown) instead of waiting for a
 /// majority that may never come; the proposal itself is still followed,

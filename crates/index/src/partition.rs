@@ -195,7 +195,7 @@ impl PartWriter<'_> {
     }
 
     /// Applies `writes` in order, prefetching each write's home slot
-    /// [`PREFETCH_DISTANCE`] writes ahead.
+    /// `PREFETCH_DISTANCE` writes ahead.
     ///
     /// # Panics
     ///

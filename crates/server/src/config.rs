@@ -415,7 +415,7 @@ serve_options! {
     /// The data directory [default: ./uuidmap-data].
     #[arg(long, env = "UUIDMAP_DATA_DIR")]
     data_dir: PathBuf,
-    /// WAL fsync policy: always, never or interval=<ms> [default: always].
+    /// WAL fsync policy: `always`, `never` or `interval=<ms>` [default: always].
     #[arg(long, env = "UUIDMAP_FSYNC")]
     fsync: FsyncPolicy,
     /// Listen on a non-loopback address without TLS or auth: anyone who can

@@ -44,7 +44,7 @@
 //!
 //! # Backpressure
 //!
-//! Answers reach the response through a channel of [`CHANNEL_ANSWERS`]: a
+//! Answers reach the response through a channel of `CHANNEL_ANSWERS`: a
 //! client that stops reading its answers stops the stream from reading its
 //! requests, instead of the server buffering either.
 

@@ -4,7 +4,7 @@
 //! # Protocol
 //!
 //! - openraft's calls come in on its tasks; the store puts appended
-//!   entries in the shared in-memory [`tail`] at once (a reader must see
+//!   entries in the shared in-memory `tail` at once (a reader must see
 //!   them before they are flushed) and hands every write to the **log
 //!   thread** (`thread`), which owns the `WalWriter` and the
 //!   `RaftStateFile` and does the I/O in call order, group-committing

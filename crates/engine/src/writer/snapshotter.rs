@@ -32,7 +32,7 @@ pub type SnapshotResult = Result<SnapshotInfo, Arc<StoreError>>;
 
 /// WAL bytes per second that a replay is assumed to manage when no
 /// recovery has measured it (one that replayed at least
-/// [`MIN_MEASURED_BYTES`]): about 3M puts/s, above the replay before
+/// `MIN_MEASURED_BYTES`): about 3M puts/s, above the replay before
 /// issue 11 (2.6M/s) and a fifth of the parallel replay measured on 2
 /// shared cores (BENCHMARKS.md), so that a slower or busier machine still
 /// restarts within the budget.

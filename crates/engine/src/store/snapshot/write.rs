@@ -49,7 +49,7 @@ pub struct SnapshotInfo {
 /// index's writer goes on, and returns what was written. `applied_lsn`
 /// returns the watermark of fully applied batches (loaded with `Acquire`);
 /// the index's writer must stamp every write with its batch's LSN
-/// ([`crate::IndexWriter::set_stamp`]). See the module docs of `snapshot`
+/// ([`uuidmap_index::IndexWriter::set_stamp`]). See the module docs of `snapshot`
 /// for why the result is exact.
 ///
 /// The file is written as a `.tmp` file, synced, `make_log_durable(lsn)` is
