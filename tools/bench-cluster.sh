@@ -114,7 +114,9 @@ follower_of() { # servers -> the URL of one member that does not lead
   tr ',' '\n' <<<"$1" | grep -vxF "$leader" | head -1
 }
 
-run_single() { # round -> writes/s
+# The set-ups run in this shell (not in `$(...)`), so that a failure
+# stops the servers they started (at exit, with `pids`); each sets `rate`.
+run_single() { # round -> sets rate
   local base dir
   base=$(free_base)
   dir=$work/single-$1
@@ -123,12 +125,11 @@ run_single() { # round -> writes/s
   local pid=$!
   pids+=("$pid")
   wait_writable "http://127.0.0.1:$base"
-  bench "http://127.0.0.1:$base"
-  kill -TERM "$pid"
-  wait "$pid" || true
+  rate=$(bench "http://127.0.0.1:$base")
+  stop_pids "$pid"
 }
 
-run_group() { # round -> writes/s
+run_group() { # round -> sets rate
   local base
   base=$(free_base)
   UUIDMAP_CLUSTER_DIR=$work/group-$1 UUIDMAP_CLUSTER_BASE_PORT=$base UUIDMAP_BIN=$bin \
@@ -145,15 +146,14 @@ run_group() { # round -> writes/s
       exit 1
     fi
     if [ "$MODE" = scans ]; then
-      bench "$(leader_of "$urls")" "$follower"
+      rate=$(bench "$(leader_of "$urls")" "$follower")
     else
-      bench "$urls" "$follower"
+      rate=$(bench "$urls" "$follower")
     fi
   else
-    bench "$urls"
+    rate=$(bench "$urls")
   fi
-  kill -TERM "$pid"
-  wait "$pid" || true
+  stop_pids "$pid"
 }
 
 unit="writes/s"
@@ -168,9 +168,9 @@ single=()
 group=()
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then
-    s=$(run_single "$r"); g=$(run_group "$r")
+    run_single "$r"; s=$rate; run_group "$r"; g=$rate
   else
-    g=$(run_group "$r"); s=$(run_single "$r")
+    run_group "$r"; g=$rate; run_single "$r"; s=$rate
   fi
   single+=("$s")
   group+=("$g")

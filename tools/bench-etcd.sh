@@ -77,18 +77,6 @@ trap 'exit 130' INT TERM
 
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-forget() { # pids...: no longer ours to stop at exit (waited for: a pid may be reused)
-  local p keep=()
-  for p in "${pids[@]}"; do [[ " $* " == *" $p "* ]] || keep+=("$p"); done
-  pids=("${keep[@]}")
-}
-stop() { # pids...: TERM them, wait, forget them
-  local p
-  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "$@"; do wait "$p" 2>/dev/null || true; done
-  forget "$@"
-}
-
 fail() { # message, logs...: say why, show the logs' tails, exit
   local f
   echo "$1" >&2
@@ -117,7 +105,7 @@ h2run() {
   pids+=("$h")
   local code=0
   wait "$h" || code=$?
-  forget "$h"
+  forget_pids "$h"
   [ "$code" = 0 ] || fail "h2load failed (exit $code)" "$work/h2load.out"
   h2_rate=$(awk '/^finished in/ {gsub(",", "", $4); print $4}' "$work/h2load.out")
   h2_done=$(awk '/^requests:/ {print $6}' "$work/h2load.out")
@@ -200,7 +188,7 @@ run_etcd() { # round -> sets rate
   [ "$(etcd_leader "$eps")" = "$leader" ] || echo "  (etcd's leader changed during the run)"
   report "etcd, 3 members, leader $leader (revision $before -> $after;" \
     "leader's WAL fsyncs +$syncs, $(awk -v g="$growth" -v n="$syncs" 'BEGIN {printf "%.1f", n ? g / n : 0}') revisions each)"
-  stop "${epids[@]}"
+  stop_pids "${epids[@]}"
   rm -rf "$work/etcd-$1"
 }
 
@@ -235,7 +223,7 @@ run_group() { # round -> sets rate
   [ -n "$leader" ] || fail "no leader among $urls" "$work/group-$1"/node-*.log
   measure_uuidmap "uuidmap group of 3, leader $leader" "$leader" "$work/group-$1"/node-*.log
   [ "$(leader_of "$urls")" = "$leader" ] || echo "  (the group's leader changed during the run)"
-  stop "$pid"
+  stop_pids "$pid"
   rm -rf "$work/group-$1"
 }
 
@@ -249,7 +237,7 @@ run_single() { # round -> sets rate
   pids+=("$pid")
   wait_writable "$url" || fail "the single node took no write" "$work/single-$1.log"
   measure_uuidmap "uuidmap single node" "$url" "$work/single-$1.log"
-  stop "$pid"
+  stop_pids "$pid"
   rm -rf "$work/single-$1"
 }
 

@@ -28,6 +28,18 @@ bench_cleanup() {
   rm -rf "$work"
 }
 
+forget_pids() { # pids...: no longer ours to stop at exit (waited for: a pid may be reused)
+  local p keep=()
+  for p in "${pids[@]}"; do [[ " $* " == *" $p "* ]] || keep+=("$p"); done
+  pids=("${keep[@]}")
+}
+stop_pids() { # pids...: TERM them, wait, forget them
+  local p
+  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "$@"; do wait "$p" 2>/dev/null || true; done
+  forget_pids "$@"
+}
+
 free_base() { # a base port with the next 30 free (best effort)
   python3 -c '
 import socket, random
