@@ -15,7 +15,9 @@ const KEY: &str = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
 const VALUE: &str = "00000000-0000-4000-8000-00000000000a";
 
 /// Runs `uuidmap args` with only the `UUIDMAP_*` variables in `env`.
-async fn uuidmap(args: &[&str], env: &[(&str, &str)]) -> Output {
+/// The binary with `args`, and no `UUIDMAP_*` variable from the test's
+/// environment.
+fn uuidmap_command(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_uuidmap"));
     cmd.args(args);
     for (k, _) in std::env::vars() {
@@ -23,6 +25,11 @@ async fn uuidmap(args: &[&str], env: &[(&str, &str)]) -> Output {
             cmd.env_remove(k);
         }
     }
+    cmd
+}
+
+async fn uuidmap(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = uuidmap_command(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -493,15 +500,10 @@ async fn watch_prints_each_change_after_an_lsn_and_from_now_by_default() {
 
     // By default it starts at the applied LSN: the first batch it prints
     // is one written after it started, never an older one.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uuidmap"));
-    cmd.args(["watch", "--batches", "1", "--server", &url])
-        .stdout(std::process::Stdio::piped());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("UUIDMAP_") {
-            cmd.env_remove(k);
-        }
-    }
-    let child = cmd.spawn().unwrap();
+    let child = uuidmap_command(&["watch", "--batches", "1", "--server", &url])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut c = server.client().await;
     let exited = {
         let mut child = child;
