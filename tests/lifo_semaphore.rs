@@ -62,7 +62,7 @@ async fn a_full_queue_rejects_at_once() {
         AcquireError::QueueFull
     );
     assert!(
-        start.elapsed() < Duration::from_millis(50),
+        start.elapsed() < Duration::from_millis(500),
         "QueueFull was not immediate"
     );
     assert!(sem.try_acquire().is_none());

@@ -82,7 +82,8 @@ async fn a_call_to_a_server_that_never_answers_returns_at_its_deadline() {
     let server = TestServer::start(dir.path()).await;
     let proxy = FaultProxy::start(server.addr).await;
     proxy.blackhole(true);
-    let timeout = Duration::from_millis(300);
+    // Margins are wide: test binaries share two cores with each other.
+    let timeout = Duration::from_millis(1000);
     let client = quick([proxy.url()]).timeout(timeout).build().unwrap();
     for call in ["get", "get_unary", "put", "stats"] {
         let start = Instant::now();
@@ -96,12 +97,12 @@ async fn a_call_to_a_server_that_never_answers_returns_at_its_deadline() {
         let took = start.elapsed();
         assert!(
             took >= timeout - Duration::from_millis(5)
-                && took < timeout + Duration::from_millis(150),
+                && took < timeout + Duration::from_millis(500),
             "{call} returned after {took:?}"
         );
         assert_eq!(e.retry_class(), RetryClass::Conditional, "{call}: {e}");
         assert!(
-            e.to_string().contains("deadline of 300ms"),
+            e.to_string().contains("deadline of 1s"),
             "{call}: the call's own deadline is named: {e}"
         );
     }
@@ -113,7 +114,7 @@ async fn a_call_to_a_server_that_never_answers_returns_at_its_deadline() {
         .await
         .unwrap_err();
     assert!(
-        start.elapsed() < Duration::from_millis(200),
+        start.elapsed() < Duration::from_millis(500),
         "{:?}",
         start.elapsed()
     );
