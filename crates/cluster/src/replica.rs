@@ -9,7 +9,10 @@
 //! snapshot (one whose meta file reads back whole, whose segments pass
 //! their CRCs, and whose point the log still reaches), and openraft
 //! applies the committed entries after it; with no snapshot, the index is
-//! rebuilt from the whole log.
+//! rebuilt from the whole log. A snapshot whose segments fail their CRCs
+//! is renamed `*.damaged` (openraft takes the newest listed snapshot as
+//! the member's own, and must not be handed it); one that cannot be read
+//! for another reason stops the start with the error.
 //!
 //! The snapshot task takes a snapshot once `snapshot_entries` entries were
 //! applied since the last one (or `durable.snapshot_every` passed with
@@ -26,7 +29,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use uuidmap_engine::store::RestoredIndex;
 use uuidmap_engine::store::raft_state::RAFT_STATE_FILE;
-use uuidmap_engine::store::snapshot::{OpenOptions, open_snapshot};
+use uuidmap_engine::store::snapshot::{OpenOptions, open_snapshot, set_aside_damaged};
 use uuidmap_engine::store::wal::WalOptions;
 use uuidmap_engine::store::{Io, OsIo, StoreError};
 use uuidmap_engine::writer::{DurableConfig, DurableIndex, IndexRef, ReplicaStart, WriteHandle};
@@ -126,6 +129,7 @@ pub struct Replica {
     raft: IndexRaft,
     durable: Arc<DurableIndex>,
     log: Arc<LogStats>,
+    snapshots: SnapshotStore,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -163,6 +167,7 @@ impl Replica {
                     restored,
                     lsn,
                     chain: snapshot.file.chain,
+                    path: snapshot.file.path.clone(),
                 };
                 let point = AppliedPoint {
                     log_id: snapshot.meta.last_log_id,
@@ -222,7 +227,7 @@ impl Replica {
             tokio::spawn(watch_lease(raft.clone(), read_lease, lease)),
             tokio::spawn(take_snapshots(
                 raft.clone(),
-                snapshots,
+                snapshots.clone(),
                 SnapshotPolicy {
                     keep: config.logs_to_keep,
                     entries: config.snapshot_entries,
@@ -238,6 +243,7 @@ impl Replica {
             raft,
             durable,
             log,
+            snapshots,
             tasks,
         })
     }
@@ -292,7 +298,8 @@ impl Replica {
         RaftService::new(self.raft.clone(), self.dir.clone(), self.io.clone()).into_server()
     }
 
-    /// Stops openraft (which syncs the log), then the writer.
+    /// Stops openraft (which syncs the log), waits for a snapshot being
+    /// taken, then stops the writer: nothing writes the directory after.
     pub async fn shutdown(mut self) {
         if let Err(e) = self.raft.shutdown().await {
             tracing::error!("Raft did not stop cleanly: {e}");
@@ -300,9 +307,14 @@ impl Replica {
         for task in self.tasks.drain(..) {
             task.abort();
         }
-        // Joins the writer thread, which stops at once.
-        let durable = self.durable.clone();
-        let _ = tokio::task::spawn_blocking(move || durable.shutdown()).await;
+        // An aborted snapshot task leaves its blocking take running: wait
+        // for it, then join the writer thread, which stops at once.
+        let (snapshots, durable) = (self.snapshots.clone(), self.durable.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            snapshots.close();
+            durable.shutdown()
+        })
+        .await;
     }
 }
 
@@ -367,9 +379,17 @@ fn open_newest_snapshot(
                 tracing::info!(snapshot = %path.display(), point, "starting from a snapshot");
                 return Ok(Some((snapshot, restored)));
             }
-            Err(e) => {
-                tracing::warn!(snapshot = %path.display(), error = %e, "skipping a damaged snapshot");
+            Err(e @ StoreError::SnapshotCorrupt { .. }) => {
+                // Set aside, not only skipped: openraft takes the newest
+                // listed snapshot as the member's current one, and would
+                // install it over the older one started from (and fail).
+                tracing::error!(snapshot = %path.display(), error = %e, "skipping a damaged snapshot");
+                set_aside_damaged(io, &path);
             }
+            // Not proven damaged (an I/O error, say): starting from an
+            // older one would leave this one listed as the newest, so the
+            // start stops here, saying why.
+            Err(e) => return Err(e),
         }
     }
     if let Some(purged) = purged {

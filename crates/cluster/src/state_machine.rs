@@ -94,6 +94,9 @@ pub struct SnapshotStore {
     dir: PathBuf,
     durable: Arc<DurableIndex>,
     point: Arc<Mutex<AppliedPoint>>,
+    /// Held while a snapshot is taken; `true` once the member stops
+    /// ([`SnapshotStore::close`]).
+    closed: Arc<Mutex<bool>>,
 }
 
 impl SnapshotStore {
@@ -109,7 +112,15 @@ impl SnapshotStore {
             dir,
             durable,
             point: Arc::new(Mutex::new(point)),
+            closed: Arc::new(Mutex::new(false)),
         }
+    }
+
+    /// Waits for a snapshot being taken to end, and refuses any after:
+    /// the member's directory is not written once it has stopped (its
+    /// lock is released, and another process may open it). Blocks.
+    pub fn close(&self) {
+        *self.closed.lock().unwrap_or_else(PoisonError::into_inner) = true;
     }
 
     /// The applied point now.
@@ -135,10 +146,15 @@ impl SnapshotStore {
 
     /// Takes a snapshot now, while the writer goes on (module docs), and
     /// returns it and what was written; `None` when there is nothing to
-    /// take yet (nothing applied, or catching up after a load). Blocks:
+    /// take yet (nothing applied, or catching up after a load), or the
+    /// member has stopped. Blocks:
     /// call it on a blocking thread. Recorded in the index's snapshot
     /// figures.
     pub fn take(&self) -> Result<Option<(MemberSnapshot, SnapshotInfo)>, StoreError> {
+        let closed = self.closed.lock().unwrap_or_else(PoisonError::into_inner);
+        if *closed {
+            return Ok(None);
+        }
         let point = self.point();
         if point.log_id.is_none() || !self.is_consistent() {
             return Ok(None);

@@ -3,7 +3,9 @@
 //! and purges its log behind them, restarts from its snapshot, and a
 //! member whose log the leader no longer holds (wiped, or far behind) is
 //! sent the leader's snapshot file and installs it, ending with the same
-//! contents as the others, deletes included.
+//! contents as the others, deletes included. A member whose newest
+//! snapshot rotted starts from the older one; with none usable and its
+//! log purged, it refuses to start and says how to replace it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -12,9 +14,9 @@ use openraft::async_runtime::WatchReceiver;
 use tokio::net::TcpListener;
 use uuid::Uuid;
 use uuidmap_cluster::membership;
-use uuidmap_cluster::replica::ReplicaConfig;
+use uuidmap_cluster::replica::{Replica, ReplicaConfig};
 use uuidmap_engine::store::OsIo;
-use uuidmap_engine::store::snapshot::list_snapshots;
+use uuidmap_engine::store::snapshot::{OpenOptions, list_snapshots, open_snapshot};
 use uuidmap_engine::store::wal::list_wal_files;
 use uuidmap_engine::writer::WriteOp;
 use uuidmap_index::Key;
@@ -244,4 +246,137 @@ async fn a_member_far_behind_installs_the_snapshot_over_its_old_contents() {
     for n in nodes {
         n.stop().await;
     }
+}
+
+/// Flips one byte in the middle of snapshot `path` (a bit rot in the
+/// slots), and checks that the snapshot no longer opens.
+fn damage(path: &std::path::Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(path, bytes).unwrap();
+    let opened = open_snapshot(&OsIo, path, &OpenOptions::default()).and_then(|o| o.into_index());
+    assert!(
+        opened.is_err(),
+        "{} still opens after a flipped byte",
+        path.display()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_newest_snapshot_rotted_starts_from_the_older_and_with_none_left_refuses() {
+    let mut nodes = group(3).await;
+    let last = load_and_snapshot(&nodes, 0..200).await;
+    for n in &nodes {
+        n.applied(last).await;
+        snapshot_and_purge(n).await;
+    }
+    let expected = nodes[0].contents();
+    let l = writable_leader(&nodes).await;
+    let f = (l + 1) % nodes.len();
+    let (id, dir, addr) = nodes.remove(f).stop().await;
+
+    // Its newest snapshot rots on disk: it starts from the older one (the
+    // log is kept behind it for this) and replays the log after it.
+    let snapshots = list_snapshots(&OsIo, dir.path()).unwrap();
+    assert!(
+        snapshots.len() >= 2,
+        "two snapshots retained: {snapshots:?}"
+    );
+    damage(&snapshots[0].1);
+    let back = restart(id, dir, &addr).await;
+    assert_eq!(
+        back.replica.durable().recovery_report().snapshot_lsn,
+        snapshots[1].0,
+        "started from the older snapshot"
+    );
+    back.applied(last).await;
+    assert_eq!(back.contents(), expected);
+
+    // Both rot: the log no longer reaches LSN 1, so the member cannot be
+    // rebuilt from its directory, and it refuses to start, saying how to
+    // replace it, rather than serve an index with a hole.
+    let (id, dir, addr) = back.stop().await;
+    for (_, path) in list_snapshots(&OsIo, dir.path()).unwrap() {
+        if open_snapshot(&OsIo, &path, &OpenOptions::default())
+            .and_then(|o| o.into_index())
+            .is_ok()
+        {
+            damage(&path);
+        }
+    }
+    let mut config = ReplicaConfig::new(id, dir.path());
+    small_snapshots(&mut config);
+    let refused = match Replica::start(config).await {
+        Ok(_) => panic!("a member without a usable snapshot and a purged log started"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        refused.contains("no usable snapshot") && refused.contains("uuidmap cluster remove"),
+        "{refused}"
+    );
+
+    // Replaced as the message says, it catches up by snapshot.
+    let l = writable_leader(&nodes).await;
+    membership::remove(nodes[l].replica.raft(), BTreeSet::from([id]))
+        .await
+        .expect("removed");
+    let fresh = restart(id, tempfile::tempdir().unwrap(), &addr).await;
+    let raft = nodes[l].replica.raft();
+    membership::add_learner(raft, id, fresh.node.clone())
+        .await
+        .expect("added again as a learner");
+    membership::promote(raft, BTreeSet::from([id]))
+        .await
+        .expect("promoted");
+    fresh.applied(last).await;
+    assert_eq!(fresh.contents(), expected);
+    nodes.push(fresh);
+    write_agree_and_stop(nodes, 200..210).await;
+}
+
+/// The names and sizes of the files in `dir`.
+fn files(dir: &std::path::Path) -> Vec<(std::ffi::OsString, u64)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name(), e.metadata().unwrap().len())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stopped_while_it_takes_a_snapshot_writes_nothing_after_its_stop() {
+    let mut nodes = group(1).await;
+    writable_leader(&nodes).await;
+    // Enough entries that a snapshot takes a while to write.
+    let mut last = 0;
+    for b in 0..40u128 {
+        let ops = (0..5_000)
+            .map(|i| WriteOp::Put {
+                key: key(b * 5_000 + i + 1),
+                value: Uuid::from_u128(i),
+            })
+            .collect();
+        last = nodes[0]
+            .write(ops)
+            .await
+            .expect("the sole member takes it")
+            .lsn;
+    }
+    nodes[0].applied(last).await;
+    let node = nodes.remove(0);
+    let durable = node.replica.durable().clone();
+    let asked = tokio::spawn(async move { durable.snapshot_now().await });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let (_, dir, _) = node.stop().await;
+    let at_stop = files(dir.path());
+    // Whatever the snapshot's fate (finished before the stop, or refused
+    // by it), the directory is left alone once the member has stopped.
+    let _ = asked.await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(files(dir.path()), at_stop);
 }

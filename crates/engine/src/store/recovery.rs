@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::store::replay_apply::{ReplayWorkers, WorkerReport, apply_replay};
-use crate::store::snapshot::{self, OpenOptions};
+use crate::store::snapshot::{self, OpenOptions, set_aside_damaged};
 use crate::store::wal::{self, ReplayOptions};
 use crate::store::{Io, StoreError};
 use uuidmap_index::{Index, IndexBuilder, IndexWriter};
@@ -453,11 +453,7 @@ fn reject(
         // where it is.
         return;
     }
-    let mut aside = path.as_os_str().to_owned();
-    aside.push(".damaged");
-    if let Err(e) = io.rename(path, Path::new(&aside)) {
-        tracing::warn!("could not rename {} aside: {e}", path.display());
-    }
+    set_aside_damaged(io, path);
 }
 
 fn rejections(report: &RecoveryReport) -> String {

@@ -90,6 +90,8 @@ pub struct ReplicaStart {
     pub lsn: u64,
     /// The proposal chain at `lsn`.
     pub chain: ProposalChain,
+    /// The snapshot file (for the recovery report).
+    pub path: std::path::PathBuf,
 }
 
 /// A durable, running index.
@@ -392,6 +394,7 @@ impl DurableIndex {
         on_stall: Box<dyn Fn() + Send>,
     ) -> Result<(DurableIndex, ReplicaControl), StoreError> {
         let lease = Arc::new(ReadLease::default());
+        let mut report = RecoveryReport::default();
         let (writer, index, applied, chain) = match start {
             None => {
                 let (writer, index) = Index::with_capacity(capacity);
@@ -400,6 +403,11 @@ impl DurableIndex {
             Some(start) => {
                 let restored = start.restored;
                 lease.set_consistent_from(restored.lsn.max(start.lsn));
+                report.snapshot = Some(start.path);
+                report.snapshot_lsn = restored.lsn;
+                report.min_capture_lsn = restored.capture_lsns.iter().copied().min().unwrap_or(0);
+                report.rebuilt = restored.how != crate::store::snapshot::Restored::ZeroCopy;
+                report.last_lsn = start.lsn;
                 (restored.writer, restored.index, start.lsn, start.chain)
             }
         };
@@ -431,7 +439,7 @@ impl DurableIndex {
             snapshot_stats: Arc::default(),
             running: Mutex::new(Some(Running::Replica(pipeline))),
             snapshot_tx,
-            report: RecoveryReport::default(),
+            report,
             budget: None,
             snapshot_trigger_bytes: 0,
             config,

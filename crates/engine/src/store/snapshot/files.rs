@@ -45,6 +45,23 @@ fn is_temp_name(name: &str) -> bool {
     name.starts_with(PREFIX) && name.ends_with(TEMP_SUFFIX)
 }
 
+/// Renames a snapshot proven damaged to `{name}.damaged`: kept for
+/// inspection, no longer listed, never used again. Best effort (a rename
+/// that fails is logged): a start that finds the file again rejects it
+/// again.
+pub fn set_aside_damaged(io: &dyn Io, path: &Path) {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".damaged");
+    match io.rename(path, Path::new(&aside)) {
+        Ok(()) => tracing::error!(
+            "set damaged snapshot {} aside as {}; it can be removed once inspected",
+            path.display(),
+            Path::new(&aside).display()
+        ),
+        Err(e) => tracing::warn!("could not rename {} aside: {e}", path.display()),
+    }
+}
+
 /// The snapshots in `dir` as `(lsn, path)`, newest (highest LSN) first.
 /// Temporary files and other files are ignored.
 pub fn list_snapshots(io: &dyn Io, dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {

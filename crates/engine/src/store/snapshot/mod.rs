@@ -65,7 +65,7 @@ mod format;
 mod open;
 mod write;
 
-pub use files::{list_snapshots, snapshot_path};
+pub use files::{list_snapshots, set_aside_damaged, snapshot_path};
 pub use format::SegmentEntry;
 pub use open::{OpenOptions, OpenedSnapshot, Restored, RestoredIndex, open_snapshot};
 pub use write::{SnapshotInfo, write_snapshot};
