@@ -472,6 +472,23 @@ async fn members_are_added_promoted_replaced_and_a_wiped_one_re_added() {
         e.to_string().contains("INVALID_ARGUMENT") && e.to_string().contains("not host:port"),
         "{e}"
     );
+    // A node is asked which node it is before it is added: the member
+    // at another's address, or none at all, is refused.
+    let e = client.add_learner(6, &raft, &url).await.unwrap_err();
+    assert!(
+        e.to_string().contains("FAILED_PRECONDITION")
+            && e.to_string()
+                .contains(&format!("the member at {raft} is node 4")),
+        "{e}"
+    );
+    let e = client
+        .add_learner(6, "127.0.0.1:1", "http://127.0.0.1:2")
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("node 6 was not added") && e.to_string().contains("Start it first"),
+        "{e}"
+    );
     let e = client
         .add_learner(0, "h:1", "http://h:2")
         .await

@@ -7,7 +7,9 @@
 //!
 //! - [`types`]: the type configuration ([`UuidmapRaft`]) and short names for
 //!   the openraft types it makes.
-//! - [`node`]: a member's addresses ([`ClusterNode`]).
+//! - [`node`]: a member's addresses and incarnation ([`ClusterNode`]).
+//! - [`identity`]: a data directory's node id and incarnation, and why a
+//!   member whose directory was replaced is refused by its group.
 //! - [`batch`]: what one log entry carries ([`RaftBatch`]) and what applying
 //!   it answers ([`Applied`]).
 //! - [`log_store`]: openraft's log storage on our WAL and `raft-state`
@@ -38,6 +40,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod batch;
+pub mod identity;
 pub mod leadership;
 pub mod log_store;
 pub mod membership;

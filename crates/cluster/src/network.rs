@@ -4,6 +4,8 @@
 //! - One lazily connected channel per target, to the target's
 //!   `raft_addr` from the membership, unless a local override names
 //!   another address for that node id (test rigs put a fault proxy there).
+//! - Every call carries the incarnation the membership records for its
+//!   target ([`crate::identity`]), which the target checks.
 //! - Every unary call carries openraft's deadline (`RPCOption::hard_ttl`).
 //!   A call that failed (connection refused or reset, any gRPC status, an
 //!   answer that does not convert) is `Unreachable`, which makes openraft
@@ -26,6 +28,7 @@ use tonic::transport::{Channel, Endpoint};
 use uuidmap_proto::raft::v1 as pb;
 use uuidmap_proto::raft::v1::raft_client::RaftClient;
 
+use crate::identity::INCARNATION_HEADER;
 use crate::node::ClusterNode;
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{
@@ -54,6 +57,8 @@ pub struct GrpcNetworkFactory {
 pub struct RaftPeer {
     id: u64,
     target: u64,
+    /// The target's incarnation in the membership (0: unknown).
+    incarnation: u64,
     client: Result<RaftClient<Channel>, String>,
 }
 
@@ -84,6 +89,7 @@ impl RaftNetworkFactory<UuidmapRaft> for GrpcNetworkFactory {
         RaftPeer {
             id: self.id,
             target,
+            incarnation: node.incarnation,
             client,
         }
     }
@@ -98,6 +104,19 @@ impl RaftPeer {
         self.client
             .clone()
             .map_err(|e| Unreachable::new(&PeerError(e)))
+    }
+
+    /// `message` as a request to the target: with the incarnation the
+    /// membership records for it, which it checks ([`crate::identity`]).
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if self.incarnation != 0 {
+            request.metadata_mut().insert(
+                INCARNATION_HEADER,
+                tonic::metadata::MetadataValue::from(self.incarnation),
+            );
+        }
+        request
     }
 
     /// Sends `message` with `call` under openraft's deadline, maps the
@@ -115,7 +134,7 @@ impl RaftPeer {
         Fut: Future<Output = Result<tonic::Response<R::Wire>, tonic::Status>>,
     {
         let client = self.client()?;
-        let mut request = tonic::Request::new(message.to_wire());
+        let mut request = self.request(message.to_wire());
         let ttl = option.hard_ttl();
         request.set_timeout(ttl);
         match tokio::time::timeout(ttl, call(client, request)).await {
@@ -269,7 +288,7 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
         let sent = tokio::select! {
             closed = cancel => return Err(StreamingError::Closed(closed)),
-            sent = client.install_snapshot(stream) => sent,
+            sent = client.install_snapshot(self.request(stream)) => sent,
         };
         let resp = sent.map_err(|status| {
             StreamingError::Unreachable(Unreachable::new(&PeerError(format!(
@@ -285,4 +304,37 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
         SnapshotResponse::from_wire(resp.into_inner())
             .map_err(|e| StreamingError::Unreachable(Unreachable::new(&PeerError(e.to_string()))))
     }
+}
+
+/// Asks the member whose Raft service listens at `raft_addr` (`host:port`)
+/// which node it is and its incarnation ([`crate::identity`]), within
+/// `timeout`. The error says why it did not answer.
+pub async fn identify(
+    raft_addr: &str,
+    timeout: Duration,
+) -> Result<crate::identity::MemberIdentity, String> {
+    let endpoint = Endpoint::from_shared(format!("http://{raft_addr}"))
+        .map_err(|e| format!("the Raft address {raft_addr:?} is not usable: {e}"))?
+        .connect_timeout(timeout)
+        .timeout(timeout);
+    let asked = async {
+        let channel = endpoint.connect().await.map_err(|e| {
+            format!(
+                "cannot reach {raft_addr}: {}",
+                uuidmap_proto::error_chain::error_chain(&e)
+            )
+        })?;
+        RaftClient::new(channel)
+            .identify(pb::IdentifyRequest {})
+            .await
+            .map_err(|s| format!("{raft_addr} answered {:?}: {}", s.code(), s.message()))
+    };
+    let answer = tokio::time::timeout(timeout, asked)
+        .await
+        .map_err(|_| format!("{raft_addr} did not answer within {timeout:?}"))??
+        .into_inner();
+    Ok(crate::identity::MemberIdentity {
+        node_id: answer.node_id,
+        incarnation: answer.incarnation,
+    })
 }

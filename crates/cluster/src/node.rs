@@ -11,10 +11,17 @@ pub struct ClusterNode {
     /// Its client URL (`http://host:port`), which a follower names when it
     /// sends a writer to the leader.
     pub api_url: String,
+    /// Its data directory's incarnation ([`crate::identity`]); 0: unknown,
+    /// not checked.
+    pub incarnation: u64,
 }
 
 impl fmt::Display for ClusterNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{{raft {}, api {}}}", self.raft_addr, self.api_url)
+        write!(f, "{{raft {}, api {}", self.raft_addr, self.api_url)?;
+        if self.incarnation != 0 {
+            write!(f, ", incarnation {}", self.incarnation)?;
+        }
+        write!(f, "}}")
     }
 }

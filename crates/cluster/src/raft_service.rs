@@ -2,6 +2,9 @@
 //! other members call on this one. Each handler converts the message
 //! ([`crate::wire`]), hands it to openraft, and converts the answer back.
 //!
+//! - A call meant for another incarnation of this node (its directory was
+//!   replaced) is `FAILED_PRECONDITION` ([`crate::identity`]); `Identify`
+//!   answers this node's id and incarnation.
 //! - A message that does not convert is `INVALID_ARGUMENT` naming the
 //!   field; openraft stopping (`Fatal`) is `UNAVAILABLE`, so the caller
 //!   backs off.
@@ -16,13 +19,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use tonic::{Request, Response, Status, Streaming};
 use uuidmap_engine::store::Io;
 use uuidmap_proto::raft::v1 as pb;
 
+use crate::identity::{INCARNATION_HEADER, MemberIdentity};
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{AppendEntriesRequest, TransferLeaderRequest, UuidmapRaft, VoteRequest};
 use crate::wire::{FromWire, SnapshotHeader, ToWire, WireError};
@@ -35,6 +39,10 @@ where
     raft: openraft::Raft<UuidmapRaft, SM>,
     snapshot_dir: PathBuf,
     io: Arc<dyn Io>,
+    identity: MemberIdentity,
+    /// Whether a refusal for another incarnation was logged (once: the
+    /// leader calls at heartbeat rate).
+    refusal_logged: Arc<AtomicBool>,
 }
 
 impl<SM> RaftService<SM>
@@ -43,17 +51,54 @@ where
 {
     /// The service of `raft`; snapshots being received are written in
     /// `snapshot_dir` (the data directory: the install renames them there)
-    /// through `io`.
+    /// through `io`. `identity`: this member's, which it answers
+    /// `Identify` with and checks every other call against.
     pub fn new(
         raft: openraft::Raft<UuidmapRaft, SM>,
         snapshot_dir: PathBuf,
         io: Arc<dyn Io>,
+        identity: MemberIdentity,
     ) -> Self {
         RaftService {
             raft,
             snapshot_dir,
             io,
+            identity,
+            refusal_logged: Arc::default(),
         }
+    }
+
+    /// Refuses a call meant for another incarnation of this node
+    /// ([`crate::identity`]).
+    fn check<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let Some(value) = request.metadata().get(INCARNATION_HEADER) else {
+            return Ok(());
+        };
+        let expected = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| {
+                Status::invalid_argument(format!("{INCARNATION_HEADER} is not a number: {value:?}"))
+            })?;
+        let MemberIdentity {
+            node_id,
+            incarnation,
+        } = self.identity;
+        if expected == 0 || expected == incarnation {
+            return Ok(());
+        }
+        let message = format!(
+            "node {node_id}'s data directory is not the one the group knows (incarnation \
+             {incarnation}, and the group's membership records {expected}): it was replaced or \
+             emptied, so this node forgot what it acknowledged, and may not vote or take \
+             entries in that place. Remove node {node_id} from the group (`uuidmap cluster \
+             remove {node_id}`), then add it again (`uuidmap cluster add`)"
+        );
+        if !self.refusal_logged.swap(true, Ordering::Relaxed) {
+            tracing::error!("refusing the group's Raft calls: {message}");
+        }
+        Err(Status::failed_precondition(message))
     }
 
     /// The tonic service to add to a server.
@@ -197,6 +242,7 @@ where
         &self,
         request: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
+        self.check(&request)?;
         let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
         let resp = self.raft.vote(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
@@ -206,6 +252,7 @@ where
         &self,
         request: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
+        self.check(&request)?;
         let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
         let resp = self.raft.pre_vote(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
@@ -215,6 +262,7 @@ where
         &self,
         request: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+        self.check(&request)?;
         let req = AppendEntriesRequest::from_wire(request.into_inner()).map_err(invalid)?;
         let resp = self.raft.append_entries(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
@@ -224,6 +272,7 @@ where
         &self,
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
+        self.check(&request)?;
         let mut stream = request.into_inner();
         let path = self.snapshot_dir.join(format!(
             "{INCOMING_PREFIX}{}-{}.tmp",
@@ -265,6 +314,7 @@ where
         &self,
         request: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        self.check(&request)?;
         let req = TransferLeaderRequest::from_wire(request.into_inner()).map_err(invalid)?;
         let resp = self
             .raft
@@ -272,5 +322,15 @@ where
             .await
             .map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
+    }
+
+    async fn identify(
+        &self,
+        _request: Request<pb::IdentifyRequest>,
+    ) -> Result<Response<pb::IdentifyResponse>, Status> {
+        Ok(Response::new(pb::IdentifyResponse {
+            node_id: self.identity.node_id,
+            incarnation: self.identity.incarnation,
+        }))
     }
 }

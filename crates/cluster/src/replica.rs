@@ -36,6 +36,7 @@ use uuidmap_engine::writer::{DurableConfig, DurableIndex, IndexRef, ReplicaStart
 use uuidmap_index::sync::LsnWatermark;
 
 use crate::UuidmapRaft;
+use crate::identity::{self, IdentityError, MemberIdentity};
 use crate::leadership::{proposal_channel, run_proposals, watch_leadership, watch_lease};
 use crate::log_store::{LogStats, LogStoreConfig, TAIL_ENTRIES, WalLogStore};
 use crate::network::GrpcNetworkFactory;
@@ -119,6 +120,9 @@ pub enum ReplicaError {
     /// openraft refused the configuration or did not start.
     #[error("Raft did not start: {0}")]
     Raft(String),
+    /// The directory's identity is damaged, or another node's.
+    #[error("the member could not start: {0}")]
+    Identity(#[from] IdentityError),
 }
 
 /// A running member (module docs).
@@ -129,6 +133,7 @@ pub struct Replica {
     raft: IndexRaft,
     durable: Arc<DurableIndex>,
     log: Arc<LogStats>,
+    identity: MemberIdentity,
     snapshots: SnapshotStore,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -146,6 +151,8 @@ impl Replica {
             sync: config.sync,
             tail_entries: TAIL_ENTRIES,
         })?;
+        // After the log store took the directory's lock.
+        let identity = identity::load_or_create(&*config.io, &config.dir, config.id)?;
         let log = store.stats();
         let written = store.written();
         let purged = store.purged_index();
@@ -243,6 +250,7 @@ impl Replica {
             raft,
             durable,
             log,
+            identity,
             snapshots,
             tasks,
         })
@@ -295,7 +303,19 @@ impl Replica {
     pub fn raft_service(
         &self,
     ) -> uuidmap_proto::raft::v1::raft_server::RaftServer<RaftService<IndexStateMachine>> {
-        RaftService::new(self.raft.clone(), self.dir.clone(), self.io.clone()).into_server()
+        RaftService::new(
+            self.raft.clone(),
+            self.dir.clone(),
+            self.io.clone(),
+            self.identity,
+        )
+        .into_server()
+    }
+
+    /// Its node id and its directory's incarnation ([`identity`]), which
+    /// the group's membership records.
+    pub fn identity(&self) -> MemberIdentity {
+        self.identity
     }
 
     /// Stops openraft (which syncs the log), waits for a snapshot being

@@ -122,6 +122,7 @@ impl ToWire for ClusterNode {
         pb::Node {
             raft_addr: self.raft_addr.clone(),
             api_url: self.api_url.clone(),
+            incarnation: self.incarnation,
         }
     }
 }
@@ -132,6 +133,7 @@ impl FromWire for ClusterNode {
         Ok(ClusterNode {
             raft_addr: n.raft_addr,
             api_url: n.api_url,
+            incarnation: n.incarnation,
         })
     }
 }

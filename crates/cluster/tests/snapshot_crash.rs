@@ -101,6 +101,8 @@ fn node(id: u64) -> ClusterNode {
     ClusterNode {
         raft_addr: "127.0.0.1:9".into(),
         api_url: format!("http://client-port-of-{id}:7000"),
+        // Unknown: not checked (the identity is tested elsewhere).
+        incarnation: 0,
     }
 }
 

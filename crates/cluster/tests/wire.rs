@@ -42,8 +42,13 @@ fn arb_vote() -> impl Strategy<Value = Vote> {
 }
 
 fn arb_node() -> impl Strategy<Value = ClusterNode> {
-    ("[a-z0-9.:]{0,20}", "[a-z0-9.:/]{0,24}")
-        .prop_map(|(raft_addr, api_url)| ClusterNode { raft_addr, api_url })
+    ("[a-z0-9.:]{0,20}", "[a-z0-9.:/]{0,24}", any::<u64>()).prop_map(
+        |(raft_addr, api_url, incarnation)| ClusterNode {
+            raft_addr,
+            api_url,
+            incarnation,
+        },
+    )
 }
 
 /// A valid membership: one or two voter sets (a joint change), every voter
@@ -301,10 +306,12 @@ fn fields_land_where_the_proto_file_says() {
     let node = ClusterNode {
         raft_addr: "10.0.0.1:7879".into(),
         api_url: "http://10.0.0.1:7878".into(),
+        incarnation: 77,
     };
     let wire = node.to_wire();
     assert_eq!(wire.raft_addr, "10.0.0.1:7879");
     assert_eq!(wire.api_url, "http://10.0.0.1:7878");
+    assert_eq!(wire.incarnation, 77);
     let m = Membership::new(
         vec![[1, 2].into_iter().collect()],
         [(1, node.clone()), (2, node.clone()), (5, node)]

@@ -8,10 +8,14 @@ use std::collections::BTreeSet;
 use tonic::{Request, Response, Status};
 use uuidmap_cluster::ClusterNode;
 use uuidmap_cluster::membership::{self, MembershipChanged};
+use uuidmap_cluster::network;
 use uuidmap_cluster::replica::IndexRaft;
 
 use crate::proto::v1 as pb;
 use crate::status::membership_error;
+
+/// How long `add` waits for the new member to say which node it is.
+const IDENTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The cluster service of one server.
 #[derive(Clone)]
@@ -84,9 +88,27 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
             .parse()
             .map_err(|e: String| Status::invalid_argument(e))?;
         let p = &parsed.0[0];
+        // The membership records its incarnation, which every Raft call to
+        // it then carries (uuidmap_cluster::identity).
+        let found = network::identify(&p.raft_addr, IDENTIFY_TIMEOUT)
+            .await
+            .map_err(|e| {
+                // Not UNAVAILABLE: retrying does not help until it runs.
+                Status::failed_precondition(format!(
+                    "node {} was not added: asked which node it is, {e}. Start it first (`uuidmap                      serve --node-id {}` with that Raft address)",
+                    r.node_id, r.node_id
+                ))
+            })?;
+        if found.node_id != r.node_id {
+            return Err(Status::failed_precondition(format!(
+                "node {} was not added: the member at {} is node {}",
+                r.node_id, p.raft_addr, found.node_id
+            )));
+        }
         let node = ClusterNode {
             raft_addr: p.raft_addr.clone(),
             api_url: p.client_url.clone(),
+            incarnation: found.incarnation,
         };
         membership::add_learner(raft, r.node_id, node)
             .await

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use tokio::net::TcpListener;
@@ -132,14 +133,18 @@ impl Member {
             ClusterNode {
                 raft_addr: cluster.raft_advertise.clone(),
                 api_url: cluster.advertise_url.clone(),
+                incarnation: self.replica.identity().incarnation,
             },
         );
-        for p in &cluster.peers {
+        let incarnations =
+            futures_util::future::join_all(cluster.peers.iter().map(peer_incarnation)).await;
+        for (p, incarnation) in cluster.peers.iter().zip(incarnations) {
             members.insert(
                 p.id,
                 ClusterNode {
                     raft_addr: p.raft_addr.clone(),
                     api_url: p.client_url.clone(),
+                    incarnation: incarnation?,
                 },
             );
         }
@@ -177,6 +182,37 @@ impl Member {
             Err(e) => tracing::warn!("the Raft service's task failed: {e}"),
         }
         self.replica.shutdown().await;
+    }
+}
+
+/// How long `--cluster-init` waits for each peer to say which node it is.
+const IDENTIFY_WAIT: Duration = Duration::from_secs(5);
+
+/// The incarnation of peer `p` for the membership `--cluster-init` makes
+/// (uuidmap_cluster::identity): asked until it answers, for up to
+/// [`IDENTIFY_WAIT`] (its members start at about the same time). A peer
+/// that does not answer is recorded as unknown (0, not checked), with a
+/// warning; one that answers with another node id stops the start.
+async fn peer_incarnation(p: &crate::config::Peer) -> Result<u64, ServeError> {
+    let until = tokio::time::Instant::now() + IDENTIFY_WAIT;
+    loop {
+        match uuidmap_cluster::network::identify(&p.raft_addr, Duration::from_secs(1)).await {
+            Ok(found) if found.node_id == p.id => return Ok(found.incarnation),
+            Ok(found) => {
+                return Err(ServeError::RaftFailed(format!(
+                    "--cluster-init: peer {} is listed at {}, but the member there is node {}:                      check --peers",
+                    p.id, p.raft_addr, found.node_id
+                )));
+            }
+            Err(e) if tokio::time::Instant::now() >= until => {
+                tracing::warn!(
+                    peer = p.id,
+                    "--cluster-init: the peer did not say which node it is ({e}); the group                      records it without an incarnation, so a replaced directory under its id is                      not recognised until it is removed and added again"
+                );
+                return Ok(0);
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
     }
 }
 

@@ -58,6 +58,8 @@ impl Member {
         })
         .expect("the log store opens");
         let log = store.stats();
+        let identity = uuidmap_cluster::identity::load_or_create(&OsIo, dir.path(), id)
+            .expect("the member's identity");
         let machine = KvMachine::new(dir.path());
         let network = GrpcNetworkFactory {
             id,
@@ -67,8 +69,13 @@ impl Member {
         let raft = Raft::new(id, config, network, store, machine.clone())
             .await
             .expect("openraft starts");
-        let service =
-            RaftService::new(raft.clone(), dir.path().to_path_buf(), Arc::new(OsIo)).into_server();
+        let service = RaftService::new(
+            raft.clone(),
+            dir.path().to_path_buf(),
+            Arc::new(OsIo),
+            identity,
+        )
+        .into_server();
         let (stop, server) = super::serve_raft(service, listener);
         Member {
             id,
@@ -77,6 +84,7 @@ impl Member {
             node: ClusterNode {
                 raft_addr: addr,
                 api_url: format!("http://api-of-{id}"),
+                incarnation: identity.incarnation,
             },
             log,
             stop: Some((stop, server)),

@@ -51,6 +51,7 @@ impl ReplicaNode {
         config.peer_overrides = overrides;
         configure(&mut config);
         let replica = Replica::start(config).await.expect("the member starts");
+        let incarnation = replica.identity().incarnation;
         let service = replica.raft_service();
         let (stop, server) = super::serve_raft(service, listener);
         ReplicaNode {
@@ -58,6 +59,7 @@ impl ReplicaNode {
             node: ClusterNode {
                 raft_addr: addr,
                 api_url: format!("http://client-port-of-{id}:7000"),
+                incarnation,
             },
             stop: Some((stop, server)),
             dir,
