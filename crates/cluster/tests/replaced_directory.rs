@@ -7,16 +7,15 @@
 //! neither takes entries nor votes, and a member left alone with it stays
 //! without a leader. Removed and added again, it catches up.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
-use tokio::net::TcpListener;
 use uuid::Uuid;
 use uuidmap_cluster::{identity, membership, network};
 use uuidmap_engine::writer::WriteOp;
 use uuidmap_index::Key;
-use uuidmap_testkit::cluster::{ReplicaNode, writable_leader};
+use uuidmap_testkit::cluster::{ReplicaNode, writable_leader, write_batches};
 
 fn batch(b: u128) -> Vec<WriteOp> {
     (0..5)
@@ -29,23 +28,11 @@ fn batch(b: u128) -> Vec<WriteOp> {
 
 /// Writes batches `range` through the leader; returns the last LSN.
 async fn load(nodes: &[ReplicaNode], range: std::ops::Range<u128>) -> u64 {
-    let l = writable_leader(nodes).await;
-    let mut last = 0;
-    for b in range {
-        last = nodes[l]
-            .write(batch(b))
-            .await
-            .expect("the leader takes it")
-            .lsn;
-    }
-    last
+    write_batches(nodes, range, batch).await
 }
 
 async fn start(id: u64, dir: tempfile::TempDir, addr: &str) -> ReplicaNode {
-    let listener = TcpListener::bind(addr)
-        .await
-        .expect("the member's port again");
-    ReplicaNode::start(id, dir, listener, HashMap::new()).await
+    ReplicaNode::start_at(id, dir, addr, |_| {}).await
 }
 
 fn leader_of(node: &ReplicaNode) -> Option<u64> {

@@ -7,7 +7,7 @@
 //! snapshot rotted starts from the older one; with none usable and its
 //! log purged, it refuses to start and says how to replace it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
@@ -20,7 +20,7 @@ use uuidmap_engine::store::snapshot::{OpenOptions, list_snapshots, open_snapshot
 use uuidmap_engine::store::wal::list_wal_files;
 use uuidmap_engine::writer::WriteOp;
 use uuidmap_index::Key;
-use uuidmap_testkit::cluster::{ReplicaNode, writable_leader};
+use uuidmap_testkit::cluster::{ReplicaNode, writable_leader, write_batches};
 
 /// Snapshots every 40 entries, 10 kept behind, 8 KiB WAL files: a short
 /// test purges, and removes files.
@@ -39,10 +39,7 @@ async fn group(n: u64) -> Vec<ReplicaNode> {
 }
 
 async fn restart(id: u64, dir: tempfile::TempDir, addr: &str) -> ReplicaNode {
-    let listener = TcpListener::bind(addr)
-        .await
-        .expect("the member's port again");
-    ReplicaNode::start_configured(id, dir, listener, HashMap::new(), small_snapshots).await
+    ReplicaNode::start_at(id, dir, addr, small_snapshots).await
 }
 
 fn key(k: u128) -> Key {
@@ -88,16 +85,7 @@ async fn load_and_snapshot(nodes: &[ReplicaNode], range: std::ops::Range<u128>) 
 
 /// Writes batches `range` through the leader; returns the last LSN.
 async fn load(nodes: &[ReplicaNode], range: std::ops::Range<u128>) -> u64 {
-    let l = writable_leader(nodes).await;
-    let mut last = 0;
-    for b in range {
-        last = nodes[l]
-            .write(batch(b))
-            .await
-            .expect("the leader takes it")
-            .lsn;
-    }
-    last
+    write_batches(nodes, range, batch).await
 }
 
 /// Writes batches `range` through the leader, checks that every member
@@ -145,15 +133,25 @@ async fn snapshot_and_purge(node: &ReplicaNode) -> u64 {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn members_snapshot_purge_their_logs_and_restart_from_the_snapshot() {
-    let mut nodes = group(3).await;
-    let last = load_and_snapshot(&nodes, 0..200).await;
-    for n in &nodes {
+/// [`load_and_snapshot`], then waits until every member applied the last
+/// LSN and purged its log behind a snapshot; returns that LSN and the
+/// contents.
+async fn load_snapshot_and_purge(
+    nodes: &[ReplicaNode],
+    range: std::ops::Range<u128>,
+) -> (u64, BTreeMap<Uuid, Uuid>) {
+    let last = load_and_snapshot(nodes, range).await;
+    for n in nodes {
         n.applied(last).await;
         snapshot_and_purge(n).await;
     }
-    let expected = nodes[0].contents();
+    (last, nodes[0].contents())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_snapshot_purge_their_logs_and_restart_from_the_snapshot() {
+    let mut nodes = group(3).await;
+    let (last, expected) = load_snapshot_and_purge(&nodes, 0..200).await;
     assert_eq!(expected.len(), 200 * 10 - 190, "puts less deletes");
 
     // A follower restarts: its log no longer reaches LSN 1, so the index
@@ -184,12 +182,7 @@ async fn a_wiped_member_added_again_is_sent_the_snapshot_and_installs_it() {
     membership::remove(nodes[l].replica.raft(), BTreeSet::from([id]))
         .await
         .expect("the dead member is removed");
-    let last = load_and_snapshot(&nodes, 0..200).await;
-    for n in &nodes {
-        n.applied(last).await;
-        snapshot_and_purge(n).await;
-    }
-    let expected = nodes[0].contents();
+    let (last, expected) = load_snapshot_and_purge(&nodes, 0..200).await;
 
     let wiped = restart(id, tempfile::tempdir().unwrap(), &addr).await;
     let l = writable_leader(&nodes).await;
@@ -231,12 +224,7 @@ async fn a_member_far_behind_installs_the_snapshot_over_its_old_contents() {
         .map(|k| WriteOp::Delete { key: key(k) })
         .collect();
     nodes[l].write(deletes).await.expect("the leader takes it");
-    let last = load_and_snapshot(&nodes, 100..300).await;
-    for n in &nodes {
-        n.applied(last).await;
-        snapshot_and_purge(n).await;
-    }
-    let expected = nodes[0].contents();
+    let (last, expected) = load_snapshot_and_purge(&nodes, 100..300).await;
     assert!(expected.keys().all(|k| k.as_u128() > 1000));
 
     let back = restart(id, dir, &addr).await;
@@ -266,12 +254,7 @@ fn damage(path: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_newest_snapshot_rotted_starts_from_the_older_and_with_none_left_refuses() {
     let mut nodes = group(3).await;
-    let last = load_and_snapshot(&nodes, 0..200).await;
-    for n in &nodes {
-        n.applied(last).await;
-        snapshot_and_purge(n).await;
-    }
-    let expected = nodes[0].contents();
+    let (last, expected) = load_snapshot_and_purge(&nodes, 0..200).await;
     let l = writable_leader(&nodes).await;
     let f = (l + 1) % nodes.len();
     let (id, dir, addr) = nodes.remove(f).stop().await;

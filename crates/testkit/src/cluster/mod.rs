@@ -10,7 +10,7 @@ mod replica_node;
 
 pub use kv_machine::{KvMachine, KvSnapshot, KvState};
 pub use member::{Member, leader};
-pub use replica_node::{ReplicaNode, writable_leader};
+pub use replica_node::{ReplicaNode, writable_leader, write_batches};
 
 /// A Raft service served on `listener` until the sender is used (or
 /// dropped); the task ends when it has stopped.

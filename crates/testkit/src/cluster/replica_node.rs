@@ -66,6 +66,21 @@ impl ReplicaNode {
         }
     }
 
+    /// Starts member `id` on `dir` with its Raft service on `addr` (the
+    /// address it had before a stop: the membership records it), with
+    /// `configure` applied to its configuration.
+    pub async fn start_at(
+        id: u64,
+        dir: TempDir,
+        addr: &str,
+        configure: impl FnOnce(&mut ReplicaConfig),
+    ) -> ReplicaNode {
+        let listener = TcpListener::bind(addr)
+            .await
+            .expect("the member's port again");
+        ReplicaNode::start_configured(id, dir, listener, HashMap::new(), configure).await
+    }
+
     /// Starts `n` members (ids 1..=n) on fresh directories and loopback
     /// ports, and makes them a group.
     pub async fn group(n: u64) -> Vec<ReplicaNode> {
@@ -171,4 +186,23 @@ pub async fn writable_leader(nodes: &[ReplicaNode]) -> usize {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("no member took a write within 15 s");
+}
+
+/// Writes `batch(b)` for each `b` of `range` through the member that
+/// takes writes; returns the last LSN.
+pub async fn write_batches(
+    nodes: &[ReplicaNode],
+    range: std::ops::Range<u128>,
+    batch: impl Fn(u128) -> Vec<WriteOp>,
+) -> u64 {
+    let l = writable_leader(nodes).await;
+    let mut last = 0;
+    for b in range {
+        last = nodes[l]
+            .write(batch(b))
+            .await
+            .expect("the leader takes it")
+            .lsn;
+    }
+    last
 }
