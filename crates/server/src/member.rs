@@ -250,7 +250,9 @@ async fn peer_group(url: &str) -> Option<crate::proto::v1::ClusterStats> {
 /// with `--peers`, and only a leader that has replicated to this member
 /// since it took over knows; a member started for the first time (listed
 /// by `--cluster-init` before it ever ran) has acknowledged nothing, and
-/// starts.
+/// starts. The guard that always holds is the incarnation check on every
+/// Raft call (`uuidmap_cluster::identity`); this one stops the process at
+/// once, with the steps, where it can tell.
 async fn refuse_a_forgotten_member(
     replica: &Replica,
     cluster: &ClusterOptions,
