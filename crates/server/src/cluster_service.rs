@@ -95,7 +95,8 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
             .map_err(|e| {
                 // Not UNAVAILABLE: retrying does not help until it runs.
                 Status::failed_precondition(format!(
-                    "node {} was not added: asked which node it is, {e}. Start it first (`uuidmap                      serve --node-id {}` with that Raft address)",
+                    "node {} was not added: asked which node it is, {e}. Start it first (`uuidmap \
+                     serve --node-id {}` with that Raft address)",
                     r.node_id, r.node_id
                 ))
             })?;

@@ -200,14 +200,17 @@ async fn peer_incarnation(p: &crate::config::Peer) -> Result<u64, ServeError> {
             Ok(found) if found.node_id == p.id => return Ok(found.incarnation),
             Ok(found) => {
                 return Err(ServeError::RaftFailed(format!(
-                    "--cluster-init: peer {} is listed at {}, but the member there is node {}:                      check --peers",
+                    "--cluster-init: peer {} is listed at {}, but the member there is node {}: \
+                     check --peers",
                     p.id, p.raft_addr, found.node_id
                 )));
             }
             Err(e) if tokio::time::Instant::now() >= until => {
                 tracing::warn!(
                     peer = p.id,
-                    "--cluster-init: the peer did not say which node it is ({e}); the group                      records it without an incarnation, so a replaced directory under its id is                      not recognised until it is removed and added again"
+                    "--cluster-init: the peer did not say which node it is ({e}); the group \
+                     records it without an incarnation, so a replaced directory under its id is \
+                     not recognised until it is removed and added again"
                 );
                 return Ok(0);
             }
