@@ -404,7 +404,8 @@ fn open_newest_snapshot(
                 // listed snapshot as the member's current one, and would
                 // install it over the older one started from (and fail).
                 tracing::error!(snapshot = %path.display(), error = %e, "skipping a damaged snapshot");
-                set_aside_damaged(io, &path);
+                set_aside_damaged(io, &path)
+                    .map_err(|e| StoreError::io("renaming aside the damaged snapshot", &path, e))?;
             }
             // Not proven damaged (an I/O error, say): starting from an
             // older one would leave this one listed as the newest, so the

@@ -453,7 +453,10 @@ fn reject(
         // where it is.
         return;
     }
-    set_aside_damaged(io, path);
+    if let Err(e) = set_aside_damaged(io, path) {
+        // Best effort: it is rejected again at the next start.
+        tracing::warn!("could not rename {} aside: {e}", path.display());
+    }
 }
 
 fn rejections(report: &RecoveryReport) -> String {

@@ -46,20 +46,19 @@ fn is_temp_name(name: &str) -> bool {
 }
 
 /// Renames a snapshot proven damaged to `{name}.damaged`: kept for
-/// inspection, no longer listed, never used again. Best effort (a rename
-/// that fails is logged): a start that finds the file again rejects it
-/// again.
-pub fn set_aside_damaged(io: &dyn Io, path: &Path) {
+/// inspection, no longer listed, never used again. The rename is not
+/// synced: should a power cut undo it, the next start finds the file
+/// damaged again.
+pub fn set_aside_damaged(io: &dyn Io, path: &Path) -> std::io::Result<()> {
     let mut aside = path.as_os_str().to_owned();
     aside.push(".damaged");
-    match io.rename(path, Path::new(&aside)) {
-        Ok(()) => tracing::error!(
-            "set damaged snapshot {} aside as {}; it can be removed once inspected",
-            path.display(),
-            Path::new(&aside).display()
-        ),
-        Err(e) => tracing::warn!("could not rename {} aside: {e}", path.display()),
-    }
+    io.rename(path, Path::new(&aside))?;
+    tracing::error!(
+        "set damaged snapshot {} aside as {}; it can be removed once inspected",
+        path.display(),
+        Path::new(&aside).display()
+    );
+    Ok(())
 }
 
 /// The snapshots in `dir` as `(lsn, path)`, newest (highest LSN) first.
