@@ -10,9 +10,12 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tonic::Code;
+use uuidmap::server::ServeConfig;
 use uuidmap::server::ServeError;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
+use uuidmap::server::tls::RaftTlsFiles;
+use uuidmap_testkit::server::pki::{self, Ca};
 use uuidmap_testkit::server::{TestGroup, TestServer, b, cas_req, member_config, put_req, u};
 
 async fn bind() -> (TcpListener, SocketAddr) {
@@ -236,20 +239,105 @@ async fn a_directory_is_served_only_in_the_mode_that_wrote_it() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn raft_on_a_non_loopback_address_needs_insecure() {
+/// Member `id`'s Raft TLS files, of `ca`, written in `dir`.
+fn raft_tls_files(dir: &std::path::Path, ca: &Ca, id: u64) -> RaftTlsFiles {
+    let leaf = ca.raft_node(id);
+    RaftTlsFiles {
+        cert: pki::write(dir, &format!("node-{id}.pem"), &leaf.cert),
+        key: pki::write(dir, &format!("node-{id}.key"), &leaf.key),
+        ca: pki::write(dir, "raft-ca.pem", &ca.pem),
+    }
+}
+
+/// How a member on a non-loopback Raft address fares with `relax` applied
+/// to its configuration: `Ok` if it served (and stopped cleanly).
+async fn on_every_interface(relax: impl FnOnce(&mut ServeConfig)) -> Result<(), ServeError> {
     let dir = tempfile::tempdir().unwrap();
     let (l, a) = bind().await;
     let raft = TcpListener::bind("0.0.0.0:0").await.unwrap();
     let ra = raft.local_addr().unwrap();
-    let server =
-        TestServer::start_member(member_config(dir.path(), 1, a, ra, vec![], true), l, raft).await;
-    let err = server.stop().await.unwrap_err();
-    assert!(matches!(err, ServeError::RaftNotLoopback { .. }), "{err:?}");
+    let mut c = member_config(&dir.path().join("data"), 1, a, ra, vec![], true);
+    relax(&mut c);
+    TestServer::start_member(c, l, raft).await.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_off_loopback_needs_raft_tls_or_raft_insecure_and_insecure_alone_does_not_do() {
+    for relax in [(|_: &mut ServeConfig| {}) as fn(&mut ServeConfig), |c| {
+        c.insecure = true
+    }] {
+        let err = on_every_interface(relax).await.unwrap_err();
+        assert!(matches!(err, ServeError::RaftNotLoopback { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("--raft-tls-cert") && msg.contains("--raft-insecure"),
+            "{msg}"
+        );
+    }
+    on_every_interface(|c| c.cluster.as_mut().unwrap().raft_insecure = true)
+        .await
+        .expect("--raft-insecure serves plaintext Raft off loopback");
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new("raft CA");
+    let files = raft_tls_files(certs.path(), &ca, 1);
+    on_every_interface(move |c| c.cluster.as_mut().unwrap().tls = Some(files))
+        .await
+        .expect("Raft TLS serves off loopback");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_tls_files_that_do_not_name_the_member_stop_its_start() {
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new("raft CA");
+    let files = raft_tls_files(certs.path(), &ca, 2);
+    let err = on_every_interface(move |c| c.cluster.as_mut().unwrap().tls = Some(files))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
     assert!(
-        err.to_string().contains("no TLS or authentication"),
-        "{err}"
+        msg.contains("node-2.pem") && msg.contains("node 1") && msg.contains("node-2.raft.uuidmap"),
+        "{msg}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_with_raft_tls_serves_and_adds_a_member() {
+    use uuidmap_client::Client;
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new("raft CA");
+    for id in 1..=4 {
+        raft_tls_files(certs.path(), &ca, id);
+    }
+    let at = certs.path().to_path_buf();
+    let configure = std::sync::Arc::new(move |c: &mut ServeConfig| {
+        let cluster = c.cluster.as_mut().unwrap();
+        let id = cluster.node_id;
+        cluster.tls = Some(RaftTlsFiles {
+            cert: at.join(format!("node-{id}.pem")),
+            key: at.join(format!("node-{id}.key")),
+            ca: at.join("raft-ca.pem"),
+        });
+    });
+    let mut group = TestGroup::start_configured(3, configure).await;
+    group.leader().await;
+    let client = Client::builder()
+        .endpoints(group.urls())
+        .timeout(std::time::Duration::from_secs(20))
+        .build()
+        .unwrap();
+    for k in 1..=10u128 {
+        client.put(u(k), u(k + 100)).await.unwrap();
+    }
+    // The new member proves it is node 4 (Identify over TLS), then takes
+    // the leader's entries.
+    let fourth = group.start_extra().await;
+    let (raft, url) = group.addresses(fourth);
+    client.add_learner(4, &raft, &url).await.unwrap();
+    let m = client.promote(&[4]).await.unwrap();
+    assert_eq!(m.voters, vec![1, 2, 3, 4]);
+    let got = get_at(group.member(fourth).unwrap(), 7, m.lsn).await;
+    assert_eq!(got.value, Some(b(u(107))));
+    group.stop().await;
 }
 
 async fn cluster_stats(server: &TestServer) -> pb::ClusterStats {

@@ -24,7 +24,8 @@
 //! - [`replica`]: a whole member ([`replica::Replica`]): index, writer,
 //!   log, openraft and the tasks between them.
 //! - [`network`]: how a member calls the others (openraft's network over
-//!   tonic), and [`raft_service`]: what it serves them.
+//!   tonic), and [`raft_service`]: what it serves them; [`raft_tls`]: mTLS
+//!   on the Raft port, and the node id a member's certificate proves.
 //! - [`snapshot_file`]: a snapshot as a file, and its Raft meta file.
 //! - [`snapshot_task`]: when a member takes a snapshot.
 //! - [`status`]: a member's view of its group, in plain types.
@@ -47,6 +48,7 @@ pub mod membership;
 pub mod network;
 pub mod node;
 pub mod raft_service;
+pub mod raft_tls;
 pub mod replica;
 pub mod snapshot_file;
 pub mod snapshot_task;

@@ -4,6 +4,10 @@
 //! - One lazily connected channel per target, to the target's
 //!   `raft_addr` from the membership, unless a local override names
 //!   another address for that node id (test rigs put a fault proxy there).
+//! - With Raft TLS ([`crate::raft_tls`]), every channel is TLS: this
+//!   member presents its certificate, and the target must present a
+//!   certificate of the Raft CA for its own node name, whatever address
+//!   is dialed (a `--raft-dial` proxy included).
 //! - Every call carries the incarnation the membership records for its
 //!   target ([`crate::identity`]), which the target checks.
 //! - Every unary call carries openraft's deadline (`RPCOption::hard_ttl`).
@@ -30,6 +34,7 @@ use uuidmap_proto::raft::v1::raft_client::RaftClient;
 
 use crate::identity::INCARNATION_HEADER;
 use crate::node::ClusterNode;
+use crate::raft_tls::RaftTls;
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderError,
@@ -51,6 +56,8 @@ pub struct GrpcNetworkFactory {
     pub id: u64,
     /// Addresses to use instead of the membership's, by node id.
     pub overrides: Arc<HashMap<u64, String>>,
+    /// This member's Raft TLS (`None`: plaintext).
+    pub tls: Option<Arc<RaftTls>>,
 }
 
 /// The connection to one other member.
@@ -71,7 +78,7 @@ impl RaftNetworkFactory<UuidmapRaft> for GrpcNetworkFactory {
             .get(&target)
             .cloned()
             .unwrap_or_else(|| node.raft_addr.clone());
-        let client = Endpoint::from_shared(format!("http://{addr}"))
+        let client = endpoint(&addr, target, self.tls.as_deref())
             .map(|e| {
                 let channel = e
                     .connect_timeout(Duration::from_secs(1))
@@ -306,14 +313,34 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
     }
 }
 
+/// The endpoint of node `target`'s Raft service at `addr` (`host:port`):
+/// plaintext, or TLS verified for the target's node name.
+fn endpoint(
+    addr: &str,
+    target: u64,
+    tls: Option<&RaftTls>,
+) -> Result<Endpoint, tonic::transport::Error> {
+    match tls {
+        None => Endpoint::from_shared(format!("http://{addr}")),
+        Some(tls) => {
+            Endpoint::from_shared(format!("https://{addr}"))?.tls_config(tls.client_config(target))
+        }
+    }
+}
+
 /// Asks the member whose Raft service listens at `raft_addr` (`host:port`)
 /// which node it is and its incarnation ([`crate::identity`]), within
-/// `timeout`. The error says why it did not answer.
+/// `timeout`. `expected`: the node it should be; with `tls`, the member
+/// must prove it by its certificate (the answer could name another node
+/// only if the certificate and the directory disagree). The error says why
+/// it did not answer.
 pub async fn identify(
     raft_addr: &str,
+    expected: u64,
+    tls: Option<&RaftTls>,
     timeout: Duration,
 ) -> Result<crate::identity::MemberIdentity, String> {
-    let endpoint = Endpoint::from_shared(format!("http://{raft_addr}"))
+    let endpoint = endpoint(raft_addr, expected, tls)
         .map_err(|e| format!("the Raft address {raft_addr:?} is not usable: {e}"))?
         .connect_timeout(timeout)
         .timeout(timeout);

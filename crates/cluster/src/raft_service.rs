@@ -2,6 +2,10 @@
 //! other members call on this one. Each handler converts the message
 //! ([`crate::wire`]), hands it to openraft, and converts the answer back.
 //!
+//! - With Raft TLS ([`crate::raft_tls`], [`RaftService::verify_callers`]),
+//!   a caller whose certificate names no member of the group this member
+//!   knows, or a message whose claimed sender is not the caller's node, is
+//!   `PERMISSION_DENIED`.
 //! - A call meant for another incarnation of this node (its directory was
 //!   replaced) is `FAILED_PRECONDITION` ([`crate::identity`]); `Identify`
 //!   answers this node's id and incarnation.
@@ -17,10 +21,12 @@
 //!   the file; a file it did not take (an older snapshot, a stale leader),
 //!   and every file of a failed transfer, is removed.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use openraft::async_runtime::WatchReceiver;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use tonic::{Request, Response, Status, Streaming};
 use uuidmap_engine::store::Io;
@@ -43,6 +49,8 @@ where
     /// Whether a refusal for another incarnation was logged (once: the
     /// leader calls at heartbeat rate).
     refusal_logged: Arc<AtomicBool>,
+    /// Whether callers are verified by their certificates (Raft TLS on).
+    verify_callers: bool,
 }
 
 impl<SM> RaftService<SM>
@@ -65,7 +73,45 @@ where
             io,
             identity,
             refusal_logged: Arc::default(),
+            verify_callers: false,
         }
+    }
+
+    /// Verifies every caller by its certificate ([`crate::raft_tls`]): to
+    /// serve with the member's Raft TLS on.
+    pub fn verify_callers(mut self) -> Self {
+        self.verify_callers = true;
+        self
+    }
+
+    /// The caller's node, when callers are verified, after refusing one
+    /// that is not a member of the group this member knows
+    /// ([`crate::raft_tls`]).
+    async fn caller<T>(&self, request: &Request<T>) -> Result<Option<u64>, Status> {
+        if !self.verify_callers {
+            return Ok(None);
+        }
+        let node_ids = |m: &crate::types::Membership| -> BTreeSet<u64> {
+            m.nodes().map(|(id, _)| *id).collect()
+        };
+        let mut members = node_ids(
+            self.raft
+                .metrics()
+                .borrow_watched()
+                .membership_config
+                .membership(),
+        );
+        // The metrics lag the core: right after a start or `initialize`
+        // they show no membership while the member is in a group. Only
+        // openraft's state says "in no group", which admits any node.
+        if members.is_empty() {
+            members = self
+                .raft
+                .with_raft_state(move |st| node_ids(st.membership_state.effective().membership()))
+                .await
+                .map_err(stopping)?;
+        }
+        crate::raft_tls::authorize_caller(request, &members).map(Some)
     }
 
     /// Refuses a call meant for another incarnation of this node
@@ -113,6 +159,15 @@ fn invalid(e: WireError) -> Status {
     Status::invalid_argument(e.to_string())
 }
 
+/// Refuses a message whose vote names another node than the verified
+/// `caller` (`None`: callers are not verified).
+fn sent_by(caller: Option<u64>, vote: &crate::types::Vote) -> Result<(), Status> {
+    match caller {
+        Some(caller) => crate::raft_tls::check_sender(caller, vote.leader_id.voted_for),
+        None => Ok(()),
+    }
+}
+
 fn stopping(e: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("this node's Raft is stopping: {e}"))
 }
@@ -138,10 +193,13 @@ where
     SM: RaftStateMachine<UuidmapRaft, SnapshotData = SnapshotFile>,
 {
     /// Receives the file into `path`; returns the header.
+    /// `caller`: the verified caller's node, which must be the leader
+    /// the header names.
     async fn receive(
         &self,
         stream: &mut Streaming<pb::SnapshotChunk>,
         path: &Path,
+        caller: Option<u64>,
     ) -> Result<SnapshotHeader, Status> {
         let first = stream
             .message()
@@ -153,6 +211,7 @@ where
             ));
         };
         let header = SnapshotHeader::from_wire(meta).map_err(invalid)?;
+        sent_by(caller, &header.vote)?;
         // A blocking thread writes what arrives (the `Io` calls block),
         // while the next chunks come in: receiving and writing overlap.
         let (chunks, writer) = file_writer(self.io.clone(), path.to_path_buf());
@@ -243,7 +302,9 @@ where
         request: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
         self.check(&request)?;
+        let caller = self.caller(&request).await?;
         let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        sent_by(caller, &req.vote)?;
         let resp = self.raft.vote(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
     }
@@ -253,7 +314,9 @@ where
         request: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
         self.check(&request)?;
+        let caller = self.caller(&request).await?;
         let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        sent_by(caller, &req.vote)?;
         let resp = self.raft.pre_vote(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
     }
@@ -263,7 +326,9 @@ where
         request: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         self.check(&request)?;
+        let caller = self.caller(&request).await?;
         let req = AppendEntriesRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        sent_by(caller, &req.vote)?;
         let resp = self.raft.append_entries(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
     }
@@ -273,6 +338,7 @@ where
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
         self.check(&request)?;
+        let caller = self.caller(&request).await?;
         let mut stream = request.into_inner();
         let path = self.snapshot_dir.join(format!(
             "{INCOMING_PREFIX}{}-{}.tmp",
@@ -280,7 +346,7 @@ where
             INCOMING.fetch_add(1, Ordering::Relaxed)
         ));
         let started = std::time::Instant::now();
-        let received = self.receive(&mut stream, &path).await;
+        let received = self.receive(&mut stream, &path, caller).await;
         let header = match received {
             Ok(header) => {
                 tracing::info!(
@@ -315,7 +381,9 @@ where
         request: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
         self.check(&request)?;
+        let caller = self.caller(&request).await?;
         let req = TransferLeaderRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        sent_by(caller, req.from_leader())?;
         let resp = self
             .raft
             .handle_transfer_leader(req)
@@ -326,8 +394,12 @@ where
 
     async fn identify(
         &self,
-        _request: Request<pb::IdentifyRequest>,
+        request: Request<pb::IdentifyRequest>,
     ) -> Result<Response<pb::IdentifyResponse>, Status> {
+        // Any node of the Raft CA: a member not added yet is asked too.
+        if self.verify_callers {
+            crate::raft_tls::caller_node(&request)?;
+        }
         Ok(Response::new(pb::IdentifyResponse {
             node_id: self.identity.node_id,
             incarnation: self.identity.incarnation,

@@ -41,6 +41,7 @@ use crate::leadership::{proposal_channel, run_proposals, watch_leadership, watch
 use crate::log_store::{LogStats, LogStoreConfig, TAIL_ENTRIES, WalLogStore};
 use crate::network::GrpcNetworkFactory;
 use crate::raft_service::{INCOMING_PREFIX, RaftService};
+use crate::raft_tls::RaftTls;
 use crate::snapshot_file::{self, MemberSnapshot};
 use crate::snapshot_task::{SnapshotPolicy, take_snapshots};
 use crate::state_machine::{AppliedPoint, IndexStateMachine, SnapshotStore};
@@ -80,6 +81,9 @@ pub struct ReplicaConfig {
     /// the older retained snapshot is kept too): a follower further behind
     /// is sent the snapshot instead.
     pub logs_to_keep: u64,
+    /// mTLS on the Raft port, both ways ([`crate::raft_tls`]); `None`:
+    /// plaintext, and any caller is served.
+    pub tls: Option<RaftTls>,
 }
 
 /// The default of [`ReplicaConfig::snapshot_entries`]: a restart applies
@@ -106,6 +110,7 @@ impl ReplicaConfig {
             capacity: 1 << 16,
             snapshot_entries: SNAPSHOT_ENTRIES,
             logs_to_keep: LOGS_TO_KEEP,
+            tls: None,
         }
     }
 }
@@ -136,6 +141,7 @@ pub struct Replica {
     identity: MemberIdentity,
     snapshots: SnapshotStore,
     tasks: Vec<JoinHandle<()>>,
+    tls: Option<Arc<RaftTls>>,
 }
 
 impl Replica {
@@ -200,9 +206,11 @@ impl Replica {
             durable.clone(),
             point,
         );
+        let tls = config.tls.clone().map(Arc::new);
         let network = GrpcNetworkFactory {
             id: config.id,
             overrides: Arc::new(config.peer_overrides.clone()),
+            tls: tls.clone(),
         };
         let (requests, snapshot_requests) = tokio::sync::mpsc::unbounded_channel();
         durable.take_member_snapshots_with(requests);
@@ -253,6 +261,7 @@ impl Replica {
             identity,
             snapshots,
             tasks,
+            tls,
         })
     }
 
@@ -303,13 +312,22 @@ impl Replica {
     pub fn raft_service(
         &self,
     ) -> uuidmap_proto::raft::v1::raft_server::RaftServer<RaftService<IndexStateMachine>> {
-        RaftService::new(
+        let service = RaftService::new(
             self.raft.clone(),
             self.dir.clone(),
             self.io.clone(),
             self.identity,
-        )
-        .into_server()
+        );
+        match self.tls {
+            Some(_) => service.verify_callers().into_server(),
+            None => service.into_server(),
+        }
+    }
+
+    /// Its Raft TLS, which its Raft service is served with and its peers
+    /// are dialed with (`None`: plaintext).
+    pub fn tls(&self) -> Option<&RaftTls> {
+        self.tls.as_deref()
     }
 
     /// Its node id and its directory's incarnation ([`identity`]), which

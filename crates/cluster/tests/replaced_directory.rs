@@ -61,7 +61,7 @@ async fn a_member_with_a_replaced_directory_neither_takes_entries_nor_votes_unti
     let now = replaced.replica.identity();
     assert_ne!(now.incarnation, old.incarnation);
     assert_eq!(
-        network::identify(&addr, Duration::from_secs(5)).await,
+        network::identify(&addr, id, None, Duration::from_secs(5)).await,
         Ok(now),
         "Identify answers the new incarnation"
     );

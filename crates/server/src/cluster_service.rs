@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 use uuidmap_cluster::ClusterNode;
 use uuidmap_cluster::membership::{self, MembershipChanged};
 use uuidmap_cluster::network;
+use uuidmap_cluster::raft_tls::RaftTls;
 use uuidmap_cluster::replica::IndexRaft;
 
 use crate::proto::v1 as pb;
@@ -22,13 +23,25 @@ const IDENTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 pub struct ClusterService {
     /// The member's openraft; `None` on a single node.
     raft: Option<IndexRaft>,
+    /// The member's Raft TLS, which a node being added must prove its id
+    /// with (`None`: plaintext).
+    raft_tls: Option<RaftTls>,
 }
 
 impl ClusterService {
     /// The service of a member whose openraft is `raft` (`None`: a single
     /// node).
     pub fn new(raft: Option<IndexRaft>) -> Self {
-        ClusterService { raft }
+        ClusterService {
+            raft,
+            raft_tls: None,
+        }
+    }
+
+    /// Asks nodes being added who they are over the member's Raft TLS.
+    pub fn with_raft_tls(mut self, tls: Option<RaftTls>) -> Self {
+        self.raft_tls = tls;
+        self
     }
 
     fn raft(&self) -> Result<&IndexRaft, Status> {
@@ -90,16 +103,21 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
         let p = &parsed.0[0];
         // The membership records its incarnation, which every Raft call to
         // it then carries (uuidmap_cluster::identity).
-        let found = network::identify(&p.raft_addr, IDENTIFY_TIMEOUT)
-            .await
-            .map_err(|e| {
-                // Not UNAVAILABLE: retrying does not help until it runs.
-                Status::failed_precondition(format!(
-                    "node {} was not added: asked which node it is, {e}. Start it first (`uuidmap \
+        let found = network::identify(
+            &p.raft_addr,
+            r.node_id,
+            self.raft_tls.as_ref(),
+            IDENTIFY_TIMEOUT,
+        )
+        .await
+        .map_err(|e| {
+            // Not UNAVAILABLE: retrying does not help until it runs.
+            Status::failed_precondition(format!(
+                "node {} was not added: asked which node it is, {e}. Start it first (`uuidmap \
                      serve --node-id {}` with that Raft address)",
-                    r.node_id, r.node_id
-                ))
-            })?;
+                r.node_id, r.node_id
+            ))
+        })?;
         if found.node_id != r.node_id {
             return Err(Status::failed_precondition(format!(
                 "node {} was not added: the member at {} is node {}",

@@ -47,6 +47,10 @@
 //! raft_snapshot_entries = 100000      # a member's snapshot after this many log entries
 //! raft_keep_entries = 10000           # log entries kept behind a member's snapshot
 //! raft_dial = "2=127.0.0.1:17890"     # dial member 2's Raft service here (a proxy, a NAT'd address)
+//! raft_tls_cert = "/etc/uuidmap/raft-node-1.pem"  # SAN DNS:node-1.raft.uuidmap (README, "Security")
+//! raft_tls_key = "/etc/uuidmap/raft-node-1.key"
+//! raft_tls_ca = "/etc/uuidmap/raft-ca.pem"
+//! raft_insecure = false               # plaintext, unauthenticated Raft off loopback
 //! ```
 
 use std::collections::HashMap;
@@ -58,7 +62,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::metrics::{DEFAULT_METRICS_LISTEN, MetricsListen};
-use super::tls::TlsFiles;
+use super::tls::{RaftTlsFiles, TlsFiles};
 use uuidmap_engine::store::replay_apply::ReplayWorkers;
 use uuidmap_engine::store::wal::Preallocate;
 use uuidmap_engine::writer::{DurableConfig, FsyncPolicy};
@@ -234,6 +238,11 @@ pub struct ClusterOptions {
     /// The address (host:port) to dial for a member's Raft service
     /// instead of the one in the membership, by node id (`--raft-dial`).
     pub dial: HashMap<u64, String>,
+    /// mTLS on the Raft port (`--raft-tls-*`); `None`: plaintext.
+    pub tls: Option<RaftTlsFiles>,
+    /// Serve plaintext, unauthenticated Raft on a non-loopback address
+    /// (`--raft-insecure`).
+    pub raft_insecure: bool,
 }
 
 /// Another member, as `--peers` names it: `ID=RAFT_ADDR@CLIENT_URL`.
@@ -534,8 +543,8 @@ serve_options! {
     /// groups").
     #[arg(long, env = "UUIDMAP_NODE_ID")]
     node_id: u64,
-    /// Where a member listens for the other members' Raft calls (plain
-    /// gRPC, no TLS or tokens yet: only loopback unless --insecure).
+    /// Where a member listens for the other members' Raft calls. Only
+    /// loopback, unless with --raft-tls-cert/key/ca, or --raft-insecure.
     #[arg(long, env = "UUIDMAP_RAFT_LISTEN")]
     raft_listen: SocketAddr,
     /// The address (host:port) the other members dial for this one
@@ -575,6 +584,28 @@ serve_options! {
     /// ID=HOST:PORT, separated by commas.
     #[arg(long, env = "UUIDMAP_RAFT_DIAL")]
     raft_dial: RaftDial,
+    /// The member's Raft certificate (PEM, leaf first): SAN DNS name
+    /// node-<ID>.raft.uuidmap, usable for serverAuth and clientAuth. With
+    /// --raft-tls-key and --raft-tls-ca: mTLS on the Raft port.
+    #[arg(long, env = "UUIDMAP_RAFT_TLS_CERT")]
+    raft_tls_cert: PathBuf,
+    /// The private key (PEM) of --raft-tls-cert.
+    #[arg(long, env = "UUIDMAP_RAFT_TLS_KEY")]
+    raft_tls_key: PathBuf,
+    /// The Raft CA (PEM): the members' certificates must chain to it.
+    #[arg(long, env = "UUIDMAP_RAFT_TLS_CA")]
+    raft_tls_ca: PathBuf,
+    /// Serve Raft on a non-loopback --raft-listen without TLS: plaintext
+    /// and unauthenticated, so anyone who can reach the port can rewrite
+    /// the group's log. Only on a network the members alone share.
+    #[arg(
+        long,
+        env = "UUIDMAP_RAFT_INSECURE",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    raft_insecure: bool,
 }
 
 /// The command line of `uuidmap serve`: where the TOML file is, and the
@@ -757,6 +788,10 @@ impl ServeOptions {
             raft_snapshot_entries: self.raft_snapshot_entries,
             raft_keep_entries: self.raft_keep_entries,
             raft_dial: self.raft_dial.clone(),
+            raft_tls_cert: self.raft_tls_cert.clone(),
+            raft_tls_key: self.raft_tls_key.clone(),
+            raft_tls_ca: self.raft_tls_ca.clone(),
+            raft_insecure: self.raft_insecure,
             ..ServeOptions::default()
         };
         let mut c = ServeConfig::new(self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
@@ -900,6 +935,10 @@ impl ServeOptions {
                 ),
                 ("--raft-keep-entries", self.raft_keep_entries.is_some()),
                 ("--raft-dial", self.raft_dial.is_some()),
+                ("--raft-tls-cert", self.raft_tls_cert.is_some()),
+                ("--raft-tls-key", self.raft_tls_key.is_some()),
+                ("--raft-tls-ca", self.raft_tls_ca.is_some()),
+                ("--raft-insecure", self.raft_insecure == Some(true)),
             ];
             return match given.iter().find(|(_, on)| *on) {
                 Some((flag, _)) => err(format!(
@@ -985,7 +1024,37 @@ impl ServeOptions {
                 .raft_keep_entries
                 .unwrap_or(uuidmap_cluster::replica::LOGS_TO_KEEP),
             dial: dial.into_iter().collect(),
+            tls: self.raft_tls_files()?,
+            raft_insecure: self.raft_insecure.unwrap_or(false),
         }))
+    }
+
+    /// The Raft TLS files: all three or none.
+    fn raft_tls_files(&self) -> Result<Option<RaftTlsFiles>, ConfigError> {
+        match (&self.raft_tls_cert, &self.raft_tls_key, &self.raft_tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(RaftTlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            })),
+            (None, None, None) => Ok(None),
+            given => {
+                let missing: Vec<&str> = [
+                    ("--raft-tls-cert", given.0.is_none()),
+                    ("--raft-tls-key", given.1.is_none()),
+                    ("--raft-tls-ca", given.2.is_none()),
+                ]
+                .into_iter()
+                .filter_map(|(flag, missing)| missing.then_some(flag))
+                .collect();
+                Err(ConfigError::Cluster(format!(
+                    "--raft-tls-cert, --raft-tls-key and --raft-tls-ca go together (the member's \
+                     certificate, its key, and the Raft CA, PEM): give all three or none; \
+                     missing {}",
+                    missing.join(" and ")
+                )))
+            }
+        }
     }
 }
 
@@ -1573,6 +1642,43 @@ max_replay_ms = 250
     }
 
     #[test]
+    fn the_raft_tls_files_go_together_and_name_what_is_missing() {
+        let c = member(|o| {
+            o.raft_tls_cert = Some("n1.pem".into());
+            o.raft_tls_key = Some("n1.key".into());
+            o.raft_tls_ca = Some("ca.pem".into());
+        })
+        .unwrap();
+        let tls = c.cluster.unwrap().tls.expect("Raft TLS on");
+        assert_eq!(tls.ca, PathBuf::from("ca.pem"));
+        let e = member(|o| {
+            o.raft_tls_cert = Some("n1.pem".into());
+            o.raft_tls_key = Some("n1.key".into());
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("all three") && e.contains("missing --raft-tls-ca"),
+            "{e}"
+        );
+        assert!(member(|_| {}).unwrap().cluster.unwrap().tls.is_none());
+        // A member's options, without --node-id.
+        for f in [
+            (|o: &mut ServeOptions| o.raft_tls_ca = Some("ca.pem".into())) as fn(&mut _),
+            |o: &mut ServeOptions| o.raft_insecure = Some(true),
+        ] {
+            let mut o = ServeOptions::default();
+            f(&mut o);
+            let e = o.into_config().unwrap_err().to_string();
+            assert!(e.contains("--node-id"), "{e}");
+        }
+        // --insecure is not --raft-insecure.
+        let c = member(|o| o.insecure = Some(true)).unwrap();
+        assert!(!c.cluster.unwrap().raft_insecure);
+        let c = member(|o| o.raft_insecure = Some(true)).unwrap();
+        assert!(c.cluster.unwrap().raft_insecure && !c.insecure);
+    }
+
+    #[test]
     fn each_option_is_a_flag_a_variable_and_a_file_key_spelled_alike() {
         use clap::CommandFactory;
         #[derive(clap::Parser)]
@@ -1611,7 +1717,7 @@ max_replay_ms = 250
             count += 1;
         }
         assert_eq!(
-            count, 37,
+            count, 41,
             "a new option? add it to the README and the module doc"
         );
     }

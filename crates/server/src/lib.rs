@@ -183,11 +183,15 @@ pub enum ServeError {
     /// error while serving.
     #[error("Raft failed: {0}")]
     RaftFailed(String),
-    /// A non-loopback Raft address without `insecure`.
+    /// A non-loopback Raft address without Raft TLS or `raft_insecure`
+    /// (`insecure` does not relax it).
     #[error(
-        "refusing to serve Raft on {addr}: the Raft service has no TLS or authentication yet, \
-         and anyone who can reach it can rewrite the group's log. Use a loopback address, or \
-         set the server `insecure` on a network only the members share"
+        "refusing to serve Raft on {addr} without TLS: anyone who can reach a plaintext Raft \
+         port can vote, append entries and rewrite the group's log. Give the member its Raft \
+         certificate, key and CA (--raft-tls-cert, --raft-tls-key, --raft-tls-ca: mTLS, each \
+         member proving its node id), use a loopback address, or, on a network only the \
+         members share, --raft-insecure (plaintext and unauthenticated; --insecure relaxes \
+         only the client port and metrics)"
     )]
     RaftNotLoopback {
         /// The Raft address asked for.
@@ -393,7 +397,8 @@ impl ServerParts {
                         addr: cluster.raft_listen,
                         source,
                     })?;
-                if !raft_addr.ip().is_loopback() && !config.insecure {
+                if !raft_addr.ip().is_loopback() && cluster.tls.is_none() && !cluster.raft_insecure
+                {
                     return Err(ServeError::RaftNotLoopback { addr: raft_addr });
                 }
                 let durable = durable_config(&config, io.clone());
@@ -404,6 +409,7 @@ impl ServerParts {
         let raft_failed = member.as_ref().map(|m| m.raft());
         let cluster = member.as_ref().map(|m| m.view());
         let member_raft = member.as_ref().map(|m| m.raft());
+        let raft_tls = member.as_ref().and_then(|m| m.raft_tls());
         let (raft_failure_tx, raft_failure) = tokio::sync::oneshot::channel::<String>();
         let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
         let failing = durable.clone();
@@ -440,6 +446,7 @@ impl ServerParts {
             durable: durable.clone(),
             cluster,
             raft: member_raft,
+            raft_tls,
             stopping,
         };
         let result = run(assembled, &config, shutdown).await;
@@ -469,6 +476,8 @@ struct Assembled {
     durable: Arc<DurableIndex>,
     cluster: Option<ClusterView>,
     raft: Option<uuidmap_cluster::replica::IndexRaft>,
+    /// The member's Raft TLS, to ask a node being added who it is.
+    raft_tls: Option<uuidmap_cluster::raft_tls::RaftTls>,
     stopping: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -523,6 +532,7 @@ async fn run(
         durable,
         cluster,
         raft,
+        raft_tls,
         stopping,
     } = assembled;
     let max_message = transport_errors::decoder_limit(&config.limits);
@@ -593,9 +603,11 @@ async fn run(
     let admin = UuidMapAdminServer::new(admin::AdminService::new(durable))
         .accept_compressed(Gzip)
         .send_compressed(Gzip);
-    let cluster_service = UuidMapClusterServer::new(cluster_service::ClusterService::new(raft))
-        .accept_compressed(Gzip)
-        .send_compressed(Gzip);
+    let cluster_service = UuidMapClusterServer::new(
+        cluster_service::ClusterService::new(raft).with_raft_tls(raft_tls),
+    )
+    .accept_compressed(Gzip)
+    .send_compressed(Gzip);
     let incoming = incoming(listener);
     tracing::info!(
         %addr,

@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use uuidmap_cluster::ClusterNode;
+use uuidmap_cluster::raft_tls::RaftTls;
 use uuidmap_cluster::replica::{IndexRaft, Replica, ReplicaConfig};
 use uuidmap_engine::store::Io;
 use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy};
@@ -33,6 +34,8 @@ use crate::config::{ClusterOptions, ServeConfig};
 /// A running member and its Raft service.
 pub(crate) struct Member {
     replica: Replica,
+    /// Its peers are asked who they are over it (`--cluster-init`).
+    raft_tls: Option<RaftTls>,
     raft_server: JoinHandle<Result<(), tonic::transport::Error>>,
     stop_raft: oneshot::Sender<()>,
 }
@@ -58,6 +61,13 @@ pub(crate) async fn start(
     // other policies an append counts once written (the group's other
     // members hold it too).
     replica_config.sync = config.fsync == FsyncPolicy::Always;
+    // Read before the data directory is opened: a bad file stops the
+    // start at once, naming it.
+    let raft_tls = match &cluster.tls {
+        Some(files) => Some(crate::tls::raft_tls(cluster.node_id, files)?),
+        None => None,
+    };
+    replica_config.tls = raft_tls.clone();
     let replica = Replica::start(replica_config)
         .await
         .map_err(ServeError::Member)?;
@@ -68,18 +78,22 @@ pub(crate) async fn start(
     }
     let (stop_raft, stopped) = oneshot::channel::<()>();
     let service = replica.raft_service();
-    let raft_server = tokio::spawn(
-        uuidmap_cluster::raft_service::raft_server()
-            .add_service(service)
-            .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(raft_listener).with_nodelay(Some(true)),
-                async {
-                    let _ = stopped.await;
-                },
-            ),
-    );
+    let mut builder = match uuidmap_cluster::raft_tls::raft_server(raft_tls.as_ref()) {
+        Ok(b) => b,
+        Err(e) => {
+            replica.shutdown().await;
+            return Err(ServeError::Transport(e));
+        }
+    };
+    let raft_server = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
+        tonic::transport::server::TcpIncoming::from(raft_listener).with_nodelay(Some(true)),
+        async {
+            let _ = stopped.await;
+        },
+    ));
     let member = Member {
         replica,
+        raft_tls,
         raft_server,
         stop_raft,
     };
@@ -92,6 +106,7 @@ pub(crate) async fn start(
         raft_advertise = %cluster.raft_advertise,
         advertise_url = %cluster.advertise_url,
         peers = cluster.peers.len(),
+        raft_tls = cluster.tls.is_some(),
         dial = ?cluster.dial,
         "serving as a member of a replica group"
     );
@@ -136,8 +151,13 @@ impl Member {
                 incarnation: self.replica.identity().incarnation,
             },
         );
-        let incarnations =
-            futures_util::future::join_all(cluster.peers.iter().map(peer_incarnation)).await;
+        let incarnations = futures_util::future::join_all(
+            cluster
+                .peers
+                .iter()
+                .map(|p| peer_incarnation(p, self.raft_tls.as_ref())),
+        )
+        .await;
         for (p, incarnation) in cluster.peers.iter().zip(incarnations) {
             members.insert(
                 p.id,
@@ -154,6 +174,11 @@ impl Member {
             .map_err(|e| ServeError::RaftFailed(format!("making the group failed: {e}")))?;
         tracing::info!(voters, "--cluster-init: the group is made");
         Ok(())
+    }
+
+    /// Its Raft TLS (`None`: plaintext).
+    pub(crate) fn raft_tls(&self) -> Option<RaftTls> {
+        self.raft_tls.clone()
     }
 
     /// The index the services serve.
@@ -193,10 +218,16 @@ const IDENTIFY_WAIT: Duration = Duration::from_secs(5);
 /// [`IDENTIFY_WAIT`] (its members start at about the same time). A peer
 /// that does not answer is recorded as unknown (0, not checked), with a
 /// warning; one that answers with another node id stops the start.
-async fn peer_incarnation(p: &crate::config::Peer) -> Result<u64, ServeError> {
+/// With `tls`, the peer proves its node id by its certificate.
+async fn peer_incarnation(
+    p: &crate::config::Peer,
+    tls: Option<&RaftTls>,
+) -> Result<u64, ServeError> {
     let until = tokio::time::Instant::now() + IDENTIFY_WAIT;
     loop {
-        match uuidmap_cluster::network::identify(&p.raft_addr, Duration::from_secs(1)).await {
+        match uuidmap_cluster::network::identify(&p.raft_addr, p.id, tls, Duration::from_secs(1))
+            .await
+        {
             Ok(found) if found.node_id == p.id => return Ok(found.incarnation),
             Ok(found) => {
                 return Err(ServeError::RaftFailed(format!(

@@ -9,6 +9,11 @@
 //!   a client without one, or with one from another CA, fails the
 //!   handshake. It needs TLS on.
 //!
+//! - `--raft-tls-cert`, `--raft-tls-key` and `--raft-tls-ca` (all three
+//!   or none): a replica group member's mTLS on its Raft port, read here
+//!   ([`raft_tls`]) and handed to the cluster crate
+//!   (`uuidmap_cluster::raft_tls`), which serves and dials with it.
+//!
 //! The files are read and checked once at start, before the data directory
 //! is opened, so a wrong path or a bad file stops the start at once with
 //! the file's name. TLS wraps the accepted sockets after the listener has
@@ -32,6 +37,18 @@ pub struct TlsFiles {
     /// When set: CA certificates that client certificates must chain to
     /// (mTLS, required).
     pub client_ca: Option<PathBuf>,
+}
+
+/// The PEM files of a member's Raft TLS (`--raft-tls-*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RaftTlsFiles {
+    /// The member's certificate chain, leaf first (SAN DNS name
+    /// `node-<ID>.raft.uuidmap`).
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The Raft CA: its peers' certificates must chain to it.
+    pub ca: PathBuf,
 }
 
 /// TLS files that cannot be used.
@@ -58,6 +75,19 @@ pub enum TlsError {
         /// What is wrong with it.
         why: String,
     },
+    /// The Raft TLS files cannot serve this member (the certificate
+    /// names another node, the key does not match, ...).
+    #[error("the Raft TLS files ({cert}, {key}, {ca}) cannot be used: {source}")]
+    Raft {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// The CA file.
+        ca: PathBuf,
+        /// What is wrong.
+        source: uuidmap_cluster::raft_tls::RaftTlsError,
+    },
     /// rustls refused the combination (e.g. the key does not match the
     /// certificate, or an unsupported key type).
     #[error("cannot set up TLS with the certificate {cert} and the key {key}: {why}")]
@@ -74,19 +104,51 @@ pub enum TlsError {
 const CERT: &str = "TLS certificate";
 const KEY: &str = "TLS private key";
 const CLIENT_CA: &str = "client CA certificate";
+const RAFT_CERT: &str = "Raft TLS certificate";
+const RAFT_KEY: &str = "Raft TLS private key";
+const RAFT_CA: &str = "Raft CA certificate";
+
+/// Reads and checks member `node_id`'s Raft TLS files: the material its
+/// Raft service serves and dials with.
+pub fn raft_tls(
+    node_id: u64,
+    files: &RaftTlsFiles,
+) -> Result<uuidmap_cluster::raft_tls::RaftTls, TlsError> {
+    let cert = read(RAFT_CERT, &files.cert)?;
+    certificates(RAFT_CERT, &files.cert, &cert)?;
+    let key = read(RAFT_KEY, &files.key)?;
+    private_key(RAFT_KEY, &files.key, &key)?;
+    let ca = read(RAFT_CA, &files.ca)?;
+    certificates(RAFT_CA, &files.ca, &ca)?;
+    uuidmap_cluster::raft_tls::RaftTls::new(node_id, cert, key, ca).map_err(|source| {
+        TlsError::Raft {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            ca: files.ca.clone(),
+            source,
+        }
+    })
+}
+
+/// Checks that `pem` holds a private key.
+fn private_key(what: &'static str, path: &Path, pem: &[u8]) -> Result<(), TlsError> {
+    PrivateKeyDer::from_pem_slice(pem)
+        .map(drop)
+        .map_err(|e| TlsError::Pem {
+            what,
+            path: path.to_path_buf(),
+            why: format!(
+                "no PEM private key found ({e}); expected a `-----BEGIN PRIVATE KEY-----` block"
+            ),
+        })
+}
 
 /// Reads and checks the files; the tonic TLS configuration they make.
 pub fn server_config(files: &TlsFiles) -> Result<ServerTlsConfig, TlsError> {
     let cert = read(CERT, &files.cert)?;
     certificates(CERT, &files.cert, &cert)?;
     let key = read(KEY, &files.key)?;
-    PrivateKeyDer::from_pem_slice(&key).map_err(|e| TlsError::Pem {
-        what: KEY,
-        path: files.key.clone(),
-        why: format!(
-            "no PEM private key found ({e}); expected a `-----BEGIN PRIVATE KEY-----` block"
-        ),
-    })?;
+    private_key(KEY, &files.key, &key)?;
     let mut config = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
     if let Some(ca_path) = &files.client_ca {
         let ca = read(CLIENT_CA, ca_path)?;

@@ -64,6 +64,7 @@ impl Member {
         let network = GrpcNetworkFactory {
             id,
             overrides: Arc::new(HashMap::new()),
+            tls: None,
         };
         let config = raft_config(&RaftTiming::default()).expect("the product's timing is valid");
         let raft = Raft::new(id, config, network, store, machine.clone())
@@ -76,7 +77,7 @@ impl Member {
             identity,
         )
         .into_server();
-        let (stop, server) = super::serve_raft(service, listener);
+        let (stop, server) = super::serve_raft(service, listener, None);
         Member {
             id,
             raft,

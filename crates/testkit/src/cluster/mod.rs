@@ -12,11 +12,12 @@ pub use kv_machine::{KvMachine, KvSnapshot, KvState};
 pub use member::{Member, leader};
 pub use replica_node::{ReplicaNode, writable_leader, write_batches};
 
-/// A Raft service served on `listener` until the sender is used (or
-/// dropped); the task ends when it has stopped.
+/// A Raft service served on `listener` (over `tls`, when given) until the
+/// sender is used (or dropped); the task ends when it has stopped.
 pub(crate) fn serve_raft<S>(
     service: S,
     listener: tokio::net::TcpListener,
+    tls: Option<&uuidmap_cluster::raft_tls::RaftTls>,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<()>,
@@ -34,8 +35,10 @@ where
     S::Future: Send + 'static,
 {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let builder = uuidmap_cluster::raft_tls::raft_server(tls).expect("the Raft TLS is usable");
     let server = tokio::spawn(async move {
-        uuidmap_cluster::raft_service::raft_server()
+        let mut builder = builder;
+        builder
             .add_service(service)
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::TcpListenerStream::new(listener),

@@ -53,7 +53,7 @@ impl ReplicaNode {
         let replica = Replica::start(config).await.expect("the member starts");
         let incarnation = replica.identity().incarnation;
         let service = replica.raft_service();
-        let (stop, server) = super::serve_raft(service, listener);
+        let (stop, server) = super::serve_raft(service, listener, replica.tls());
         ReplicaNode {
             replica,
             node: ClusterNode {

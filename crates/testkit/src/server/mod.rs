@@ -16,6 +16,6 @@ pub use metrics_text::{http_get, sample, scrape};
 pub use raw_grpc::{
     RPCS, RawCodec, RawDecoder, RawEncoder, framed, percent_decode, raw_call, raw_status,
 };
-pub use test_group::{TestGroup, member_config};
+pub use test_group::{Configure, TestGroup, member_config};
 pub use test_server::{MAX_BATCH_KEYS, MAX_FILTER_VALUES, MAX_WRITE_OPS, TestServer, config};
 pub use values::{b, cas_req, put_op, put_req, spread_key, u};

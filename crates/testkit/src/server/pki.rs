@@ -52,11 +52,50 @@ impl Ca {
         self.leaf(ExtendedKeyUsagePurpose::ClientAuth, "uuidmap test client")
     }
 
+    /// A replica group member's Raft certificate for node `id`: the SAN
+    /// DNS name `node-<id>.raft.uuidmap`, usable as a server and as a
+    /// client certificate.
+    pub fn raft_node(&self, id: u64) -> Leaf {
+        self.with_names(
+            vec![uuidmap_cluster::raft_tls::node_name(id)],
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+            &format!("uuidmap member {id}"),
+        )
+    }
+
+    /// A member's Raft material for node `id` from this CA.
+    pub fn raft_tls(&self, id: u64) -> uuidmap_cluster::raft_tls::RaftTls {
+        let leaf = self.raft_node(id);
+        uuidmap_cluster::raft_tls::RaftTls::new(
+            id,
+            leaf.cert.into_bytes(),
+            leaf.key.into_bytes(),
+            self.pem.clone().into_bytes(),
+        )
+        .expect("the test CA's member certificate is usable")
+    }
+
     fn leaf(&self, usage: ExtendedKeyUsagePurpose, name: &str) -> Leaf {
-        let mut params =
-            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+        self.with_names(
+            vec!["localhost".to_string(), "127.0.0.1".to_string()],
+            vec![usage],
+            name,
+        )
+    }
+
+    /// A certificate for the SAN `names` with the extended key `usages`.
+    pub fn with_names(
+        &self,
+        names: Vec<String>,
+        usages: Vec<ExtendedKeyUsagePurpose>,
+        name: &str,
+    ) -> Leaf {
+        let mut params = CertificateParams::new(names).unwrap();
         params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages;
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         Leaf {

@@ -37,15 +37,21 @@ pub fn member_config(
         // test's few writes.
         keep_entries: 5,
         dial: Default::default(),
+        tls: None,
+        raft_insecure: false,
     });
     c
 }
+
+/// A change made to every member's configuration before it starts.
+pub type Configure = std::sync::Arc<dyn Fn(&mut ServeConfig) + Send + Sync>;
 
 /// A running group; member `i` (from 0) has node id `i + 1`.
 pub struct TestGroup {
     members: Vec<Option<TestServer>>,
     configs: Vec<ServeConfig>,
     dirs: Vec<TempDir>,
+    configure: Configure,
 }
 
 async fn bind(addr: SocketAddr) -> TcpListener {
@@ -57,6 +63,12 @@ async fn bind(addr: SocketAddr) -> TcpListener {
 impl TestGroup {
     /// Starts `n` members; member 1 makes the group of all of them.
     pub async fn start(n: usize) -> TestGroup {
+        TestGroup::start_configured(n, std::sync::Arc::new(|_| {})).await
+    }
+
+    /// [`TestGroup::start`], with `configure` applied to each member's
+    /// configuration (the extra members' too).
+    pub async fn start_configured(n: usize, configure: Configure) -> TestGroup {
         let mut listeners = Vec::new();
         for _ in 0..n {
             let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -80,7 +92,7 @@ impl TestGroup {
                     client_url: format!("http://{a}"),
                 })
                 .collect();
-            let c = member_config(
+            let mut c = member_config(
                 dirs[i].path(),
                 i as u64 + 1,
                 addrs[i].0,
@@ -88,6 +100,7 @@ impl TestGroup {
                 peers,
                 i == 0,
             );
+            configure(&mut c);
             configs.push(c.clone());
             members.push(Some(TestServer::start_member(c, l, r).await));
         }
@@ -95,6 +108,7 @@ impl TestGroup {
             members,
             configs,
             dirs,
+            configure,
         }
     }
 
@@ -119,7 +133,7 @@ impl TestGroup {
         let (l, r) = (bind(any).await, bind(any).await);
         let i = self.members.len();
         let dir = tempfile::tempdir().unwrap();
-        let c = member_config(
+        let mut c = member_config(
             dir.path(),
             i as u64 + 1,
             l.local_addr().unwrap(),
@@ -127,6 +141,7 @@ impl TestGroup {
             Vec::new(),
             false,
         );
+        (self.configure)(&mut c);
         self.configs.push(c.clone());
         self.dirs.push(dir);
         self.members
