@@ -12,12 +12,13 @@ use uuidmap_testkit::server::{RPCS, TestServer, b, config, raw_call, u};
 
 const READ_TOKEN: &str = "r3ad-only-token-7f1c2a9e";
 const WRITE_TOKEN: &str = "wr1te-token-5b8d0e4c6a";
+const ADMIN_TOKEN: &str = "adm1n-token-93c0d7e2b4";
 
 async fn server_with_tokens(dir: &std::path::Path) -> TestServer {
     let tokens = dir.join("tokens");
     std::fs::write(
         &tokens,
-        format!("# uuidmap tokens\nread  {READ_TOKEN}\nwrite {WRITE_TOKEN}\n"),
+        format!("# uuidmap tokens\nread  {READ_TOKEN}\nwrite {WRITE_TOKEN}\nadmin {ADMIN_TOKEN}\n"),
     )
     .unwrap();
     let mut c = config(&dir.join("data"));
@@ -32,6 +33,7 @@ enum Caller {
     BadToken,
     Read,
     Write,
+    Admin,
 }
 
 impl Caller {
@@ -42,6 +44,7 @@ impl Caller {
             Caller::BadToken => "not-a-configured-token-123",
             Caller::Read => READ_TOKEN,
             Caller::Write => WRITE_TOKEN,
+            Caller::Admin => ADMIN_TOKEN,
         };
         let value: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
         r.metadata_mut().insert("authorization", value);
@@ -294,5 +297,59 @@ async fn every_rpc_refuses_a_missing_or_unknown_token_and_every_write_rpc_a_read
             assert_eq!(status.code(), Code::PermissionDenied, "{path}: {status:?}");
         }
     }
+    server.stop().await.unwrap();
+}
+
+/// The membership-changing methods of the cluster service, and one it may
+/// gain (a method the table lacks falls to the service's default: admin).
+const MEMBERSHIP: [&str; 4] = [
+    "/uuidmap.v1.UuidMapCluster/AddLearner",
+    "/uuidmap.v1.UuidMapCluster/Promote",
+    "/uuidmap.v1.UuidMapCluster/Remove",
+    "/uuidmap.v1.UuidMapCluster/TransferLeader",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_need_an_admin_token_and_a_write_token_is_not_enough() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_tokens(dir.path()).await;
+    let ch = server.channel().await;
+    for path in MEMBERSHIP {
+        for who in [Caller::Read, Caller::Write] {
+            let status = raw_call(&ch, path, who.request(Vec::new()))
+                .await
+                .expect_err(path);
+            assert_eq!(status.code(), Code::PermissionDenied, "{who:?} {path}");
+            assert!(status.message().contains("admin role"), "{status:?}");
+        }
+        // Past auth: a single node answers that it is in no group (or
+        // that it lacks the method).
+        let status = raw_call(&ch, path, Caller::Admin.request(Vec::new()))
+            .await
+            .expect_err(path);
+        assert!(
+            matches!(
+                status.code(),
+                Code::FailedPrecondition | Code::Unimplemented
+            ),
+            "{path}: {status:?}"
+        );
+    }
+    // The admin token does everything the write token does.
+    let mut c = UuidMapClient::new(ch.clone());
+    c.put(Caller::Admin.request(pb::PutRequest {
+        key: b(u(1)),
+        value: b(u(2)),
+    }))
+    .await
+    .expect("admin implies write");
+    let status = raw_call(
+        &ch,
+        "/uuidmap.v1.UuidMapCluster/Status",
+        Caller::Read.request(Vec::new()),
+    )
+    .await
+    .expect_err("a single node is in no group");
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     server.stop().await.unwrap();
 }

@@ -10,7 +10,7 @@ use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 use uuidmap::server::tls::TlsFiles;
 use uuidmap::server::{ServeError, serve_on};
 use uuidmap_testkit::server::pki::{Ca, write};
-use uuidmap_testkit::server::{TestServer, b, config, u};
+use uuidmap_testkit::server::{TestServer, b, config, raw_call, u};
 
 /// A TLS server signed by `ca`, requiring client certificates from
 /// `client_ca` when given.
@@ -194,4 +194,44 @@ async fn bad_tls_files_stop_the_start_naming_the_file() {
         assert!(e.to_string().contains(named), "{named}: {e}");
     }
     assert!(!dir.path().join("data").exists(), "refused before recovery");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_certificate_on_the_client_port_writes_but_cannot_change_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("server CA");
+    // One CA for the Raft port and the clients: a member's certificate
+    // (clientAuth) is then a valid client certificate too.
+    let raft_ca = Ca::new("raft CA");
+    let server = tls_server(dir.path(), &ca, Some(&raft_ca)).await;
+    let member = raft_ca.raft_node(2);
+    let channel = tls_channel(&server, &ca, Some(&member)).await.unwrap();
+    round_trip(channel.clone())
+        .await
+        .expect("a client certificate alone grants write");
+    for path in [
+        "/uuidmap.v1.UuidMapCluster/AddLearner",
+        "/uuidmap.v1.UuidMapCluster/Promote",
+        "/uuidmap.v1.UuidMapCluster/Remove",
+    ] {
+        let status = raw_call(&channel, path, tonic::Request::new(Vec::new()))
+            .await
+            .expect_err(path);
+        assert_eq!(status.code(), tonic::Code::PermissionDenied, "{path}");
+        assert!(
+            status.message().contains("admin role") && status.message().contains("--tokens-file"),
+            "{}",
+            status.message()
+        );
+    }
+    // Status is a read: past auth, a single node says it is in no group.
+    let status = raw_call(
+        &channel,
+        "/uuidmap.v1.UuidMapCluster/Status",
+        tonic::Request::new(Vec::new()),
+    )
+    .await
+    .expect_err("a single node is in no group");
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    server.stop().await.unwrap();
 }

@@ -1,4 +1,4 @@
-//! Bearer tokens with two roles, checked for every call by a tower layer.
+//! Bearer tokens with three roles, checked for every call by a tower layer.
 //!
 //! A client sends `authorization: Bearer <token>` in the call's metadata.
 //! Tokens come from a file (`--tokens-file`), one per line:
@@ -7,12 +7,24 @@
 //! # role   token
 //! read     4f0d5c0e3a9b7a1de2c0a7b1a36f5d1c
 //! write    b8e1c2d3f4a5968778695a4b3c2d1e0f
+//! admin    0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f
 //! ```
 //!
 //! - `read` may call the reads of `uuidmap.v1.UuidMap`: Get, BatchGet, Scan,
 //!   WaitFor, Watch, Stats, Ping.
-//! - `write` may call everything: the reads, the writes (Put, Delete,
-//!   CompareAndSet, Write) and the admin service (`uuidmap.v1.UuidMapAdmin`).
+//! - `write` may call the reads, the writes (Put, Delete, CompareAndSet,
+//!   Write) and the admin service (`uuidmap.v1.UuidMapAdmin`: Snapshot).
+//! - `admin` may call everything: also the group's membership (every method
+//!   of `uuidmap.v1.UuidMapCluster` but `Status`, which `read` may call).
+//!
+//! **Client certificates grant no role of their own.** With a tokens file,
+//! every call needs its token, certificate or not. Without one, a server
+//! that requires client certificates (`--tls-client-ca`) gives a caller
+//! the handshake verified the `write` role, never `admin`: a membership
+//! change needs an admin token (`--tokens-file`), so a replica group
+//! member's certificate (or any certificate of that CA) cannot add or
+//! remove members. A server with neither (loopback, or `--insecure`)
+//! checks nothing, as before.
 //! - Health (`grpc.health.v1.Health`) and reflection
 //!   (`grpc.reflection.*.ServerReflection`) need no token: load balancers and
 //!   grpcurl must reach them, and they reveal no entries.
@@ -136,16 +148,17 @@ impl Tokens {
             else {
                 return Err(bad(
                     line,
-                    "expected two fields, `<role> <token>` (role read or write)".into(),
+                    "expected two fields, `<role> <token>` (role read, write or admin)".into(),
                 ));
             };
             let role = match role {
                 "read" => Role::Read,
                 "write" => Role::Write,
+                "admin" => Role::Admin,
                 other => {
                     return Err(bad(
                         line,
-                        format!("the role is {other:?}; it must be read or write"),
+                        format!("the role is {other:?}; it must be read, write or admin"),
                     ));
                 }
             };
@@ -203,6 +216,7 @@ impl Tokens {
         match found {
             1 => Some(Role::Read),
             2 => Some(Role::Write),
+            3 => Some(Role::Admin),
             _ => None,
         }
     }
@@ -251,17 +265,44 @@ fn warn_if_readable_by_others(path: &Path) {
     }
 }
 
+/// Decides a call to `path` from a caller whose client certificate the
+/// handshake verified, on a server without tokens: up to `write`
+/// (module docs).
+pub fn check_certificate_only(path: &str) -> Result<(), AuthError> {
+    match required_role(path) {
+        Some(needed) if needed > Role::Write => Err(AuthError::CertificateOnly {
+            method: path.trim_start_matches('/').to_string(),
+            needed,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The layer: checks every call against `tokens`, or lets everything
-/// through when there are none (auth off).
+/// through when there are none (auth off), but for the roles above
+/// `write` when callers are verified by their certificates alone.
 #[derive(Clone, Debug, Default)]
 pub struct AuthLayer {
     tokens: Option<Arc<Tokens>>,
+    /// Without tokens: callers are verified by client certificates, which
+    /// grant `write` at most.
+    certificate_clients: bool,
 }
 
 impl AuthLayer {
     /// Auth on with `tokens`, or off with `None`.
     pub fn new(tokens: Option<Arc<Tokens>>) -> Self {
-        AuthLayer { tokens }
+        AuthLayer {
+            tokens,
+            certificate_clients: false,
+        }
+    }
+
+    /// Whether the server requires client certificates (mTLS): without
+    /// tokens, they grant `write` at most.
+    pub fn with_certificate_clients(mut self, on: bool) -> Self {
+        self.certificate_clients = on;
+        self
     }
 }
 
@@ -271,6 +312,7 @@ impl<S> tower_layer::Layer<S> for AuthLayer {
         Auth {
             inner,
             tokens: self.tokens.clone(),
+            certificate_clients: self.certificate_clients,
         }
     }
 }
@@ -280,6 +322,7 @@ impl<S> tower_layer::Layer<S> for AuthLayer {
 pub struct Auth<S> {
     inner: S,
     tokens: Option<Arc<Tokens>>,
+    certificate_clients: bool,
 }
 
 impl<S, B, RB> tower_service::Service<http::Request<B>> for Auth<S>
@@ -297,6 +340,7 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let verdict = match &self.tokens {
+            None if self.certificate_clients => check_certificate_only(request.uri().path()),
             None => Ok(()),
             Some(tokens) => tokens.check(request.uri().path(), request.headers()),
         };
@@ -445,7 +489,7 @@ mod tests {
         let p = Path::new("/etc/uuidmap/tokens");
         let cases = [
             ("read\n", "line 1", "two fields"),
-            ("admin 0123456789abcdef\n", "line 1", "read or write"),
+            ("root 0123456789abcdef\n", "line 1", "read, write or admin"),
             ("# c\nread short\n", "line 2", "5 characters"),
             ("read 0123456789abcdef extra\n", "line 1", "two fields"),
             (

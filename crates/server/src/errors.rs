@@ -148,6 +148,19 @@ pub enum AuthError {
         /// The token's role.
         has: Role,
     },
+    /// A method above `write` on a server whose callers are verified by
+    /// client certificates alone (no tokens file).
+    #[error(
+        "{method} needs the {needed} role, and a client certificate alone grants the write \
+         role at most: give the server a tokens file (--tokens-file) with an `{needed} <token>` \
+         line, and call with that token (--token or UUIDMAP_TOKEN)"
+    )]
+    CertificateOnly {
+        /// The method called.
+        method: String,
+        /// The role it needs.
+        needed: Role,
+    },
 }
 
 /// Where the bound of a wait came from, for the message.

@@ -640,7 +640,11 @@ async fn run(
         // auth answers it once admitted.)
         .layer(admission::AdmissionLayer::new(admission))
         // Innermost, right around the routes (whose bodies it can build).
-        .layer(auth::AuthLayer::new(security.tokens))
+        .layer(
+            auth::AuthLayer::new(security.tokens).with_certificate_clients(
+                config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+            ),
+        )
         .initial_connection_window_size(CONNECTION_WINDOW)
         .initial_stream_window_size(STREAM_WINDOW)
         .add_service(data)

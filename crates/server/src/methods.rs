@@ -10,10 +10,11 @@
 //! the reflection catalog lists them) has its row.
 //!
 //! **The one fallback** for a path not in the table ([`method`]): it is
-//! counted as `unknown`, needs a write token (deny by default), and is
-//! admitted as a write if it names one of our services (a method a newer
-//! client knows and this server does not: the scarcest class), free
-//! otherwise (tonic answers UNIMPLEMENTED at once).
+//! counted as `unknown`, needs a write token (deny by default; an admin
+//! token for a method of the cluster service, whose methods change the
+//! group), and is admitted as a write if it names one of our services (a
+//! method a newer client knows and this server does not: the scarcest
+//! class), free otherwise (tonic answers UNIMPLEMENTED at once).
 
 use tonic_health::pb::health_server;
 use tonic_reflection::pb::v1::server_reflection_server as reflection_v1;
@@ -61,13 +62,16 @@ pub enum AdmitAs {
     LongPoll,
 }
 
-/// What a token may do. `Write` implies `Read`.
+/// What a token may do. `Admin` implies `Write`, which implies `Read`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
-    /// Lookups, scans, waits, watches, stats.
+    /// Lookups, scans, waits, watches, stats, the group's status.
     Read = 1,
-    /// Everything: reads, writes and admin.
+    /// The reads, the writes and a snapshot.
     Write = 2,
+    /// Everything: also the group's membership (the cluster service's
+    /// methods but `Status`).
+    Admin = 3,
 }
 
 impl std::fmt::Display for Role {
@@ -75,6 +79,7 @@ impl std::fmt::Display for Role {
         f.write_str(match self {
             Role::Read => "read",
             Role::Write => "write",
+            Role::Admin => "admin",
         })
     }
 }
@@ -138,6 +143,7 @@ const WRITE: AdmitAs = AdmitAs::Permit(Class::Write);
 const SCAN: AdmitAs = AdmitAs::Permit(Class::Scan);
 const R: Option<Role> = Some(Role::Read);
 const W: Option<Role> = Some(Role::Write);
+const A: Option<Role> = Some(Role::Admin);
 
 /// Every RPC the server serves.
 pub const METHODS: [Method; 21] = [
@@ -157,9 +163,9 @@ pub const METHODS: [Method; 21] = [
     rpc(DATA, "Ping", "Ping", READ, R, false),
     rpc(ADMIN, "Snapshot", "Snapshot", WRITE, W, false),
     rpc(CLUSTER, "Status", "cluster.Status", READ, R, false),
-    rpc(CLUSTER, "AddLearner", "cluster.AddLearner", WRITE, W, false),
-    rpc(CLUSTER, "Promote", "cluster.Promote", WRITE, W, false),
-    rpc(CLUSTER, "Remove", "cluster.Remove", WRITE, W, false),
+    rpc(CLUSTER, "AddLearner", "cluster.AddLearner", WRITE, A, false),
+    rpc(CLUSTER, "Promote", "cluster.Promote", WRITE, A, false),
+    rpc(CLUSTER, "Remove", "cluster.Remove", WRITE, A, false),
     rpc(HEALTH, "Check", "health.Check", AdmitAs::Free, None, false),
     rpc(HEALTH, "Watch", "health.Watch", AdmitAs::Free, None, true),
     rpc(
@@ -186,6 +192,9 @@ pub const UNKNOWN: usize = METHODS.len();
 
 /// A method of one of our services that this server does not know.
 const UNKNOWN_OURS: Method = rpc("", "", "unknown", WRITE, W, false);
+/// A method of the cluster service that is not in the table: it changes
+/// the group, unless the table says otherwise.
+const UNKNOWN_CLUSTER: Method = rpc("", "", "unknown", WRITE, A, false);
 /// Any other path.
 const UNKNOWN_OTHER: Method = rpc("", "", "unknown", AdmitAs::Free, W, false);
 
@@ -196,7 +205,13 @@ pub fn method(path: &str) -> (usize, &'static Method) {
     if let Some(i) = METHODS.iter().position(|m| m.is(path)) {
         return (i, &METHODS[i]);
     }
-    if path.starts_with("/uuidmap.") {
+    let in_cluster = path
+        .strip_prefix('/')
+        .and_then(|p| p.strip_prefix(CLUSTER))
+        .is_some_and(|p| p.starts_with('/'));
+    if in_cluster {
+        (UNKNOWN, &UNKNOWN_CLUSTER)
+    } else if path.starts_with("/uuidmap.") {
         (UNKNOWN, &UNKNOWN_OURS)
     } else {
         (UNKNOWN, &UNKNOWN_OTHER)
@@ -263,5 +278,17 @@ mod tests {
         }
         assert_eq!(method(&format!("/{ADMIN}/Snapshot")).1.role, W);
         assert_eq!(method(&format!("/{HEALTH}/Check")).1.role, None);
+    }
+
+    #[test]
+    fn membership_changes_need_an_admin_token_and_the_status_a_read_token() {
+        for name in ["AddLearner", "Promote", "Remove"] {
+            assert_eq!(method(&format!("/{CLUSTER}/{name}")).1.role, A, "{name}");
+        }
+        assert_eq!(method(&format!("/{CLUSTER}/Status")).1.role, R);
+        // A method of the cluster service the table lacks (one added
+        // later) needs admin; a look-alike service does not get that rule.
+        assert_eq!(method(&format!("/{CLUSTER}/TransferLeader")).1.role, A);
+        assert_eq!(method(&format!("/{CLUSTER}X/Status")).1.role, W);
     }
 }

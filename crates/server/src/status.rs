@@ -225,7 +225,9 @@ pub fn stopping_stream() -> Status {
 impl From<&AuthError> for Status {
     fn from(e: &AuthError) -> Status {
         match e {
-            AuthError::WrongRole { .. } => Status::permission_denied(e.to_string()),
+            AuthError::WrongRole { .. } | AuthError::CertificateOnly { .. } => {
+                Status::permission_denied(e.to_string())
+            }
             AuthError::Missing | AuthError::NotBearer | AuthError::UnknownToken => {
                 Status::unauthenticated(e.to_string())
             }
