@@ -168,9 +168,7 @@ fn serve(args: &uuidmap::server::ServeArgs) -> Result<(), String> {
                     "{e}. Flags: --metrics-listen 127.0.0.1:7879, --metrics-listen off, or \
                      --insecure (UUIDMAP_INSECURE=true)"
                 ),
-                ServeError::Tls(_) => {
-                    format!("{e} (the files of --tls-cert, --tls-key and --tls-client-ca)")
-                }
+                ServeError::Tls(t) => format!("{e} (the files of {})", t.flags()),
                 _ => e.to_string(),
             }
         })

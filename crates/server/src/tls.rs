@@ -101,6 +101,22 @@ pub enum TlsError {
     },
 }
 
+impl TlsError {
+    /// The flags that name the files this error is about, for a hint.
+    pub fn flags(&self) -> &'static str {
+        let raft = match self {
+            TlsError::Read { what, .. } | TlsError::Pem { what, .. } => what.starts_with("Raft"),
+            TlsError::Raft { .. } => true,
+            TlsError::Unusable { .. } => false,
+        };
+        if raft {
+            "--raft-tls-cert, --raft-tls-key and --raft-tls-ca"
+        } else {
+            "--tls-cert, --tls-key and --tls-client-ca"
+        }
+    }
+}
+
 const CERT: &str = "TLS certificate";
 const KEY: &str = "TLS private key";
 const CLIENT_CA: &str = "client CA certificate";
@@ -211,6 +227,33 @@ mod tests {
             key: k,
             client_ca: None,
         }
+    }
+
+    #[test]
+    fn a_raft_file_is_named_with_the_raft_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = RaftTlsFiles {
+            cert: dir.path().join("node-1.pem"),
+            key: dir.path().join("node-1.key"),
+            ca: dir.path().join("raft-ca.pem"),
+        };
+        let e = raft_tls(1, &f).unwrap_err();
+        assert!(
+            e.to_string().contains("node-1.pem") && e.to_string().contains("Raft TLS certificate"),
+            "{e}"
+        );
+        assert!(e.flags().starts_with("--raft-tls-cert"));
+        let f = TlsFiles {
+            cert: dir.path().join("nope.pem"),
+            key: dir.path().join("key.pem"),
+            client_ca: None,
+        };
+        assert!(
+            server_config(&f)
+                .unwrap_err()
+                .flags()
+                .starts_with("--tls-cert")
+        );
     }
 
     #[test]
