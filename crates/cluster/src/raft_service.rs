@@ -27,6 +27,7 @@ use uuidmap_engine::store::Io;
 use uuidmap_proto::raft::v1 as pb;
 
 use crate::identity::{INCARNATION_HEADER, MemberIdentity};
+use crate::rejoin::{Promotions, RejoinError, VoteTrust};
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{AppendEntriesRequest, TransferLeaderRequest, UuidmapRaft, VoteRequest};
 use crate::wire::{FromWire, SnapshotHeader, ToWire, WireError};
@@ -43,6 +44,11 @@ where
     /// Whether a refusal for another incarnation was logged (once: the
     /// leader calls at heartbeat rate).
     refusal_logged: Arc<AtomicBool>,
+    /// Whether this member's vote is trusted ([`crate::rejoin`]): while
+    /// not, it refuses votes, and entries until it is a learner.
+    trust: Arc<VoteTrust>,
+    /// On the leader: the members being promoted back after a rejoin.
+    promotions: Arc<Promotions>,
 }
 
 impl<SM> RaftService<SM>
@@ -65,7 +71,43 @@ where
             io,
             identity,
             refusal_logged: Arc::default(),
+            trust: VoteTrust::new(false),
+            promotions: Arc::default(),
         }
+    }
+
+    /// This service for a member whose vote is trusted as `trust` says
+    /// (the log store's, [`crate::rejoin`]); trusted by default.
+    pub fn with_vote_trust(mut self, trust: Arc<VoteTrust>) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// Refuses a vote (or a transfer of leadership) while this member's
+    /// vote is not trusted.
+    fn check_vote_trusted(&self) -> Result<(), Status> {
+        if self.trust.distrusted() {
+            return Err(Status::unavailable(format!(
+                "node {} votes for no one: its Raft state was found damaged, so it may have \
+                 promised its vote in a later term; its group makes it a learner and promotes it \
+                 back",
+                self.identity.node_id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses entries while this member's vote is not trusted and its group
+    /// has not made it a learner yet.
+    fn check_takes_entries(&self) -> Result<(), Status> {
+        if self.trust.refuses_entries() {
+            return Err(Status::unavailable(format!(
+                "node {} takes no entries until its group has made it a learner: its Raft state \
+                 was found damaged (it asks the leader to rejoin it)",
+                self.identity.node_id
+            )));
+        }
+        Ok(())
     }
 
     /// Refuses a call meant for another incarnation of this node
@@ -243,6 +285,7 @@ where
         request: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
         self.check(&request)?;
+        self.check_vote_trusted()?;
         let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
         let resp = self.raft.vote(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
@@ -253,6 +296,7 @@ where
         request: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
         self.check(&request)?;
+        self.check_vote_trusted()?;
         let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
         let resp = self.raft.pre_vote(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
@@ -263,6 +307,7 @@ where
         request: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         self.check(&request)?;
+        self.check_takes_entries()?;
         let req = AppendEntriesRequest::from_wire(request.into_inner()).map_err(invalid)?;
         let resp = self.raft.append_entries(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
@@ -273,6 +318,7 @@ where
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
         self.check(&request)?;
+        self.check_takes_entries()?;
         let mut stream = request.into_inner();
         let path = self.snapshot_dir.join(format!(
             "{INCOMING_PREFIX}{}-{}.tmp",
@@ -315,6 +361,7 @@ where
         request: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
         self.check(&request)?;
+        self.check_vote_trusted()?;
         let req = TransferLeaderRequest::from_wire(request.into_inner()).map_err(invalid)?;
         let resp = self
             .raft
@@ -332,5 +379,22 @@ where
             node_id: self.identity.node_id,
             incarnation: self.identity.incarnation,
         }))
+    }
+
+    async fn rejoin(
+        &self,
+        request: Request<pb::RejoinRequest>,
+    ) -> Result<Response<pb::RejoinResponse>, Status> {
+        let pb::RejoinRequest {
+            node_id,
+            incarnation,
+        } = request.into_inner();
+        match crate::rejoin::rejoin(&self.raft, &self.promotions, node_id, incarnation).await {
+            Ok(learner_at) => Ok(Response::new(pb::RejoinResponse { learner_at })),
+            Err(e @ (RejoinError::NotLeader { .. } | RejoinError::ChangeFailed { .. })) => {
+                Err(Status::unavailable(e.to_string()))
+            }
+            Err(e @ RejoinError::Refused(_)) => Err(Status::failed_precondition(e.to_string())),
+        }
     }
 }

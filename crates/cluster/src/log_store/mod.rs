@@ -57,6 +57,7 @@ use uuidmap_engine::store::{DirLock, Io, StoreError, lock_data_dir};
 use self::records::{log_id_of, log_pos, record_entry, vote_of, vote_state};
 use self::tail::Tail;
 use self::thread::{Command, LogThread};
+use crate::rejoin::VoteTrust;
 use crate::types::{Entry, LogId, UuidmapRaft, Vote};
 
 /// Where a member's log lives and how it is written.
@@ -102,6 +103,9 @@ pub struct WalLogStore {
     thread: Option<JoinHandle<()>>,
     /// The state last handed to the log thread.
     hard: RaftHardState,
+    /// Whether the vote is trusted: read from `raft-state`, written into
+    /// each later state (`crate::rejoin`).
+    trust: Arc<VoteTrust>,
     stats: Arc<LogStats>,
     /// The data directory's lock, held for the store's life (released
     /// after the log thread has stopped: fields drop after `drop`).
@@ -219,9 +223,17 @@ impl WalLogStore {
             commands: Some(commands),
             thread: Some(thread),
             hard,
+            trust: VoteTrust::new(hard.vote_distrusted),
             stats,
             _lock: lock,
         })
+    }
+
+    /// Whether this member's vote is trusted (`crate::rejoin`): not when
+    /// `raft-state` was found damaged, until the group has taken the
+    /// member back. Clearing it here writes it clear with the next state.
+    pub fn vote_trust(&self) -> Arc<VoteTrust> {
+        self.trust.clone()
     }
 
     /// The first LSN not written to the log's files yet, as it moves: the
@@ -254,6 +266,7 @@ impl WalLogStore {
 
     /// Writes the hard state; waits for it (fsynced) if `sync`.
     async fn save_state(&mut self, sync: bool) -> std::io::Result<()> {
+        self.hard.vote_distrusted = self.trust.distrusted();
         if !sync {
             return self.send(Command::SaveState {
                 state: self.hard,
@@ -428,6 +441,7 @@ impl RaftLogStorage<UuidmapRaft> for WalLogStore {
 
     async fn purge(&mut self, upto: LogId) -> Result<(), std::io::Error> {
         self.hard.purged = Some(log_pos(&upto));
+        self.hard.vote_distrusted = self.trust.distrusted();
         self.shared.tail().purge(upto);
         self.send(Command::Purge {
             state: self.hard,
