@@ -18,10 +18,13 @@
 //!    a deposed leader it no longer knows to be deposed could count it;
 //! 3. **asks the leader to rejoin it** (the Raft service's `Rejoin`,
 //!    tried on every member it knows, every [`ASK_EVERY`]): the leader
-//!    makes it a learner (one joint membership change, committed by a
-//!    majority of the old and of the new voters without it) and answers
-//!    the log index of that membership. From then on its acknowledgements
-//!    count for nothing, so it takes entries and catches up;
+//!    takes it out of the membership (a joint change, committed by a
+//!    majority of the old voters and of the new ones without it) and adds
+//!    it back as a learner, and answers the log index of that membership.
+//!    From then on its acknowledgements count for nothing, so it takes
+//!    entries and catches up (out and back in rather than only demoted: the
+//!    leader must forget how much of the node's log it had matched, since
+//!    the node may have cut its log at damage);
 //! 4. the leader **promotes it again** once it has caught up with the log
 //!    as it was when the promotion was first wanted ([`promote_when_caught_up`]);
 //! 5. the member, seeing itself a voter in a membership after the one that
@@ -134,10 +137,15 @@ pub struct Promotions {
     under_way: Mutex<BTreeSet<u64>>,
 }
 
-/// On the leader: makes `node` (whose directory has `incarnation`) a
-/// learner if it is a voter, makes sure it is promoted again once caught
-/// up, and returns the log index of the membership in which it is a
-/// learner.
+/// On the leader: takes `node` (whose directory has `incarnation`) out of
+/// the membership and adds it back as a learner, makes sure it is promoted
+/// again once caught up, and returns the log index of the membership in
+/// which it is a learner.
+///
+/// Out and back in, not only demoted: the leader forgets how much of its
+/// log the node held. The node may have cut its log at damage, and
+/// openraft's leader refuses to see a follower's log go backwards (it
+/// stops); a node added anew is probed from scratch.
 pub async fn rejoin<SM>(
     raft: &openraft::Raft<UuidmapRaft, SM>,
     promotions: &Arc<Promotions>,
@@ -155,7 +163,7 @@ where
     if leader != Some(me) {
         return Err(RejoinError::NotLeader { leader });
     }
-    let Some(record) = membership.membership().get_node(&node) else {
+    let Some(record) = membership.membership().get_node(&node).cloned() else {
         return Err(RejoinError::Refused(format!(
             "node {node} is not a member of this group; add it with `uuidmap cluster add`"
         )));
@@ -167,32 +175,34 @@ where
             record.incarnation
         )));
     }
-    let is_voter = membership.membership().voter_ids().any(|v| v == node);
-    let learner_at = if is_voter {
-        let changed = raft
-            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([node])), true)
-            .await
-            .map_err(|e| RejoinError::ChangeFailed {
-                node,
-                reason: e.to_string(),
-            })?;
-        tracing::warn!(
-            node,
-            at = changed.log_id.index,
-            "a member whose vote is not trusted is a learner now; it is promoted again once it \
-             has caught up"
-        );
-        changed.log_id.index
-    } else {
-        membership.log_id().as_ref().map_or(0, |l| l.index)
-    };
-    if promotions.under_way.lock().await.insert(node) {
-        let (raft, promotions) = (raft.clone(), promotions.clone());
-        tokio::spawn(async move {
-            promote_when_caught_up(&raft, node).await;
-            promotions.under_way.lock().await.remove(&node);
-        });
+    let mut under_way = promotions.under_way.lock().await;
+    let is_learner = membership.membership().learner_ids().any(|l| l == node);
+    if is_learner && under_way.contains(&node) {
+        // Asked again while being taken back: the answer it missed.
+        return Ok(membership.log_id().as_ref().map_or(0, |l| l.index));
     }
+    let failed = |reason: String| RejoinError::ChangeFailed { node, reason };
+    crate::membership::remove(raft, BTreeSet::from([node]))
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let added = raft
+        .add_learner(node, record, false)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let learner_at = added.log_id.index;
+    tracing::warn!(
+        node,
+        at = learner_at,
+        "a member whose vote is not trusted was taken out and added back as a learner; it is \
+         promoted again once it has caught up"
+    );
+    under_way.insert(node);
+    drop(under_way);
+    let (raft, promotions) = (raft.clone(), promotions.clone());
+    tokio::spawn(async move {
+        promote_when_caught_up(&raft, node).await;
+        promotions.under_way.lock().await.remove(&node);
+    });
     Ok(learner_at)
 }
 

@@ -3,7 +3,9 @@
 //! other: a vote is a promise. It votes for no one and takes no entries
 //! until its group has made it a learner, then catches up, is promoted
 //! back, and trusts its vote again — without an operator
-//! (`uuidmap_cluster::rejoin`).
+//! (`uuidmap_cluster::rejoin`). A member whose log is damaged does the
+//! same after cutting its log at the damage: it may have lost entries it
+//! acknowledged, so it must not count in a quorum until rebuilt.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +14,7 @@ use uuid::Uuid;
 use uuidmap_cluster::replica::IndexRaft;
 use uuidmap_engine::store::OsIo;
 use uuidmap_engine::store::raft_state::{RAFT_STATE_FILE, RaftStateFile};
+use uuidmap_engine::store::wal::WalCursor;
 use uuidmap_engine::writer::WriteOp;
 use uuidmap_index::Key;
 use uuidmap_proto::raft::v1 as pb;
@@ -128,6 +131,71 @@ async fn a_member_with_a_damaged_vote_slot_votes_for_no_one_until_rejoined_as_a_
         !read.state().vote_distrusted,
         "the mark is cleared once the member is back"
     );
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+/// Flips a byte inside the record of `lsn` in the member's log in `dir`:
+/// damage inside what was synced (the log was stopped cleanly, so its
+/// header vouches for every record).
+fn damage_log_record(dir: &std::path::Path, lsn: u64) {
+    let (path, offset, len) = {
+        let mut cursor = WalCursor::open(&OsIo, dir, lsn).unwrap();
+        let rec = cursor
+            .next_record()
+            .unwrap()
+            .expect("the record is in the log");
+        assert_eq!(rec.lsn, lsn);
+        (rec.path.to_path_buf(), rec.offset, rec.len)
+    };
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(offset + len / 2) as usize] ^= 0x08;
+    std::fs::write(&path, bytes).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_with_a_damaged_log_cuts_it_and_is_rebuilt_from_its_group_without_an_operator() {
+    let mut nodes = ReplicaNode::group(3).await;
+    let last = write_batches(&nodes, 0..40, batch).await;
+    for n in &nodes {
+        n.applied(last).await;
+    }
+    let l = writable_leader(&nodes).await;
+    let f = (l + 1) % nodes.len();
+    let (id, dir, addr) = nodes.remove(f).stop().await;
+    // Damage an entry the member acknowledged, well inside its log.
+    damage_log_record(dir.path(), last - 10);
+
+    // It starts (a single node would refuse), distrusting its vote.
+    let member = ReplicaNode::start_at(id, dir, &addr, |_| {}).await;
+    let refused = RaftClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .vote(pb::VoteRequest::default())
+        .await
+        .expect_err("a member that lost acknowledged entries must not vote");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+
+    let last = write_batches(&nodes, 40..50, batch).await;
+    let started = Instant::now();
+    while !member.replica.vote_trusted() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the member was not rebuilt within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    member.applied(last).await;
+    let l = writable_leader(&nodes).await;
+    assert_eq!(
+        member.contents(),
+        nodes[l].contents(),
+        "rebuilt: the entries it cut came back from its group"
+    );
+    let (voters_now, _, _) = voters(nodes[l].replica.raft());
+    assert!(voters_now.contains(&id), "a voter again: {voters_now:?}");
+    nodes.push(member);
     for n in nodes {
         n.stop().await;
     }

@@ -138,8 +138,8 @@ impl WalLogStore {
         // One writer per directory: a second store (or process) is refused
         // with the holder's PID before it reads or cuts anything.
         let lock = lock_data_dir(&*io, &dir)?;
-        let state = RaftStateFile::open(io.clone(), &dir)?;
-        let hard = *state.state();
+        let mut state = RaftStateFile::open(io.clone(), &dir)?;
+        let mut hard = *state.state();
         let purged = hard.purged.as_ref().map(log_id_of);
         let files = wal::list_wal_files(&*io, &dir)?;
         let mut tail = Tail {
@@ -161,13 +161,16 @@ impl WalLogStore {
             // ones), or at the oldest file.
             let from = tail.first.max(oldest.first_lsn);
             // The same repair as a restart's: a torn tail is cut.
-            wal::replay(
-                &*io,
-                &dir,
-                from.saturating_sub(1),
-                &ReplayOptions::default(),
-                |_, _| {},
-            )?;
+            let after = from.saturating_sub(1);
+            match wal::replay(&*io, &dir, after, &ReplayOptions::default(), |_, _| {}) {
+                Ok(_) => {}
+                Err(damage @ (StoreError::WalCorrupt { .. } | StoreError::WalGap { .. }))
+                    if damage.repairable() =>
+                {
+                    hard = cut_damaged_log(&*io, &dir, &mut state, hard, after, &damage)?;
+                }
+                Err(e) => return Err(e),
+            }
             let mut cursor = WalCursor::open(&*io, &dir, from)?;
             let mut first = true;
             while let Some(rec) = cursor.next_record()? {
@@ -184,6 +187,14 @@ impl WalLogStore {
             }
         }
         tail.flushed = tail.next_index().checked_sub(1);
+        // A log cut short (its damage cut above, or a torn tail under a
+        // policy without fsync) may end before the committed id saved:
+        // openraft would look for the missing entries. The leader tells
+        // this member again what is committed.
+        if tail.committed.map(|c| c.index) > tail.last.map(|l| l.index) {
+            tail.committed = tail.last;
+            hard.committed = tail.last.as_ref().map(log_pos);
+        }
         let next_lsn = tail.next_index();
         let wal = WalWriter::create(
             io.clone(),
@@ -294,6 +305,46 @@ impl Drop for WalLogStore {
             let _ = thread.join();
         }
     }
+}
+
+/// A member's log damaged inside what was synced: a single node refuses to
+/// start, but a member's group holds the log, so the member cuts its own at
+/// the damage and is rebuilt from its leader. What it cut may include
+/// entries it acknowledged, so first, durably, its vote is marked
+/// distrusted (`crate::rejoin`): it votes for no one and is counted in no
+/// quorum until its group has made it a learner, it has caught up, and it
+/// is promoted back (docs/replication.md, 8.5). Returns the state written.
+fn cut_damaged_log(
+    io: &dyn Io,
+    dir: &Path,
+    state: &mut RaftStateFile,
+    hard: RaftHardState,
+    after: u64,
+    damage: &StoreError,
+) -> Result<RaftHardState, StoreError> {
+    let hard = RaftHardState {
+        vote_distrusted: true,
+        ..hard
+    };
+    // Before the cut: a crash between the two must not leave a cut log
+    // with a trusted vote.
+    state.write(hard, true)?;
+    let options = ReplayOptions {
+        truncate_corrupt: true,
+        ..ReplayOptions::default()
+    };
+    let outcome = wal::replay(io, dir, after, &options, |_, _| {})?;
+    let cut = outcome.cut.as_ref();
+    tracing::error!(
+        dir = %dir.display(),
+        %damage,
+        first_lsn_lost = cut.map(|c| c.first_lsn_lost),
+        readable_records_lost = cut.map(|c| c.readable_records_lost),
+        "this member's Raft log is damaged: cut back to the last good entry; the member votes \
+         for no one until its group has made it a learner and promoted it back (it catches up \
+         from the leader meanwhile)"
+    );
+    Ok(hard)
 }
 
 /// `range` as `start..end` (end exclusive).
