@@ -21,6 +21,9 @@
 //!   leadership changes it hears of.
 //! - [`membership`]: adding, promoting and removing members, on the
 //!   leader.
+//! - [`rejoin`]: a member whose vote is not trusted (its `raft-state` was
+//!   found damaged) votes for no one until its group has made it a
+//!   learner and promoted it back.
 //! - [`replica`]: a whole member ([`replica::Replica`]): index, writer,
 //!   log, openraft and the tasks between them.
 //! - [`network`]: how a member calls the others (openraft's network over
@@ -49,6 +52,7 @@ pub mod network;
 pub mod node;
 pub mod raft_service;
 pub mod raft_tls;
+pub mod rejoin;
 pub mod replica;
 pub mod snapshot_file;
 pub mod snapshot_task;

@@ -315,7 +315,7 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
 
 /// The endpoint of node `target`'s Raft service at `addr` (`host:port`):
 /// plaintext, or TLS verified for the target's node name.
-fn endpoint(
+pub(crate) fn endpoint(
     addr: &str,
     target: u64,
     tls: Option<&RaftTls>,

@@ -33,6 +33,7 @@ use uuidmap_engine::store::Io;
 use uuidmap_proto::raft::v1 as pb;
 
 use crate::identity::{INCARNATION_HEADER, MemberIdentity};
+use crate::rejoin::{Promotions, RejoinError, VoteTrust};
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{AppendEntriesRequest, TransferLeaderRequest, UuidmapRaft, VoteRequest};
 use crate::wire::{FromWire, SnapshotHeader, ToWire, WireError};
@@ -51,6 +52,11 @@ where
     refusal_logged: Arc<AtomicBool>,
     /// Whether callers are verified by their certificates (Raft TLS on).
     verify_callers: bool,
+    /// Whether this member's vote is trusted ([`crate::rejoin`]): while
+    /// not, it refuses votes, and entries until it is a learner.
+    trust: Arc<VoteTrust>,
+    /// On the leader: the members being promoted back after a rejoin.
+    promotions: Arc<Promotions>,
 }
 
 impl<SM> RaftService<SM>
@@ -74,6 +80,8 @@ where
             identity,
             refusal_logged: Arc::default(),
             verify_callers: false,
+            trust: VoteTrust::new(false),
+            promotions: Arc::default(),
         }
     }
 
@@ -112,6 +120,40 @@ where
                 .map_err(stopping)?;
         }
         crate::raft_tls::authorize_caller(request, &members).map(Some)
+    }
+
+    /// This service for a member whose vote is trusted as `trust` says
+    /// (the log store's, [`crate::rejoin`]); trusted by default.
+    pub fn with_vote_trust(mut self, trust: Arc<VoteTrust>) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// Refuses a vote (or a transfer of leadership) while this member's
+    /// vote is not trusted.
+    fn check_vote_trusted(&self) -> Result<(), Status> {
+        if self.trust.distrusted() {
+            return Err(Status::unavailable(format!(
+                "node {} votes for no one: its Raft state was found damaged, so it may have \
+                 promised its vote in a later term; its group makes it a learner and promotes it \
+                 back",
+                self.identity.node_id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses entries while this member's vote is not trusted and its group
+    /// has not made it a learner yet.
+    fn check_takes_entries(&self) -> Result<(), Status> {
+        if self.trust.refuses_entries() {
+            return Err(Status::unavailable(format!(
+                "node {} takes no entries until its group has made it a learner: its Raft state \
+                 was found damaged (it asks the leader to rejoin it)",
+                self.identity.node_id
+            )));
+        }
+        Ok(())
     }
 
     /// Refuses a call meant for another incarnation of this node
@@ -303,6 +345,7 @@ where
     ) -> Result<Response<pb::VoteResponse>, Status> {
         self.check(&request)?;
         let caller = self.caller(&request).await?;
+        self.check_vote_trusted()?;
         let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
         sent_by(caller, &req.vote)?;
         let resp = self.raft.vote(req).await.map_err(stopping)?;
@@ -315,6 +358,7 @@ where
     ) -> Result<Response<pb::VoteResponse>, Status> {
         self.check(&request)?;
         let caller = self.caller(&request).await?;
+        self.check_vote_trusted()?;
         let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
         sent_by(caller, &req.vote)?;
         let resp = self.raft.pre_vote(req).await.map_err(stopping)?;
@@ -327,6 +371,7 @@ where
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         self.check(&request)?;
         let caller = self.caller(&request).await?;
+        self.check_takes_entries()?;
         let req = AppendEntriesRequest::from_wire(request.into_inner()).map_err(invalid)?;
         sent_by(caller, &req.vote)?;
         let resp = self.raft.append_entries(req).await.map_err(stopping)?;
@@ -339,6 +384,7 @@ where
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
         self.check(&request)?;
         let caller = self.caller(&request).await?;
+        self.check_takes_entries()?;
         let mut stream = request.into_inner();
         let path = self.snapshot_dir.join(format!(
             "{INCOMING_PREFIX}{}-{}.tmp",
@@ -382,6 +428,7 @@ where
     ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
         self.check(&request)?;
         let caller = self.caller(&request).await?;
+        self.check_vote_trusted()?;
         let req = TransferLeaderRequest::from_wire(request.into_inner()).map_err(invalid)?;
         sent_by(caller, req.from_leader())?;
         let resp = self
@@ -404,5 +451,30 @@ where
             node_id: self.identity.node_id,
             incarnation: self.identity.incarnation,
         }))
+    }
+
+    async fn rejoin(
+        &self,
+        request: Request<pb::RejoinRequest>,
+    ) -> Result<Response<pb::RejoinResponse>, Status> {
+        // With Raft TLS, only the node itself may ask.
+        let caller = self.caller(&request).await?;
+        let pb::RejoinRequest {
+            node_id,
+            incarnation,
+        } = request.into_inner();
+        if caller.is_some_and(|c| c != node_id) {
+            return Err(Status::permission_denied(format!(
+                "node {} may not ask for node {node_id} to rejoin: only a node asks for itself",
+                caller.unwrap_or_default()
+            )));
+        }
+        match crate::rejoin::rejoin(&self.raft, &self.promotions, node_id, incarnation).await {
+            Ok(learner_at) => Ok(Response::new(pb::RejoinResponse { learner_at })),
+            Err(e @ (RejoinError::NotLeader { .. } | RejoinError::ChangeFailed { .. })) => {
+                Err(Status::unavailable(e.to_string()))
+            }
+            Err(e @ RejoinError::Refused(_)) => Err(Status::failed_precondition(e.to_string())),
+        }
     }
 }

@@ -42,6 +42,7 @@ use crate::log_store::{LogStats, LogStoreConfig, TAIL_ENTRIES, WalLogStore};
 use crate::network::GrpcNetworkFactory;
 use crate::raft_service::{INCOMING_PREFIX, RaftService};
 use crate::raft_tls::RaftTls;
+use crate::rejoin::{VoteTrust, ask_to_rejoin};
 use crate::snapshot_file::{self, MemberSnapshot};
 use crate::snapshot_task::{SnapshotPolicy, take_snapshots};
 use crate::state_machine::{AppliedPoint, IndexStateMachine, SnapshotStore};
@@ -139,6 +140,8 @@ pub struct Replica {
     durable: Arc<DurableIndex>,
     log: Arc<LogStats>,
     identity: MemberIdentity,
+    /// Whether its vote is trusted (`crate::rejoin`).
+    trust: Arc<VoteTrust>,
     snapshots: SnapshotStore,
     tasks: Vec<JoinHandle<()>>,
     tls: Option<Arc<RaftTls>>,
@@ -160,6 +163,7 @@ impl Replica {
         // After the log store took the directory's lock.
         let identity = identity::load_or_create(&*config.io, &config.dir, config.id)?;
         let log = store.stats();
+        let trust = store.vote_trust();
         let written = store.written();
         let purged = store.purged_index();
         remove_incoming(&config);
@@ -231,7 +235,19 @@ impl Replica {
         // The followers' own wait is the maximum election timeout; the
         // minimum leaves room for the clocks' drift.
         let lease = std::time::Duration::from_millis(config.timing.election_min_ms);
+        if trust.distrusted() {
+            // No election until the group has taken this member back
+            // (`crate::rejoin`); the Raft service refuses votes meanwhile.
+            raft.runtime_config().elect(false);
+        }
         let tasks = vec![
+            tokio::spawn(ask_to_rejoin(
+                raft.clone(),
+                trust.clone(),
+                identity,
+                Arc::new(config.peer_overrides.clone()),
+                tls.clone(),
+            )),
             tokio::spawn(run_proposals(
                 proposals,
                 raft.clone(),
@@ -259,6 +275,7 @@ impl Replica {
             durable,
             log,
             identity,
+            trust,
             snapshots,
             tasks,
             tls,
@@ -317,7 +334,8 @@ impl Replica {
             self.dir.clone(),
             self.io.clone(),
             self.identity,
-        );
+        )
+        .with_vote_trust(self.trust.clone());
         match self.tls {
             Some(_) => service.verify_callers().into_server(),
             None => service.into_server(),
@@ -328,6 +346,12 @@ impl Replica {
     /// are dialed with (`None`: plaintext).
     pub fn tls(&self) -> Option<&RaftTls> {
         self.tls.as_deref()
+    }
+
+    /// Whether its vote is trusted now (`crate::rejoin`): not after its
+    /// `raft-state` was found damaged, until its group took it back.
+    pub fn vote_trusted(&self) -> bool {
+        !self.trust.distrusted()
     }
 
     /// Its node id and its directory's incarnation ([`identity`]), which

@@ -3,8 +3,9 @@
 //! flushed (under fsync `always`) and every vote reported saved is there;
 //! the log holds no hole and nothing that was never appended, under
 //! `never` too, where every unsynced byte may be dropped. Damage inside
-//! records that were synced is refused with the file named, and a second
-//! store on the same directory is refused.
+//! records that were synced cuts the log just before it and marks the vote
+//! distrusted (the group rebuilds the member), and a second store on the
+//! same directory is refused.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -277,22 +278,47 @@ fn filled(n: u64, stop: bool) -> SimIo {
 }
 
 #[test]
-fn damage_inside_synced_records_is_refused_with_the_file_named() {
-    // Every fifth byte of the records of a synced log, flipped in turn, in
-    // every file, the newest included: the store vouched for the log's end
-    // when it went idle (or stopped), so its last group is not taken for
-    // a torn tail. (The file header and its slots are the WAL's own
-    // tests' business.)
+fn damage_inside_synced_records_cuts_the_log_before_it_and_distrusts_the_vote() {
+    // Every seventh byte of the records of a synced log, flipped in turn,
+    // in every file, the newest included: the store vouched for the log's
+    // end when it went idle (or stopped), so its last group is not taken
+    // for a torn tail. A single node refuses such a log; a member's group
+    // holds it, so the store cuts it back to the last good entry, and
+    // first marks its vote distrusted (it may have acknowledged what it
+    // cut: `uuidmap_cluster::rejoin`). (The file header and its slots are
+    // the WAL's own tests' business.)
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     for stop in [true, false] {
         let disk = filled(40, stop);
         let files = uuidmap_engine::store::wal::list_wal_files(&disk, &dir()).unwrap();
         assert!(files.len() > 1, "the log spans files: {files:?}");
+        // Where each record lies: (file, first byte, end, LSN).
+        let mut records = Vec::new();
+        let mut cursor = uuidmap_engine::store::wal::WalCursor::open(&disk, &dir(), 0).unwrap();
+        while let Some(rec) = cursor.next_record().unwrap() {
+            records.push((
+                rec.path.to_path_buf(),
+                rec.offset,
+                rec.offset + rec.len,
+                rec.lsn,
+            ));
+        }
         let header = uuidmap_engine::store::wal::HEADER_LEN;
         for file in &files {
             let bytes = disk.read(&file.path).unwrap();
             let end = bytes.len() - bytes.iter().rev().take_while(|&&b| b == 0).count();
             assert!(end > header, "{} holds records", file.path.display());
-            for at in (header..end).step_by(5) {
+            for at in (header..end).step_by(7) {
+                let lsn = records
+                    .iter()
+                    .find(|(path, from, to, _)| {
+                        *path == file.path && (*from..*to).contains(&(at as u64))
+                    })
+                    .map(|r| r.3)
+                    .expect("every byte after the header is in a record");
                 let copy = disk.restart(1);
                 let mut damaged = bytes.clone();
                 damaged[at] ^= 0x10;
@@ -300,16 +326,29 @@ fn damage_inside_synced_records_is_refused_with_the_file_named() {
                 f.write_at(0, &damaged).unwrap();
                 f.sync().unwrap();
                 drop(f);
-                let err = match WalLogStore::open(config(&copy)) {
-                    Ok(_) => panic!(
-                        "byte {at} of {} damaged (stop: {stop}) and the log opened",
-                        file.path.display()
-                    ),
-                    Err(e) => e.to_string(),
-                };
+                let context = format!(
+                    "byte {at} of {} (entry {lsn}, stop: {stop})",
+                    file.path.display()
+                );
+                let mut store = WalLogStore::open(config(&copy))
+                    .unwrap_or_else(|e| panic!("{context}: the log did not open: {e}"));
                 assert!(
-                    err.contains(&file.path.display().to_string()),
-                    "byte {at}: the error does not name the file: {err}"
+                    store.vote_trust().distrusted(),
+                    "{context}: the vote is still trusted"
+                );
+                let state = runtime.block_on(store.get_log_state()).unwrap();
+                assert_eq!(
+                    state.last_log_id.map(|l| l.index),
+                    lsn.checked_sub(1),
+                    "{context}: the log is not cut just before the damaged entry"
+                );
+                drop(store);
+                // The mark is on the disk before the cut: a power loss
+                // right after the open keeps it.
+                let again = WalLogStore::open(config(&copy.restart(1))).unwrap();
+                assert!(
+                    again.vote_trust().distrusted(),
+                    "{context}: the mark was not durable"
                 );
             }
         }

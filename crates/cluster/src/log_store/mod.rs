@@ -57,6 +57,7 @@ use uuidmap_engine::store::{DirLock, Io, StoreError, lock_data_dir};
 use self::records::{log_id_of, log_pos, record_entry, vote_of, vote_state};
 use self::tail::Tail;
 use self::thread::{Command, LogThread};
+use crate::rejoin::VoteTrust;
 use crate::types::{Entry, LogId, UuidmapRaft, Vote};
 
 /// Where a member's log lives and how it is written.
@@ -102,6 +103,9 @@ pub struct WalLogStore {
     thread: Option<JoinHandle<()>>,
     /// The state last handed to the log thread.
     hard: RaftHardState,
+    /// Whether the vote is trusted: read from `raft-state`, written into
+    /// each later state (`crate::rejoin`).
+    trust: Arc<VoteTrust>,
     stats: Arc<LogStats>,
     /// The data directory's lock, held for the store's life (released
     /// after the log thread has stopped: fields drop after `drop`).
@@ -134,8 +138,8 @@ impl WalLogStore {
         // One writer per directory: a second store (or process) is refused
         // with the holder's PID before it reads or cuts anything.
         let lock = lock_data_dir(&*io, &dir)?;
-        let state = RaftStateFile::open(io.clone(), &dir)?;
-        let hard = *state.state();
+        let mut state = RaftStateFile::open(io.clone(), &dir)?;
+        let mut hard = *state.state();
         let purged = hard.purged.as_ref().map(log_id_of);
         let files = wal::list_wal_files(&*io, &dir)?;
         let mut tail = Tail {
@@ -157,13 +161,16 @@ impl WalLogStore {
             // ones), or at the oldest file.
             let from = tail.first.max(oldest.first_lsn);
             // The same repair as a restart's: a torn tail is cut.
-            wal::replay(
-                &*io,
-                &dir,
-                from.saturating_sub(1),
-                &ReplayOptions::default(),
-                |_, _| {},
-            )?;
+            let after = from.saturating_sub(1);
+            match wal::replay(&*io, &dir, after, &ReplayOptions::default(), |_, _| {}) {
+                Ok(_) => {}
+                Err(damage @ (StoreError::WalCorrupt { .. } | StoreError::WalGap { .. }))
+                    if damage.repairable() =>
+                {
+                    hard = cut_damaged_log(&*io, &dir, &mut state, hard, after, &damage)?;
+                }
+                Err(e) => return Err(e),
+            }
             let mut cursor = WalCursor::open(&*io, &dir, from)?;
             let mut first = true;
             while let Some(rec) = cursor.next_record()? {
@@ -180,6 +187,14 @@ impl WalLogStore {
             }
         }
         tail.flushed = tail.next_index().checked_sub(1);
+        // A log cut short (its damage cut above, or a torn tail under a
+        // policy without fsync) may end before the committed id saved:
+        // openraft would look for the missing entries. The leader tells
+        // this member again what is committed.
+        if tail.committed.map(|c| c.index) > tail.last.map(|l| l.index) {
+            tail.committed = tail.last;
+            hard.committed = tail.last.as_ref().map(log_pos);
+        }
         let next_lsn = tail.next_index();
         let wal = WalWriter::create(
             io.clone(),
@@ -219,9 +234,17 @@ impl WalLogStore {
             commands: Some(commands),
             thread: Some(thread),
             hard,
+            trust: VoteTrust::new(hard.vote_distrusted),
             stats,
             _lock: lock,
         })
+    }
+
+    /// Whether this member's vote is trusted (`crate::rejoin`): not when
+    /// `raft-state` was found damaged, until the group has taken the
+    /// member back. Clearing it here writes it clear with the next state.
+    pub fn vote_trust(&self) -> Arc<VoteTrust> {
+        self.trust.clone()
     }
 
     /// The first LSN not written to the log's files yet, as it moves: the
@@ -254,6 +277,7 @@ impl WalLogStore {
 
     /// Writes the hard state; waits for it (fsynced) if `sync`.
     async fn save_state(&mut self, sync: bool) -> std::io::Result<()> {
+        self.hard.vote_distrusted = self.trust.distrusted();
         if !sync {
             return self.send(Command::SaveState {
                 state: self.hard,
@@ -281,6 +305,46 @@ impl Drop for WalLogStore {
             let _ = thread.join();
         }
     }
+}
+
+/// A member's log damaged inside what was synced: a single node refuses to
+/// start, but a member's group holds the log, so the member cuts its own at
+/// the damage and is rebuilt from its leader. What it cut may include
+/// entries it acknowledged, so first, durably, its vote is marked
+/// distrusted (`crate::rejoin`): it votes for no one and is counted in no
+/// quorum until its group has made it a learner, it has caught up, and it
+/// is promoted back (docs/replication.md, 8.5). Returns the state written.
+fn cut_damaged_log(
+    io: &dyn Io,
+    dir: &Path,
+    state: &mut RaftStateFile,
+    hard: RaftHardState,
+    after: u64,
+    damage: &StoreError,
+) -> Result<RaftHardState, StoreError> {
+    let hard = RaftHardState {
+        vote_distrusted: true,
+        ..hard
+    };
+    // Before the cut: a crash between the two must not leave a cut log
+    // with a trusted vote.
+    state.write(hard, true)?;
+    let options = ReplayOptions {
+        truncate_corrupt: true,
+        ..ReplayOptions::default()
+    };
+    let outcome = wal::replay(io, dir, after, &options, |_, _| {})?;
+    let cut = outcome.cut.as_ref();
+    tracing::error!(
+        dir = %dir.display(),
+        %damage,
+        first_lsn_lost = cut.map(|c| c.first_lsn_lost),
+        readable_records_lost = cut.map(|c| c.readable_records_lost),
+        "this member's Raft log is damaged: cut back to the last good entry; the member votes \
+         for no one until its group has made it a learner and promoted it back (it catches up \
+         from the leader meanwhile)"
+    );
+    Ok(hard)
 }
 
 /// `range` as `start..end` (end exclusive).
@@ -428,6 +492,7 @@ impl RaftLogStorage<UuidmapRaft> for WalLogStore {
 
     async fn purge(&mut self, upto: LogId) -> Result<(), std::io::Error> {
         self.hard.purged = Some(log_pos(&upto));
+        self.hard.vote_distrusted = self.trust.distrusted();
         self.shared.tail().purge(upto);
         self.send(Command::Purge {
             state: self.hard,

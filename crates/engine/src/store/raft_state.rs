@@ -50,9 +50,11 @@
 //!   ([`StoreError::RaftStateVersion`]): it may hold the newest state, and
 //!   a member that forgets its vote can vote twice in one term.
 //! - A slot that fails its checks (CRC, magic, layout) is damage: disk
-//!   writes cannot tear it. The other slot wins, with a warning, and the
-//!   next write goes over the damaged one. Both damaged is
-//!   [`StoreError::RaftStateCorrupt`].
+//!   writes cannot tear it. The other slot's state is used, but marked
+//!   [`RaftHardState::vote_distrusted`]: the damaged slot may have held a
+//!   newer vote, and a vote is a promise, never to be fallen back from.
+//!   The next write goes over the damaged slot and carries the mark until
+//!   the member clears it. Both damaged is [`StoreError::RaftStateCorrupt`].
 
 use std::fmt;
 use std::io;
@@ -97,7 +99,10 @@ const VOTE_COMMITTED: u8 = 1 << 1;
 const HAS_COMMITTED: u8 = 1 << 2;
 const HAS_PURGED: u8 = 1 << 3;
 const HAS_SNAPSHOT_LSN: u8 = 1 << 4;
-const KNOWN_FLAGS: u8 = HAS_VOTE | VOTE_COMMITTED | HAS_COMMITTED | HAS_PURGED | HAS_SNAPSHOT_LSN;
+/// The member's vote is not trusted ([`RaftHardState::vote_distrusted`]).
+const VOTE_DISTRUSTED: u8 = 1 << 5;
+const KNOWN_FLAGS: u8 =
+    HAS_VOTE | VOTE_COMMITTED | HAS_COMMITTED | HAS_PURGED | HAS_SNAPSHOT_LSN | VOTE_DISTRUSTED;
 
 /// A log id: the term of the leader that proposed the entry, and its index
 /// (our LSN). Ordered by term, then index, as Raft orders log ids.
@@ -133,6 +138,14 @@ pub struct RaftHardState {
     /// The LSN of the last snapshot installed from a leader, which the
     /// snapshot file may exceed the WAL by.
     pub installed_snapshot_lsn: Option<u64>,
+    /// The vote may be older than one this member gave: a slot of the file
+    /// was found damaged, and it may have held the newest state. A vote is
+    /// a promise, so a member never falls back to an older one: it votes
+    /// for no one and takes no entries until its group has made it a
+    /// learner, and it trusts its vote again once promoted back
+    /// (`uuidmap_cluster::rejoin`). Set by [`RaftStateFile::open`] on
+    /// damage, and carried by every write until the member clears it.
+    pub vote_distrusted: bool,
 }
 
 /// The open `raft-state` file and the state it holds.
@@ -336,6 +349,9 @@ fn encode_slot(seq: u64, state: &RaftHardState) -> [u8; SLOT_LEN] {
         flags |= HAS_SNAPSHOT_LSN;
         put(SNAPSHOT_LSN_AT, lsn);
     }
+    if state.vote_distrusted {
+        flags |= VOTE_DISTRUSTED;
+    }
     b[..8].copy_from_slice(&MAGIC);
     b[VERSION_AT..VERSION_AT + 4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     b[FLAGS_AT] = flags;
@@ -422,6 +438,7 @@ fn decode_fields(b: &[u8], flags: u8) -> Option<RaftHardState> {
         purged: present(HAS_PURGED, PURGED_AT, 16)?.then(|| log_pos(PURGED_AT)),
         installed_snapshot_lsn: present(HAS_SNAPSHOT_LSN, SNAPSHOT_LSN_AT, 8)?
             .then(|| u64_at(b, SNAPSHOT_LSN_AT)),
+        vote_distrusted: flags & VOTE_DISTRUSTED != 0,
     })
 }
 
@@ -464,16 +481,22 @@ fn decode_file(path: &Path, bytes: &[u8]) -> Result<(u64, RaftHardState), StoreE
             ),
         });
     };
+    let (seq, mut state) = newest;
     for (index, slot) in slots.iter().enumerate() {
         if let Slot::Damaged(why) = slot {
-            tracing::warn!(
+            // The damaged slot may have held the newest state, and with it
+            // a vote newer than the one left: the vote is not trusted.
+            tracing::error!(
                 file = %path.display(),
-                "slot {index} of the Raft state file is damaged ({why}); using the other slot, \
-                 which the next write leaves in place"
+                "slot {index} of the Raft state file is damaged ({why}); it may have held this \
+                 member's newest vote, so the member will vote for no one and take no entries \
+                 until its group has made it a learner and promoted it again (automatic, with a \
+                 leader and a majority up)"
             );
+            state.vote_distrusted = true;
         }
     }
-    Ok(newest)
+    Ok((seq, state))
 }
 
 #[cfg(test)]
@@ -508,12 +531,15 @@ mod tests {
             for committed in positions {
                 for purged in positions {
                     for installed_snapshot_lsn in lsns {
-                        all.push(RaftHardState {
-                            vote,
-                            committed,
-                            purged,
-                            installed_snapshot_lsn,
-                        });
+                        for vote_distrusted in [false, true] {
+                            all.push(RaftHardState {
+                                vote,
+                                committed,
+                                purged,
+                                installed_snapshot_lsn,
+                                vote_distrusted,
+                            });
+                        }
                     }
                 }
             }
@@ -534,6 +560,7 @@ mod tests {
             }),
             purged: None,
             installed_snapshot_lsn: i.is_multiple_of(4).then_some(i),
+            vote_distrusted: false,
         }
     }
 
@@ -553,7 +580,7 @@ mod tests {
     #[test]
     fn every_combination_of_present_fields_round_trips() {
         let all = state_variants();
-        assert_eq!(all.len(), 81);
+        assert_eq!(all.len(), 162);
         for (i, s) in all.iter().enumerate() {
             let seq = 2 * i as u64 + 1;
             assert_eq!(
@@ -611,8 +638,17 @@ mod tests {
                     matches!(decode_slot(slot, &bytes[at..]), Slot::Damaged(_)),
                     "slot {slot}, bit {bit}"
                 );
-                // The other slot wins.
-                let expected = if slot == 0 { (5, old) } else { (6, new) };
+                // The other slot's state is used, its vote distrusted: the
+                // damaged slot may have held a newer one.
+                let distrusted = |s: RaftHardState| RaftHardState {
+                    vote_distrusted: true,
+                    ..s
+                };
+                let expected = if slot == 0 {
+                    (5, distrusted(old))
+                } else {
+                    (6, distrusted(new))
+                };
                 assert_eq!(
                     decode_file(&path(), &bytes).unwrap(),
                     expected,
@@ -628,6 +664,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_distrusted_mark_survives_a_write_and_clears_only_when_written_clear() {
+        let marked = RaftHardState {
+            vote_distrusted: true,
+            ..state(4)
+        };
+        let bytes = image(6, &marked, 5, &state(3));
+        assert_eq!(decode_file(&path(), &bytes).unwrap(), (6, marked));
+        let cleared = RaftHardState {
+            vote_distrusted: false,
+            ..marked
+        };
+        let bytes = image(8, &cleared, 7, &marked);
+        assert_eq!(decode_file(&path(), &bytes).unwrap(), (8, cleared));
     }
 
     #[test]
@@ -703,7 +755,12 @@ mod tests {
             bytes.truncate(len);
             let got = decode_file(&path(), &bytes);
             if len > SLOT_LEN {
-                assert_eq!(got.unwrap(), (2, state(2)), "len {len}");
+                // Slot 1 is cut off: it could have held a newer vote.
+                let distrusted = RaftHardState {
+                    vote_distrusted: true,
+                    ..state(2)
+                };
+                assert_eq!(got.unwrap(), (2, distrusted), "len {len}");
                 continue;
             }
             let message = got.unwrap_err().to_string();

@@ -339,7 +339,9 @@ fn discard_from(
         if at + 1 < files.len() {
             sync_dir(io, dir)?;
         }
-        cut_and_vouch(io, dir, &file.path, offset, first_lost - 1)?;
+        // A Raft log starts at LSN 0: a damaged first record leaves no
+        // good one to vouch for, and is cut with the header alone.
+        cut_and_vouch(io, dir, &file.path, offset, first_lost.saturating_sub(1))?;
         tracing::error!(
             file = %file.path.display(),
             offset,
