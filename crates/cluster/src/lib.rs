@@ -20,7 +20,11 @@
 //! - [`leadership`]: the writer's proposals into openraft, and the
 //!   leadership changes it hears of.
 //! - [`membership`]: adding, promoting and removing members, on the
-//!   leader.
+//!   leader; [`transfer`]: handing the leadership to another voter
+//!   without breaking the read lease.
+//! - [`vote_guard`]: when a member may vote (the hold after a restart,
+//!   and which leader-transfer elections its leader authorized).
+//! - [`counters`]: what happened to a member's Raft, as counters.
 //! - [`replica`]: a whole member ([`replica::Replica`]): index, writer,
 //!   log, openraft and the tasks between them.
 //! - [`network`]: how a member calls the others (openraft's network over
@@ -40,6 +44,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod batch;
+pub mod counters;
 pub mod identity;
 pub mod leadership;
 pub mod log_store;
@@ -53,7 +58,9 @@ pub mod snapshot_task;
 pub mod state_machine;
 pub mod status;
 pub mod timing;
+pub mod transfer;
 pub mod types;
+pub mod vote_guard;
 pub mod wire;
 
 pub use batch::{Applied, RaftBatch};

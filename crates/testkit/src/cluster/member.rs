@@ -64,6 +64,7 @@ impl Member {
         let network = GrpcNetworkFactory {
             id,
             overrides: Arc::new(HashMap::new()),
+            ..Default::default()
         };
         let config = raft_config(&RaftTiming::default()).expect("the product's timing is valid");
         let raft = Raft::new(id, config, network, store, machine.clone())
