@@ -10,25 +10,49 @@ use uuidmap_cluster::ClusterNode;
 use uuidmap_cluster::membership::{self, MembershipChanged};
 use uuidmap_cluster::network;
 use uuidmap_cluster::replica::IndexRaft;
+use uuidmap_cluster::transfer::LeaderTransfer;
 
 use crate::proto::v1 as pb;
-use crate::status::membership_error;
+use crate::status::{membership_error, transfer_error};
 
 /// How long `add` waits for the new member to say which node it is.
 const IDENTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a leader transfer waits for the new leader: two election
+/// timeouts of the default timing, and the new leader's first entry.
+const TRANSFER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The cluster service of one server.
 #[derive(Clone)]
 pub struct ClusterService {
     /// The member's openraft; `None` on a single node.
     raft: Option<IndexRaft>,
+    /// The member's leader transfer.
+    transfer: Option<LeaderTransfer>,
+    /// The member's own view (its counters, a leader stepping down).
+    view: Option<crate::ClusterView>,
 }
 
 impl ClusterService {
     /// The service of a member whose openraft is `raft` (`None`: a single
     /// node).
     pub fn new(raft: Option<IndexRaft>) -> Self {
-        ClusterService { raft }
+        ClusterService {
+            raft,
+            transfer: None,
+            view: None,
+        }
+    }
+
+    /// The same service, with the member's leader transfer and view.
+    pub fn with_member(
+        mut self,
+        transfer: Option<LeaderTransfer>,
+        view: Option<crate::ClusterView>,
+    ) -> Self {
+        self.transfer = transfer;
+        self.view = view;
+        self
     }
 
     fn raft(&self) -> Result<&IndexRaft, Status> {
@@ -68,9 +92,11 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
         _request: Request<pb::ClusterStatusRequest>,
     ) -> Result<Response<pb::ClusterStats>, Status> {
         let raft = self.raft()?;
-        Ok(Response::new(crate::metrics::cluster_stats(
-            &uuidmap_cluster::status::status_of(raft),
-        )))
+        let status = match &self.view {
+            Some(view) => view(),
+            None => uuidmap_cluster::status::status_of(raft),
+        };
+        Ok(Response::new(crate::metrics::cluster_stats(&status)))
     }
 
     async fn add_learner(
@@ -139,5 +165,29 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
             .await
             .map(response)
             .map_err(membership_error)
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<pb::TransferLeaderRequest>,
+    ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        self.raft()?;
+        let transfer = self
+            .transfer
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("this member cannot transfer"))?;
+        let to = request.into_inner().node_id;
+        if to == 0 {
+            return Err(Status::invalid_argument("node ids start at 1"));
+        }
+        let done = transfer
+            .to(to, TRANSFER_WAIT)
+            .await
+            .map_err(transfer_error)?;
+        Ok(Response::new(pb::TransferLeaderResponse {
+            leader_id: done.leader,
+            leader_url: done.url.unwrap_or_default(),
+            term: done.term,
+        }))
     }
 }

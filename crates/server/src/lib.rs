@@ -404,6 +404,7 @@ impl ServerParts {
         let raft_failed = member.as_ref().map(|m| m.raft());
         let cluster = member.as_ref().map(|m| m.view());
         let member_raft = member.as_ref().map(|m| m.raft());
+        let transfer = member.as_ref().map(|m| m.replica().leader_transfer());
         let (raft_failure_tx, raft_failure) = tokio::sync::oneshot::channel::<String>();
         let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
         let failing = durable.clone();
@@ -440,6 +441,7 @@ impl ServerParts {
             durable: durable.clone(),
             cluster,
             raft: member_raft,
+            transfer,
             stopping,
         };
         let result = run(assembled, &config, shutdown).await;
@@ -469,6 +471,7 @@ struct Assembled {
     durable: Arc<DurableIndex>,
     cluster: Option<ClusterView>,
     raft: Option<uuidmap_cluster::replica::IndexRaft>,
+    transfer: Option<uuidmap_cluster::transfer::LeaderTransfer>,
     stopping: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -523,6 +526,7 @@ async fn run(
         durable,
         cluster,
         raft,
+        transfer,
         stopping,
     } = assembled;
     let max_message = transport_errors::decoder_limit(&config.limits);
@@ -547,7 +551,7 @@ async fn run(
                 m,
                 durable.clone(),
                 data_service.scan_counters(),
-                cluster,
+                cluster.clone(),
                 stopping.clone(),
             ));
             maddr
@@ -593,9 +597,11 @@ async fn run(
     let admin = UuidMapAdminServer::new(admin::AdminService::new(durable))
         .accept_compressed(Gzip)
         .send_compressed(Gzip);
-    let cluster_service = UuidMapClusterServer::new(cluster_service::ClusterService::new(raft))
-        .accept_compressed(Gzip)
-        .send_compressed(Gzip);
+    let cluster_service = UuidMapClusterServer::new(
+        cluster_service::ClusterService::new(raft).with_member(transfer, cluster),
+    )
+    .accept_compressed(Gzip)
+    .send_compressed(Gzip);
     let incoming = incoming(listener);
     tracing::info!(
         %addr,

@@ -140,7 +140,7 @@ const R: Option<Role> = Some(Role::Read);
 const W: Option<Role> = Some(Role::Write);
 
 /// Every RPC the server serves.
-pub const METHODS: [Method; 21] = [
+pub const METHODS: [Method; 22] = [
     rpc(DATA, "Get", "Get", READ, R, false),
     rpc(DATA, "BatchGet", "BatchGet", READ, R, false),
     // The stream is a long poll; each request takes read permits by its
@@ -160,6 +160,14 @@ pub const METHODS: [Method; 21] = [
     rpc(CLUSTER, "AddLearner", "cluster.AddLearner", WRITE, W, false),
     rpc(CLUSTER, "Promote", "cluster.Promote", WRITE, W, false),
     rpc(CLUSTER, "Remove", "cluster.Remove", WRITE, W, false),
+    rpc(
+        CLUSTER,
+        "TransferLeader",
+        "cluster.TransferLeader",
+        WRITE,
+        W,
+        false,
+    ),
     rpc(HEALTH, "Check", "health.Check", AdmitAs::Free, None, false),
     rpc(HEALTH, "Watch", "health.Watch", AdmitAs::Free, None, true),
     rpc(
