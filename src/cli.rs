@@ -276,6 +276,16 @@ pub enum ClusterCommand {
         #[command(flatten)]
         connect: ConnectArgs,
     },
+    /// Hand the group's leadership to voter ID: the leader stops serving as
+    /// the leader, asks the group, and the command waits until ID leads.
+    TransferLeader {
+        /// The voter's node id.
+        id: u64,
+        /// How to reach the group (its members' URLs, comma-separated:
+        /// the transfer is asked of the leader).
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
 }
 
 impl ClientCommand {
@@ -291,6 +301,9 @@ impl ClientCommand {
             ClientCommand::Cluster(ClusterCommand::Status { .. }) => "cluster status",
             ClientCommand::Cluster(ClusterCommand::Add { .. }) => "cluster add",
             ClientCommand::Cluster(ClusterCommand::Remove { .. }) => "cluster remove",
+            ClientCommand::Cluster(ClusterCommand::TransferLeader { .. }) => {
+                "cluster transfer-leader"
+            }
             ClientCommand::Bench(_) => "bench",
         }
     }
@@ -465,6 +478,16 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
         ClientCommand::Cluster(ClusterCommand::Remove { ids, connect }) => {
             let c = Client::connect(&connect.options()).await?;
             print_membership(&c.remove_members(&ids).await?);
+            Ok(EXIT_OK)
+        }
+        ClientCommand::Cluster(ClusterCommand::TransferLeader { id, connect }) => {
+            let c = Client::connect(&connect.options()).await?;
+            let t = c.transfer_leader(id).await?;
+            print_fields(&[
+                ("leader", t.leader_id.to_string()),
+                ("leader_url", t.leader_url),
+                ("term", t.term.to_string()),
+            ]);
             Ok(EXIT_OK)
         }
         ClientCommand::Snapshot { connect } => {

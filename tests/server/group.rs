@@ -449,6 +449,52 @@ async fn stats_and_cluster_status_show_each_members_view_of_the_group() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_transfer_leader_hands_the_leadership_to_the_named_voter() {
+    let group = TestGroup::start(3).await;
+    let leader = group.leader().await;
+    let urls = group.urls();
+    let all = urls.join(",");
+    let cli = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"))
+                .args(&args)
+                .env_remove("UUIDMAP_SERVER")
+                .output()
+                .unwrap()
+        })
+    };
+    let args = |id: usize| {
+        [
+            "cluster",
+            "transfer-leader",
+            &id.to_string(),
+            "--server",
+            &all,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let itself = cli(args(leader + 1)).await.unwrap();
+    assert!(!itself.status.success(), "{itself:?}");
+    assert!(
+        String::from_utf8_lossy(&itself.stderr).contains("already leads"),
+        "{itself:?}"
+    );
+    let target = (leader + 1) % 3;
+    let out = cli(args(target + 1)).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains(&format!("leader_url  {}", urls[target])),
+        "{text}"
+    );
+    let s = cluster_stats(group.member(target).unwrap()).await;
+    assert_eq!(s.role, "leader", "{s:?}");
+    put_when_leading(group.member(target).unwrap(), 4, 4).await;
+    group.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_added_promoted_replaced_and_a_wiped_one_re_added() {
     use uuidmap_client::Client;
     let mut group = TestGroup::start(3).await;

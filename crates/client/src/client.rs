@@ -790,6 +790,23 @@ impl Client {
             .into_inner())
     }
 
+    /// Hands the group's leadership to voter `id`, on the leader; answers
+    /// who leads once it took over. Not resent after an unknown outcome
+    /// (a second transfer would be asked of the new leader).
+    pub async fn transfer_leader(
+        &self,
+        id: u64,
+    ) -> Result<pb::TransferLeaderResponse, ClientError> {
+        let message = pb::TransferLeaderRequest { node_id: id };
+        Ok(self
+            .unary_write("cluster.TransferLeader", false, |channel, remaining| {
+                let r = self.request(message, remaining);
+                async move { UuidMapClusterClient::new(channel).transfer_leader(r).await }
+            })
+            .await?
+            .into_inner())
+    }
+
     /// Does nothing on the server: a round trip.
     pub async fn ping(&self) -> Result<(), ClientError> {
         self.unary("Ping", true, |channel, remaining| {

@@ -25,13 +25,34 @@
 //!   proposal queue, so that the gate is logged behind every earlier
 //!   proposal). When the member stops leading, it tells the writer to
 //!   follow, and who leads.
+//!   A leader that *hands over* (a transfer, or a step-down below) tells
+//!   the writer to follow the member it hands over to.
 //! - The *lease task* keeps the member's [`ReadLease`] up to date from
 //!   openraft's metrics: whether it leads, in which term, and until when
-//!   a majority's last acknowledgement lets it answer reads alone.
+//!   a majority's last acknowledgement lets it answer reads alone. A
+//!   leader that no majority acknowledged for `step_down_after` (the
+//!   maximum election timeout: by then every follower that stopped
+//!   hearing it has started an election) **steps down**: openraft 0.10
+//!   has no step-down for a voter that leads, so it does what openraft's
+//!   own step-down of a removed leader does (`core/step_down_watcher.rs`):
+//!   it hands its leadership to the most up-to-date other voter
+//!   (`trigger().transfer_leader`), which stops its heartbeats and its
+//!   proposals, and the writer and the read lease leave the leading role
+//!   at once, so clients are told "not the leader" and move on. It stays
+//!   openraft's leader (reported as `stepping-down`) until it hears of a
+//!   newer term.
+//! - The proposals not yet answered are bounded (`max_proposals`): the
+//!   writer asks [`Proposer::admit`] before it decides a caller's batch,
+//!   and a batch over the bound is refused, nothing logged
+//!   ([`WriteError::ProposalsFull`], counted). Gates and confirmations
+//!   are never refused (the writer needs them; one of each at a time), so
+//!   the queue and the proposals waiting in openraft hold at most the
+//!   bound plus two.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -42,36 +63,83 @@ use openraft::impls::ProgressResponder;
 use openraft::storage::RaftStateMachine;
 use tokio::sync::{Notify, mpsc};
 use uuidmap_engine::writer::{
-    DecidedBatch, LeaderHint, Proposer, ReadLease, ReplicaControl, WriteError, WriteOutcome,
-    WriteReply,
+    DecidedBatch, LeaderHint, LeaseAck, Proposer, ReadLease, ReplicaControl, WriteError,
+    WriteOutcome, WriteReply,
 };
 
+use crate::counters::RaftCounters;
 use crate::types::CommittedLeaderId;
+use crate::vote_guard::VoteGuard;
 use crate::{RaftBatch, UuidmapRaft};
+
+/// The default bound on a leader's proposals not yet answered: at the
+/// 64 writers of the benchmarks and a commit every few ms, far more than
+/// is ever in flight; a group that stops committing fills it in seconds
+/// rather than filling memory.
+pub const MAX_PROPOSALS: usize = 4096;
 
 /// The writer's [`Proposer`] (module docs).
 pub struct RaftProposer {
     tx: mpsc::UnboundedSender<(DecidedBatch, WriteReply)>,
+    /// Proposals handed over and not yet answered (the task lowers it).
+    in_flight: Arc<AtomicUsize>,
+    bound: usize,
+    counters: Arc<RaftCounters>,
 }
 
 impl Proposer for RaftProposer {
     fn propose(&mut self, batch: DecidedBatch, reply: WriteReply) {
+        self.in_flight.fetch_add(1, Relaxed);
         if let Err(mpsc::error::SendError((_, reply))) = self.tx.send((batch, reply)) {
             // The proposal task is gone: this member is shutting down.
+            self.in_flight.fetch_sub(1, Relaxed);
             let _ = reply.send(Err(WriteError::ShuttingDown));
         }
+    }
+
+    fn admit(&self) -> Result<(), usize> {
+        if self.in_flight.load(Relaxed) >= self.bound {
+            RaftCounters::bump(&self.counters.proposals_refused);
+            return Err(self.bound);
+        }
+        Ok(())
     }
 }
 
 /// The proposals a [`RaftProposer`] queued, for the proposal task.
 pub struct ProposalQueue {
     rx: mpsc::UnboundedReceiver<(DecidedBatch, WriteReply)>,
+    in_flight: Arc<AtomicUsize>,
 }
 
-/// A proposer and the queue it fills.
-pub fn proposal_channel() -> (RaftProposer, ProposalQueue) {
+/// Answers one proposal's caller, which leaves the bound.
+fn answer_caller(
+    in_flight: &AtomicUsize,
+    reply: WriteReply,
+    outcome: Result<WriteOutcome, WriteError>,
+) {
+    in_flight.fetch_sub(1, Relaxed);
+    let _ = reply.send(outcome);
+}
+
+/// A proposer and the queue it fills; at most `bound` proposals of
+/// callers not yet answered (module docs), refusals counted in
+/// `counters`.
+pub fn proposal_channel(
+    bound: usize,
+    counters: Arc<RaftCounters>,
+) -> (RaftProposer, ProposalQueue) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (RaftProposer { tx }, ProposalQueue { rx })
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    (
+        RaftProposer {
+            tx,
+            in_flight: in_flight.clone(),
+            bound: bound.max(1),
+            counters,
+        },
+        ProposalQueue { rx, in_flight },
+    )
 }
 
 fn hint(forward: &ForwardToLeader<UuidmapRaft>) -> Option<LeaderHint> {
@@ -117,6 +185,7 @@ pub async fn run_proposals<SM>(
 ) where
     SM: RaftStateMachine<UuidmapRaft>,
 {
+    let in_flight = queue.in_flight.clone();
     let mut waiting = FuturesUnordered::new();
     // The callers not answered yet, by proposal number.
     let mut callers: HashMap<u64, WriteReply> = HashMap::new();
@@ -130,7 +199,7 @@ pub async fn run_proposals<SM>(
             Some((n, seq, answer)) = waiting.next(), if !waiting.is_empty() => {
                 let outcome = outcome(answer, seq, &raft, &control);
                 if let Some(reply) = callers.remove(&n) {
-                    let _ = reply.send(outcome);
+                    answer_caller(&in_flight, reply, outcome);
                 }
                 if callers.is_empty() {
                     // A lapse seen before counts no more.
@@ -149,7 +218,7 @@ pub async fn run_proposals<SM>(
                     .await;
                 if sent.is_err() {
                     // openraft has stopped: nothing was logged.
-                    let _ = reply.send(Err(WriteError::ShuttingDown));
+                    answer_caller(&in_flight, reply, Err(WriteError::ShuttingDown));
                     continue;
                 }
                 next += 1;
@@ -169,7 +238,7 @@ pub async fn run_proposals<SM>(
                         );
                     }
                     for (_, reply) in callers.drain() {
-                        let _ = reply.send(Err(WriteError::QuorumLost));
+                        answer_caller(&in_flight, reply, Err(WriteError::QuorumLost));
                     }
                 }
             }
@@ -179,7 +248,7 @@ pub async fn run_proposals<SM>(
     while let Some((n, seq, answer)) = waiting.next().await {
         let outcome = outcome(answer, seq, &raft, &control);
         if let Some(reply) = callers.remove(&n) {
-            let _ = reply.send(outcome);
+            answer_caller(&in_flight, reply, outcome);
         }
     }
 }
@@ -231,11 +300,61 @@ where
 /// asked in a hot loop.
 const REGATE_AFTER: Duration = Duration::from_millis(20);
 
+/// What the leadership and lease tasks share with a leader transfer.
+#[derive(Clone)]
+pub struct LeadershipShared {
+    /// The member's read lease.
+    pub lease: Arc<ReadLease>,
+    /// The member's vote rules, which record a transfer.
+    pub guard: Arc<VoteGuard>,
+    /// Wakes the leadership task (a stalled writer, or a hand-over).
+    pub stalled: Arc<Notify>,
+    /// The member's counters.
+    pub counters: Arc<RaftCounters>,
+}
+
+impl LeadershipShared {
+    /// This member, leading `term`, hands its leadership to `to`: from now
+    /// on it answers no read as the leader in `term` and its writer is
+    /// told to follow `to` (module docs). openraft is not asked here.
+    pub fn hand_over(&self, term: u64, to: u64) {
+        self.lease.hand_over(term);
+        self.guard.transfer_named(term, to);
+        self.stalled.notify_one();
+    }
+
+    /// Whom this member, leading `term`, handed over to (if it did).
+    pub fn handed_over_to(&self, term: u64) -> Option<u64> {
+        if self.lease.handed_over(term) {
+            self.guard.named_in(term)
+        } else {
+            None
+        }
+    }
+}
+
+/// The hint for member `id`, from `raft`'s membership.
+fn hint_for<SM>(raft: &Raft<UuidmapRaft, SM>, id: u64) -> LeaderHint
+where
+    SM: RaftStateMachine<UuidmapRaft>,
+{
+    let metrics = raft.metrics();
+    let m = metrics.borrow_watched();
+    LeaderHint {
+        id,
+        url: m
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.api_url.clone()),
+    }
+}
+
 /// The leadership task (module docs): runs until openraft stops.
 pub async fn watch_leadership<SM>(
     raft: Raft<UuidmapRaft, SM>,
     control: ReplicaControl,
-    stalled: Arc<Notify>,
+    shared: LeadershipShared,
 ) where
     SM: RaftStateMachine<UuidmapRaft>,
 {
@@ -247,13 +366,25 @@ pub async fn watch_leadership<SM>(
     let mut led: Option<u64> = None;
     let mut told: Option<Option<LeaderHint>> = None;
     let mut again = false;
+    // The last leader seen, with its term, for `leader_changes`.
+    let mut seen: Option<(u64, u64)> = None;
     loop {
-        let leading = {
+        let (leading, current) = {
             let m = metrics.borrow_watched();
             let leads = m.state == openraft::ServerState::Leader && m.current_leader == Some(id);
-            leads.then_some(m.current_term)
+            let current = m.current_leader.map(|l| (m.current_term, l));
+            (leads.then_some(m.current_term), current)
         };
-        let hint = current_hint(&raft);
+        if current.is_some() && current != seen {
+            seen = current;
+            RaftCounters::bump(&shared.counters.leader_changes);
+        }
+        // A leader that handed over follows the member it named.
+        let handed = leading.and_then(|term| shared.handed_over_to(term));
+        let (leading, hint) = match handed {
+            Some(to) => (None, Some(hint_for(&raft, to))),
+            None => (leading, current_hint(&raft)),
+        };
         let told_ok = match leading {
             Some(term) if led != Some(term) || again => {
                 led = Some(term);
@@ -273,7 +404,7 @@ pub async fn watch_leadership<SM>(
         again = false;
         tokio::select! {
             changed = metrics.changed() => if changed.is_err() { return },
-            _ = stalled.notified() => {
+            _ = shared.stalled.notified() => {
                 tokio::time::sleep(REGATE_AFTER).await;
                 again = true;
             }
@@ -281,52 +412,144 @@ pub async fn watch_leadership<SM>(
     }
 }
 
-/// The lease task (module docs): runs until openraft stops. `lease` is
-/// how long after a majority's acknowledgement (the time the leader sent
-/// what they acknowledged) no other member can lead: openraft's followers
-/// vote for no one for the maximum election timeout after hearing from
-/// their leader; the caller gives less, for the clocks' drift.
+/// The lease task's timings.
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseTiming {
+    /// How long after a majority's acknowledgement (the time the leader
+    /// sent what they acknowledged) no other member can lead: openraft's
+    /// followers vote for no one for the maximum election timeout after
+    /// hearing from their leader; the caller gives less (the minimum),
+    /// for the clocks' drift.
+    pub lease: Duration,
+    /// A leader that no majority acknowledged for this long steps down
+    /// (module docs).
+    pub step_down_after: Duration,
+}
+
+/// What the lease task does after one look at the metrics.
+enum LeaseStep {
+    /// Nothing until the metrics change.
+    Wait,
+    /// Look again at this time (the lease's end, or the step-down's).
+    WakeAt(Instant),
+    /// Step down from `term`, handing over to `to`.
+    StepDown { term: u64, to: Option<u64> },
+}
+
+/// The lease task (module docs): runs until openraft stops.
 pub async fn watch_lease<SM>(
     raft: Raft<UuidmapRaft, SM>,
-    read_lease: Arc<ReadLease>,
-    lease: Duration,
+    shared: LeadershipShared,
+    timing: LeaseTiming,
 ) where
     SM: RaftStateMachine<UuidmapRaft>,
 {
     let id = *raft.node_id();
     let mut metrics = raft.metrics();
+    // Whether the lease held at the last look (for `lease_lapses`), and
+    // since when this member leads its current term.
+    let mut held = false;
+    let mut leading_since: Option<(u64, Instant)> = None;
     loop {
-        {
+        let step = {
             let m = metrics.borrow_watched();
             let leads = m.state == openraft::ServerState::Leader && m.current_leader == Some(id);
             if leads {
+                let term = m.current_term;
+                let since = match leading_since {
+                    Some((t, at)) if t == term => at,
+                    _ => {
+                        let now = Instant::now();
+                        leading_since = Some((term, now));
+                        held = false;
+                        now
+                    }
+                };
                 let membership = m.membership_config.membership();
                 let alone = membership.voter_ids().all(|v| v == id);
-                let until = if alone {
-                    None
-                } else {
-                    // Never acknowledged yet: a lease that has run out.
-                    Some(
-                        m.last_quorum_acked
-                            .as_ref()
-                            .map(|t| {
-                                let acked_ago = openraft::Instant::elapsed(&**t);
-                                std::time::Instant::now()
-                                    .checked_sub(acked_ago)
-                                    .unwrap_or_else(std::time::Instant::now)
-                                    + lease
-                            })
-                            .unwrap_or_else(std::time::Instant::now),
-                    )
+                let acked_at = m.last_quorum_acked.as_ref().map(|t| {
+                    let acked_ago = openraft::Instant::elapsed(&**t);
+                    Instant::now()
+                        .checked_sub(acked_ago)
+                        .unwrap_or_else(Instant::now)
+                });
+                let ack = match (alone, acked_at) {
+                    (true, _) => LeaseAck::Alone,
+                    (false, Some(at)) => LeaseAck::At(at),
+                    (false, None) => LeaseAck::Never,
                 };
-                read_lease.lead(m.current_term, until);
+                if shared.lease.lead(term, ack, timing.lease) {
+                    tracing::warn!(
+                        "this host was suspended: the read lease waits for an acknowledgement \
+                         sent after it"
+                    );
+                }
+                let lapsed = shared.lease.lapsed();
+                if lapsed && held {
+                    RaftCounters::bump(&shared.counters.lease_lapses);
+                }
+                held = !lapsed;
+                if alone || shared.lease.handed_over(term) {
+                    LeaseStep::Wait
+                } else {
+                    let last = acked_at.map_or(since, |a| a.max(since));
+                    let step_at = last + timing.step_down_after;
+                    if Instant::now() >= step_at {
+                        // The most up-to-date other voter.
+                        let voters: Vec<u64> = membership.voter_ids().collect();
+                        let to = m
+                            .replication
+                            .as_ref()
+                            .and_then(|r| {
+                                r.iter()
+                                    .filter(|(v, _)| **v != id && voters.contains(v))
+                                    .max_by_key(|(_, matched)| matched.as_ref().map(|l| l.index))
+                                    .map(|(v, _)| *v)
+                            })
+                            .or_else(|| voters.iter().copied().find(|v| *v != id));
+                        LeaseStep::StepDown { term, to }
+                    } else if lapsed {
+                        LeaseStep::WakeAt(step_at)
+                    } else {
+                        LeaseStep::WakeAt((last + timing.lease).min(step_at))
+                    }
+                }
             } else {
-                read_lease.follow();
+                shared.lease.follow();
+                held = false;
+                leading_since = None;
+                LeaseStep::Wait
             }
-        }
-        if metrics.changed().await.is_err() {
-            read_lease.follow();
-            return;
+        };
+        let wake = match step {
+            LeaseStep::Wait => None,
+            LeaseStep::WakeAt(at) => Some(at),
+            LeaseStep::StepDown { term, to } => {
+                RaftCounters::bump(&shared.counters.step_downs);
+                tracing::warn!(
+                    term,
+                    ?to,
+                    after_ms = timing.step_down_after.as_millis() as u64,
+                    "no majority acknowledged this leader lately: it steps down"
+                );
+                if let Some(to) = to {
+                    shared.hand_over(term, to);
+                    if raft.trigger().transfer_leader(to).await.is_err() {
+                        shared.lease.follow();
+                        return; // openraft has stopped
+                    }
+                }
+                None
+            }
+        };
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() {
+                shared.lease.follow();
+                return;
+            },
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(
+                wake.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)),
+            )), if wake.is_some() => {}
         }
     }
 }

@@ -24,6 +24,11 @@
 //! - [`rejoin`]: a member whose vote is not trusted (its `raft-state` was
 //!   found damaged) votes for no one until its group has made it a
 //!   learner and promoted it back.
+//!   leader; [`transfer`]: handing the leadership to another voter
+//!   without breaking the read lease.
+//! - [`vote_guard`]: when a member may vote (the hold after a restart,
+//!   and which leader-transfer elections its leader authorized).
+//! - [`counters`]: what happened to a member's Raft, as counters.
 //! - [`replica`]: a whole member ([`replica::Replica`]): index, writer,
 //!   log, openraft and the tasks between them.
 //! - [`network`]: how a member calls the others (openraft's network over
@@ -44,6 +49,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod batch;
+pub mod counters;
 pub mod identity;
 pub mod leadership;
 pub mod log_store;
@@ -59,7 +65,9 @@ pub mod snapshot_task;
 pub mod state_machine;
 pub mod status;
 pub mod timing;
+pub mod transfer;
 pub mod types;
+pub mod vote_guard;
 pub mod wire;
 
 pub use batch::{Applied, RaftBatch};

@@ -58,6 +58,8 @@ pub struct GrpcNetworkFactory {
     pub overrides: Arc<HashMap<u64, String>>,
     /// This member's Raft TLS (`None`: plaintext).
     pub tls: Option<Arc<RaftTls>>,
+    /// The member's counters (elections started, snapshots sent).
+    pub counters: Arc<crate::counters::RaftCounters>,
 }
 
 /// The connection to one other member.
@@ -67,6 +69,7 @@ pub struct RaftPeer {
     /// The target's incarnation in the membership (0: unknown).
     incarnation: u64,
     client: Result<RaftClient<Channel>, String>,
+    counters: Arc<crate::counters::RaftCounters>,
 }
 
 impl RaftNetworkFactory<UuidmapRaft> for GrpcNetworkFactory {
@@ -98,6 +101,7 @@ impl RaftNetworkFactory<UuidmapRaft> for GrpcNetworkFactory {
             target,
             incarnation: node.incarnation,
             client,
+            counters: self.counters.clone(),
         }
     }
 }
@@ -196,6 +200,7 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, RPCError<UuidmapRaft>> {
+        self.counters.election_in(rpc.vote.leader_id.term);
         self.unary(RPCTypes::Vote, &option, &rpc, |mut c, r| async move {
             c.vote(r).await
         })
@@ -308,8 +313,11 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
         if let Ok(Err(e)) = reading.await {
             return Err(unreachable(e));
         }
-        SnapshotResponse::from_wire(resp.into_inner())
-            .map_err(|e| StreamingError::Unreachable(Unreachable::new(&PeerError(e.to_string()))))
+        let resp = SnapshotResponse::from_wire(resp.into_inner()).map_err(|e| {
+            StreamingError::Unreachable(Unreachable::new(&PeerError(e.to_string())))
+        })?;
+        crate::counters::RaftCounters::bump(&self.counters.snapshots_sent);
+        Ok(resp)
     }
 }
 

@@ -20,6 +20,11 @@
 //!   then is it fsynced and handed to openraft, whose state machine takes
 //!   the file; a file it did not take (an older snapshot, a stale leader),
 //!   and every file of a failed transfer, is removed.
+//! - `Vote` and `PreVote` pass the member's [`VoteGuard`] first (the start
+//!   hold: UNAVAILABLE; an unauthorized leader-transfer flag is cleared).
+//!   `TransferLeader` is taken only from the leader this member follows,
+//!   in its term (FAILED_PRECONDITION otherwise), and names the candidate
+//!   whose transfer flag then counts.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -32,10 +37,12 @@ use tonic::{Request, Response, Status, Streaming};
 use uuidmap_engine::store::Io;
 use uuidmap_proto::raft::v1 as pb;
 
+use crate::counters::RaftCounters;
 use crate::identity::{INCARNATION_HEADER, MemberIdentity};
 use crate::rejoin::{Promotions, RejoinError, VoteTrust};
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{AppendEntriesRequest, TransferLeaderRequest, UuidmapRaft, VoteRequest};
+use crate::vote_guard::VoteGuard;
 use crate::wire::{FromWire, SnapshotHeader, ToWire, WireError};
 
 /// The Raft service of one member, over its `openraft::Raft`.
@@ -57,6 +64,10 @@ where
     trust: Arc<VoteTrust>,
     /// On the leader: the members being promoted back after a rejoin.
     promotions: Arc<Promotions>,
+    /// The member's vote rules on top of openraft's.
+    guard: Arc<VoteGuard>,
+    /// The member's counters (snapshots received).
+    counters: Arc<RaftCounters>,
 }
 
 impl<SM> RaftService<SM>
@@ -82,7 +93,45 @@ where
             verify_callers: false,
             trust: VoteTrust::new(false),
             promotions: Arc::default(),
+            guard: Arc::default(),
+            counters: Arc::default(),
         }
+    }
+
+    /// The same service, checking votes with `guard` and counting in
+    /// `counters` (the member's; by default, no hold and counters of its
+    /// own).
+    pub fn guarded(mut self, guard: Arc<VoteGuard>, counters: Arc<RaftCounters>) -> Self {
+        self.guard = guard;
+        self.counters = counters;
+        self
+    }
+
+    /// Refuses a `TransferLeader` that does not come from the leader this
+    /// member follows, in its term, or that names this member while its
+    /// start hold lasts.
+    fn check_transfer(&self, req: &TransferLeaderRequest) -> Result<(), Status> {
+        let from = req.from_leader();
+        let (vote, leader) = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            (m.vote, m.current_leader)
+        };
+        let sender = from.leader_id.voted_for;
+        if !from.committed || vote != *from || leader != Some(sender) {
+            return Err(Status::failed_precondition(format!(
+                "a leader transfer is taken only from the leader this member follows, in its \
+                 term: the request comes from node {sender} in term {}, and this member's \
+                 leader is {leader:?} in term {}",
+                from.leader_id.term, vote.leader_id.term
+            )));
+        }
+        if *req.to_node_id() == self.identity.node_id {
+            self.guard
+                .check_hold()
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// Verifies every caller by its certificate ([`crate::raft_tls`]): to
@@ -346,8 +395,11 @@ where
         self.check(&request)?;
         let caller = self.caller(&request).await?;
         self.check_vote_trusted()?;
-        let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        let mut req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
         sent_by(caller, &req.vote)?;
+        self.guard
+            .check_vote(&mut req)
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         let resp = self.raft.vote(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
     }
@@ -359,8 +411,11 @@ where
         self.check(&request)?;
         let caller = self.caller(&request).await?;
         self.check_vote_trusted()?;
-        let req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        let mut req = VoteRequest::from_wire(request.into_inner()).map_err(invalid)?;
         sent_by(caller, &req.vote)?;
+        self.guard
+            .check_vote(&mut req)
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         let resp = self.raft.pre_vote(req).await.map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
     }
@@ -419,6 +474,7 @@ where
         // The state machine moves a file it installs; one left was not.
         let _ = self.io.remove(&path);
         let resp = installed.map_err(stopping)?;
+        RaftCounters::bump(&self.counters.snapshots_received);
         Ok(Response::new(resp.to_wire()))
     }
 
@@ -431,6 +487,9 @@ where
         self.check_vote_trusted()?;
         let req = TransferLeaderRequest::from_wire(request.into_inner()).map_err(invalid)?;
         sent_by(caller, req.from_leader())?;
+        self.check_transfer(&req)?;
+        self.guard
+            .transfer_named(req.from_leader().leader_id.term, *req.to_node_id());
         let resp = self
             .raft
             .handle_transfer_leader(req)

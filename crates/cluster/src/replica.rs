@@ -36,8 +36,12 @@ use uuidmap_engine::writer::{DurableConfig, DurableIndex, IndexRef, ReplicaStart
 use uuidmap_index::sync::LsnWatermark;
 
 use crate::UuidmapRaft;
+use crate::counters::RaftCounters;
 use crate::identity::{self, IdentityError, MemberIdentity};
-use crate::leadership::{proposal_channel, run_proposals, watch_leadership, watch_lease};
+use crate::leadership::{
+    LeadershipShared, LeaseTiming, MAX_PROPOSALS, proposal_channel, run_proposals,
+    watch_leadership, watch_lease,
+};
 use crate::log_store::{LogStats, LogStoreConfig, TAIL_ENTRIES, WalLogStore};
 use crate::network::GrpcNetworkFactory;
 use crate::raft_service::{INCOMING_PREFIX, RaftService};
@@ -47,6 +51,8 @@ use crate::snapshot_file::{self, MemberSnapshot};
 use crate::snapshot_task::{SnapshotPolicy, take_snapshots};
 use crate::state_machine::{AppliedPoint, IndexStateMachine, SnapshotStore};
 use crate::timing::{RaftTiming, raft_config};
+use crate::transfer::LeaderTransfer;
+use crate::vote_guard::{VoteGuard, start_hold};
 
 /// openraft over the index.
 pub type IndexRaft = Raft<UuidmapRaft, IndexStateMachine>;
@@ -85,6 +91,9 @@ pub struct ReplicaConfig {
     /// mTLS on the Raft port, both ways ([`crate::raft_tls`]); `None`:
     /// plaintext, and any caller is served.
     pub tls: Option<RaftTls>,
+    /// The leader's proposals not yet answered, at most: a write over it
+    /// is refused (`WriteError::ProposalsFull`).
+    pub max_proposals: usize,
 }
 
 /// The default of [`ReplicaConfig::snapshot_entries`]: a restart applies
@@ -112,6 +121,7 @@ impl ReplicaConfig {
             snapshot_entries: SNAPSHOT_ENTRIES,
             logs_to_keep: LOGS_TO_KEEP,
             tls: None,
+            max_proposals: MAX_PROPOSALS,
         }
     }
 }
@@ -143,6 +153,7 @@ pub struct Replica {
     /// Whether its vote is trusted (`crate::rejoin`).
     trust: Arc<VoteTrust>,
     snapshots: SnapshotStore,
+    shared: LeadershipShared,
     tasks: Vec<JoinHandle<()>>,
     tls: Option<Arc<RaftTls>>,
 }
@@ -153,6 +164,11 @@ impl Replica {
     /// on one member, or `add_learner` from a leader).
     pub async fn start(config: ReplicaConfig) -> Result<Replica, ReplicaError> {
         refuse_single_node_dir(&config)?;
+        // Raft state from before: it may have promised its vote.
+        let had_state = config
+            .io
+            .list(&config.dir)
+            .is_ok_and(|names| names.iter().any(|n| n == RAFT_STATE_FILE));
         let store = WalLogStore::open(LogStoreConfig {
             io: config.io.clone(),
             dir: config.dir.clone(),
@@ -168,7 +184,8 @@ impl Replica {
         let purged = store.purged_index();
         remove_incoming(&config);
         let start = open_newest_snapshot(&config, purged)?;
-        let (proposer, proposals) = proposal_channel();
+        let counters = Arc::new(RaftCounters::default());
+        let (proposer, proposals) = proposal_channel(config.max_proposals, counters.clone());
         let stalled = Arc::new(Notify::new());
         let on_stall = {
             let stalled = stalled.clone();
@@ -215,6 +232,7 @@ impl Replica {
             id: config.id,
             overrides: Arc::new(config.peer_overrides.clone()),
             tls: tls.clone(),
+            counters: counters.clone(),
         };
         let (requests, snapshot_requests) = tokio::sync::mpsc::unbounded_channel();
         durable.take_member_snapshots_with(requests);
@@ -224,7 +242,8 @@ impl Replica {
         }));
         let raft_config =
             raft_config(&config.timing).map_err(|e| ReplicaError::Raft(e.to_string()))?;
-        let machine = IndexStateMachine::new(control.clone(), snapshots.clone(), written);
+        let machine = IndexStateMachine::new(control.clone(), snapshots.clone(), written)
+            .counting(counters.clone());
         let raft = Raft::new(config.id, raft_config, network, store, machine)
             .await
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
@@ -232,15 +251,26 @@ impl Replica {
             .read_lease()
             .expect("a member's index has a read lease")
             .clone();
+        let hold = start_hold_of(&raft, had_state, &config.timing);
+        let shared = LeadershipShared {
+            lease: read_lease,
+            guard: Arc::new(VoteGuard::new(hold)),
+            stalled,
+            counters,
+        };
         // The followers' own wait is the maximum election timeout; the
-        // minimum leaves room for the clocks' drift.
-        let lease = std::time::Duration::from_millis(config.timing.election_min_ms);
+        // minimum leaves room for the clocks' drift. A leader unheard for
+        // the maximum steps down (`leadership`).
+        let lease = LeaseTiming {
+            lease: std::time::Duration::from_millis(config.timing.election_min_ms),
+            step_down_after: std::time::Duration::from_millis(config.timing.election_max_ms),
+        };
         if trust.distrusted() {
             // No election until the group has taken this member back
             // (`crate::rejoin`); the Raft service refuses votes meanwhile.
             raft.runtime_config().elect(false);
         }
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(ask_to_rejoin(
                 raft.clone(),
                 trust.clone(),
@@ -252,10 +282,10 @@ impl Replica {
                 proposals,
                 raft.clone(),
                 control.clone(),
-                read_lease.clone(),
+                shared.lease.clone(),
             )),
-            tokio::spawn(watch_leadership(raft.clone(), control, stalled)),
-            tokio::spawn(watch_lease(raft.clone(), read_lease, lease)),
+            tokio::spawn(watch_leadership(raft.clone(), control, shared.clone())),
+            tokio::spawn(watch_lease(raft.clone(), shared.clone(), lease)),
             tokio::spawn(take_snapshots(
                 raft.clone(),
                 snapshots.clone(),
@@ -267,6 +297,22 @@ impl Replica {
                 snapshot_requests,
             )),
         ];
+        if let Some(hold) = hold {
+            tracing::info!(
+                hold_ms = hold.as_millis() as u64,
+                "restarted with Raft state: no vote and no election until the hold ends"
+            );
+            raft.runtime_config().elect(false);
+            let (raft, trust) = (raft.clone(), trust.clone());
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(hold).await;
+                // A distrusted vote keeps elections off until the group
+                // took the member back (`ask_to_rejoin` turns them on).
+                if !trust.distrusted() {
+                    raft.runtime_config().elect(true);
+                }
+            }));
+        }
         Ok(Replica {
             id: config.id,
             dir: config.dir,
@@ -277,6 +323,7 @@ impl Replica {
             identity,
             trust,
             snapshots,
+            shared,
             tasks,
             tls,
         })
@@ -314,9 +361,29 @@ impl Replica {
         self.durable.writes().clone()
     }
 
-    /// What this member knows of its group now.
+    /// What this member knows of its group now, its counters included.
     pub fn status(&self) -> crate::status::ClusterStatus {
-        crate::status::status_of(&self.raft)
+        crate::status::member_status(&self.raft, &self.shared)
+    }
+
+    /// [`Replica::status`], as a function that outlives the borrow (for
+    /// the server's `Stats` and `/metrics`).
+    pub fn status_view(&self) -> impl Fn() -> crate::status::ClusterStatus + Send + Sync + 'static {
+        let (raft, shared) = (self.raft.clone(), self.shared.clone());
+        move || crate::status::member_status(&raft, &shared)
+    }
+
+    /// Its Raft counters.
+    pub fn counters(&self) -> Arc<RaftCounters> {
+        self.shared.counters.clone()
+    }
+
+    /// Its leader transfer (`transfer`).
+    pub fn leader_transfer(&self) -> LeaderTransfer {
+        LeaderTransfer {
+            raft: self.raft.clone(),
+            shared: self.shared.clone(),
+        }
     }
 
     /// What the log store has done.
@@ -335,7 +402,8 @@ impl Replica {
             self.io.clone(),
             self.identity,
         )
-        .with_vote_trust(self.trust.clone());
+        .with_vote_trust(self.trust.clone())
+        .guarded(self.shared.guard.clone(), self.shared.counters.clone());
         match self.tls {
             Some(_) => service.verify_callers().into_server(),
             None => service.into_server(),
@@ -378,6 +446,22 @@ impl Replica {
         })
         .await;
     }
+}
+
+/// The start hold of a member (`vote_guard`): `None` for a fresh member
+/// (no Raft state before this start) and for the only voter.
+fn start_hold_of(
+    raft: &IndexRaft,
+    had_state: bool,
+    timing: &RaftTiming,
+) -> Option<std::time::Duration> {
+    use openraft::async_runtime::WatchReceiver;
+    let id = *raft.node_id();
+    let metrics = raft.metrics();
+    let m = metrics.borrow_watched();
+    let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+    let alone = voters == [id];
+    (had_state && !alone).then(|| start_hold(timing))
 }
 
 /// Refuses a directory that holds a single node's data (WAL or snapshot

@@ -261,6 +261,8 @@ pub struct IndexStateMachine {
     membership: StoredMembership,
     chain: ProposalChain,
     snapshots: SnapshotStore,
+    /// Counts the entries applied void.
+    counters: Arc<crate::counters::RaftCounters>,
 }
 
 impl IndexStateMachine {
@@ -282,7 +284,14 @@ impl IndexStateMachine {
             membership: point.membership,
             chain: point.chain,
             snapshots,
+            counters: Arc::default(),
         }
+    }
+
+    /// The same machine, counting void entries in `counters`.
+    pub fn counting(mut self, counters: Arc<crate::counters::RaftCounters>) -> Self {
+        self.counters = counters;
+        self
     }
 
     fn publish_point(&self) {
@@ -334,6 +343,10 @@ impl IndexStateMachine {
         }
         self.chain = outcome.chain;
         self.publish_point();
+        self.counters.void_entries.fetch_add(
+            outcome.void.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let mut void = outcome.void.iter().peekable();
         for (lsn, responder) in chunk.responders.drain(..) {
             while void.next_if(|&&v| v < lsn).is_some() {}

@@ -7,6 +7,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::storage::RaftStateMachine;
 
 use crate::UuidmapRaft;
+use crate::counters::RaftCounts;
 
 /// A member's role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +18,10 @@ pub enum Role {
     Follower,
     /// It asks for votes.
     Candidate,
+    /// openraft still says it leads, but it is handing its leadership
+    /// over (asked to, or its lease lapsed): it takes no writes and
+    /// answers no read as the leader.
+    SteppingDown,
     /// It follows without a vote.
     Learner,
     /// Raft has stopped on it.
@@ -30,6 +35,7 @@ impl Role {
             Role::Leader => "leader",
             Role::Follower => "follower",
             Role::Candidate => "candidate",
+            Role::SteppingDown => "stepping-down",
             Role::Learner => "learner",
             Role::Stopped => "stopped",
         }
@@ -74,6 +80,27 @@ pub struct ClusterStatus {
     pub learners: Vec<u64>,
     /// Each other member's progress, when this member leads.
     pub followers: Vec<FollowerProgress>,
+    /// What happened to its Raft since it started (zeros when read from
+    /// openraft alone, [`status_of`]).
+    pub counts: RaftCounts,
+}
+
+/// The status of a whole member: [`status_of`], with its own view of
+/// leading (a leader that handed over is `SteppingDown`) and its
+/// counters.
+pub fn member_status<SM>(
+    raft: &openraft::Raft<UuidmapRaft, SM>,
+    shared: &crate::leadership::LeadershipShared,
+) -> ClusterStatus
+where
+    SM: RaftStateMachine<UuidmapRaft>,
+{
+    let mut status = status_of(raft);
+    if status.role == Role::Leader && shared.handed_over_to(status.term).is_some() {
+        status.role = Role::SteppingDown;
+    }
+    status.counts = shared.counters.counts();
+    status
 }
 
 /// The status of the member whose openraft is `raft`.
@@ -125,5 +152,6 @@ where
         voters: membership.voter_ids().collect(),
         learners: membership.learner_ids().collect(),
         followers,
+        counts: RaftCounts::default(),
     }
 }

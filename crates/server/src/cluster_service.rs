@@ -11,12 +11,17 @@ use uuidmap_cluster::membership::{self, MembershipChanged};
 use uuidmap_cluster::network;
 use uuidmap_cluster::raft_tls::RaftTls;
 use uuidmap_cluster::replica::IndexRaft;
+use uuidmap_cluster::transfer::LeaderTransfer;
 
 use crate::proto::v1 as pb;
-use crate::status::membership_error;
+use crate::status::{membership_error, transfer_error};
 
 /// How long `add` waits for the new member to say which node it is.
 const IDENTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a leader transfer waits for the new leader: two election
+/// timeouts of the default timing, and the new leader's first entry.
+const TRANSFER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The cluster service of one server.
 #[derive(Clone)]
@@ -26,6 +31,10 @@ pub struct ClusterService {
     /// The member's Raft TLS, which a node being added must prove its id
     /// with (`None`: plaintext).
     raft_tls: Option<RaftTls>,
+    /// The member's leader transfer.
+    transfer: Option<LeaderTransfer>,
+    /// The member's own view (its counters, a leader stepping down).
+    view: Option<crate::ClusterView>,
 }
 
 impl ClusterService {
@@ -35,12 +44,25 @@ impl ClusterService {
         ClusterService {
             raft,
             raft_tls: None,
+            transfer: None,
+            view: None,
         }
     }
 
     /// Asks nodes being added who they are over the member's Raft TLS.
     pub fn with_raft_tls(mut self, tls: Option<RaftTls>) -> Self {
         self.raft_tls = tls;
+        self
+    }
+
+    /// The same service, with the member's leader transfer and view.
+    pub fn with_member(
+        mut self,
+        transfer: Option<LeaderTransfer>,
+        view: Option<crate::ClusterView>,
+    ) -> Self {
+        self.transfer = transfer;
+        self.view = view;
         self
     }
 
@@ -81,9 +103,11 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
         _request: Request<pb::ClusterStatusRequest>,
     ) -> Result<Response<pb::ClusterStats>, Status> {
         let raft = self.raft()?;
-        Ok(Response::new(crate::metrics::cluster_stats(
-            &uuidmap_cluster::status::status_of(raft),
-        )))
+        let status = match &self.view {
+            Some(view) => view(),
+            None => uuidmap_cluster::status::status_of(raft),
+        };
+        Ok(Response::new(crate::metrics::cluster_stats(&status)))
     }
 
     async fn add_learner(
@@ -157,5 +181,29 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
             .await
             .map(response)
             .map_err(membership_error)
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<pb::TransferLeaderRequest>,
+    ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        self.raft()?;
+        let transfer = self
+            .transfer
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("this member cannot transfer"))?;
+        let to = request.into_inner().node_id;
+        if to == 0 {
+            return Err(Status::invalid_argument("node ids start at 1"));
+        }
+        let done = transfer
+            .to(to, TRANSFER_WAIT)
+            .await
+            .map_err(transfer_error)?;
+        Ok(Response::new(pb::TransferLeaderResponse {
+            leader_id: done.leader,
+            leader_url: done.url.unwrap_or_default(),
+            term: done.term,
+        }))
     }
 }

@@ -410,6 +410,7 @@ impl ServerParts {
         let cluster = member.as_ref().map(|m| m.view());
         let member_raft = member.as_ref().map(|m| m.raft());
         let raft_tls = member.as_ref().and_then(|m| m.raft_tls());
+        let transfer = member.as_ref().map(|m| m.replica().leader_transfer());
         let (raft_failure_tx, raft_failure) = tokio::sync::oneshot::channel::<String>();
         let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
         let failing = durable.clone();
@@ -447,6 +448,7 @@ impl ServerParts {
             cluster,
             raft: member_raft,
             raft_tls,
+            transfer,
             stopping,
         };
         let result = run(assembled, &config, shutdown).await;
@@ -478,6 +480,7 @@ struct Assembled {
     raft: Option<uuidmap_cluster::replica::IndexRaft>,
     /// The member's Raft TLS, to ask a node being added who it is.
     raft_tls: Option<uuidmap_cluster::raft_tls::RaftTls>,
+    transfer: Option<uuidmap_cluster::transfer::LeaderTransfer>,
     stopping: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -533,6 +536,7 @@ async fn run(
         cluster,
         raft,
         raft_tls,
+        transfer,
         stopping,
     } = assembled;
     let max_message = transport_errors::decoder_limit(&config.limits);
@@ -557,7 +561,7 @@ async fn run(
                 m,
                 durable.clone(),
                 data_service.scan_counters(),
-                cluster,
+                cluster.clone(),
                 stopping.clone(),
             ));
             maddr
@@ -604,7 +608,9 @@ async fn run(
         .accept_compressed(Gzip)
         .send_compressed(Gzip);
     let cluster_service = UuidMapClusterServer::new(
-        cluster_service::ClusterService::new(raft).with_raft_tls(raft_tls),
+        cluster_service::ClusterService::new(raft)
+            .with_raft_tls(raft_tls)
+            .with_member(transfer, cluster),
     )
     .accept_compressed(Gzip)
     .send_compressed(Gzip);

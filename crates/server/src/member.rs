@@ -188,8 +188,12 @@ impl Member {
 
     /// Its view of the group, read when asked.
     pub(crate) fn view(&self) -> crate::ClusterView {
-        let raft = self.replica.raft().clone();
-        Arc::new(move || uuidmap_cluster::status::status_of(&raft))
+        Arc::new(self.replica.status_view())
+    }
+
+    /// The member.
+    pub(crate) fn replica(&self) -> &uuidmap_cluster::replica::Replica {
+        &self.replica
     }
 
     /// openraft, to watch for its failure.

@@ -146,7 +146,7 @@ const W: Option<Role> = Some(Role::Write);
 const A: Option<Role> = Some(Role::Admin);
 
 /// Every RPC the server serves.
-pub const METHODS: [Method; 21] = [
+pub const METHODS: [Method; 22] = [
     rpc(DATA, "Get", "Get", READ, R, false),
     rpc(DATA, "BatchGet", "BatchGet", READ, R, false),
     // The stream is a long poll; each request takes read permits by its
@@ -166,6 +166,14 @@ pub const METHODS: [Method; 21] = [
     rpc(CLUSTER, "AddLearner", "cluster.AddLearner", WRITE, A, false),
     rpc(CLUSTER, "Promote", "cluster.Promote", WRITE, A, false),
     rpc(CLUSTER, "Remove", "cluster.Remove", WRITE, A, false),
+    rpc(
+        CLUSTER,
+        "TransferLeader",
+        "cluster.TransferLeader",
+        WRITE,
+        A,
+        false,
+    ),
     rpc(HEALTH, "Check", "health.Check", AdmitAs::Free, None, false),
     rpc(HEALTH, "Watch", "health.Watch", AdmitAs::Free, None, true),
     rpc(

@@ -563,6 +563,7 @@ fn render_cluster(out: &mut String, c: &ClusterStatus) {
     );
     for role in [
         Role::Leader,
+        Role::SteppingDown,
         Role::Follower,
         Role::Candidate,
         Role::Learner,
@@ -573,6 +574,56 @@ fn render_cluster(out: &mut String, c: &ClusterStatus) {
             "uuidmap_raft_role{{role=\"{}\"}} {}",
             role.as_str(),
             u8::from(c.role == role)
+        );
+    }
+    let k = &c.counts;
+    for (name, help, value) in [
+        (
+            "uuidmap_raft_elections_started_total",
+            "Elections this member started as a candidate (pre-votes not counted).",
+            k.elections_started,
+        ),
+        (
+            "uuidmap_raft_leader_changes_total",
+            "New leaders (another member, or a new term) this member saw.",
+            k.leader_changes,
+        ),
+        (
+            "uuidmap_raft_lease_lapses_total",
+            "Times this member, leading, saw its read lease run out (no majority acknowledged it \
+             within the lease).",
+            k.lease_lapses,
+        ),
+        (
+            "uuidmap_raft_step_downs_total",
+            "Times this member stopped leading because no majority acknowledged it.",
+            k.step_downs,
+        ),
+        (
+            "uuidmap_raft_void_entries_total",
+            "Log entries applied void (a proposal after one the log refused: changed nothing).",
+            k.void_entries,
+        ),
+        (
+            "uuidmap_raft_snapshots_sent_total",
+            "Snapshots this member sent whole to another.",
+            k.snapshots_sent,
+        ),
+        (
+            "uuidmap_raft_snapshots_received_total",
+            "Snapshots this member received whole from its leader.",
+            k.snapshots_received,
+        ),
+        (
+            "uuidmap_raft_proposals_refused_total",
+            "Writes refused RESOURCE_EXHAUSTED: the leader's proposals in flight were at their \
+             bound.",
+            k.proposals_refused,
+        ),
+    ] {
+        let _ = write!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
         );
     }
     if !c.followers.is_empty() {
@@ -782,6 +833,12 @@ mod tests {
                     lag: 41,
                 },
             ],
+            counts: uuidmap_cluster::counters::RaftCounts {
+                elections_started: 3,
+                step_downs: 1,
+                proposals_refused: 5,
+                ..Default::default()
+            },
         };
         let mut out = String::new();
         render_cluster(&mut out, &status);
@@ -797,6 +854,11 @@ mod tests {
             "uuidmap_raft_role{role=\"follower\"} 0",
             "uuidmap_raft_follower_lag_entries{node=\"1\"} 0",
             "uuidmap_raft_follower_lag_entries{node=\"3\"} 41",
+            "uuidmap_raft_elections_started_total 3",
+            "uuidmap_raft_step_downs_total 1",
+            "uuidmap_raft_proposals_refused_total 5",
+            "uuidmap_raft_void_entries_total 0",
+            "# TYPE uuidmap_raft_leader_changes_total counter",
         ] {
             assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
         }

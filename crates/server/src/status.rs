@@ -92,6 +92,8 @@ pub fn write_error(e: WriteError) -> Status {
             );
             status
         }
+        // Nothing was logged: the client backs off (its overload class).
+        WriteError::ProposalsFull { .. } => Status::resource_exhausted(e.to_string()),
         // A kind of refusal added to the engine after this was written:
         // nothing was applied (the engine refuses before logging), and a
         // retry may succeed.
@@ -119,6 +121,23 @@ fn add_leader(status: &mut Status, leader: Option<&LeaderHint>) {
 /// answer: nothing was read; retry, here or on another member.
 pub fn read_refused(e: ReadRefused) -> Status {
     Status::unavailable(e.to_string())
+}
+
+/// The status for a leader transfer that was not made: a follower
+/// redirects as for a write; a bad target is FAILED_PRECONDITION; a
+/// transfer not completed in time is UNAVAILABLE (the leader stopped
+/// leading: look who leads, then retry if need be).
+pub fn transfer_error(e: uuidmap_cluster::transfer::TransferError) -> Status {
+    use uuidmap_cluster::transfer::TransferError as E;
+    match e {
+        E::NotLeader { ref leader } => {
+            let mut status = Status::unavailable(e.to_string());
+            add_leader(&mut status, leader.as_ref());
+            status
+        }
+        E::ToItself { .. } | E::NotAVoter { .. } => Status::failed_precondition(e.to_string()),
+        E::NotTaken { .. } | E::Stopped(_) => Status::unavailable(e.to_string()),
+    }
 }
 
 /// The status for a membership change that was not made.
@@ -268,6 +287,14 @@ mod tests {
     use tonic::Code;
     use uuid::Uuid;
     use uuidmap_index::Key;
+
+    #[test]
+    fn a_write_over_the_proposal_bound_is_resource_exhausted_and_says_what_to_do() {
+        let s = write_error(WriteError::ProposalsFull { bound: 4096 });
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert!(s.message().contains("4096") && s.message().contains("retry after"));
+        assert!(s.metadata().get(uuidmap_proto::OUTCOME_METADATA).is_none());
+    }
 
     #[test]
     fn a_cas_mismatch_is_never_internal() {

@@ -12,12 +12,15 @@
 //!   committed.
 //! - `read_lease`: [`ReadLease`], whether a member that believes it leads
 //!   may answer a read.
+//! - `lease_clock`: the clocks a lease is measured on (CLOCK_BOOTTIME, and
+//!   the suspend fence).
 //! - `changes`: [`ChangeReader`], the applied batches read back from the
 //!   log for change streams (a member's log holds entries that changed
 //!   nothing, which it skips).
 
 mod changes;
 mod durable_index;
+mod lease_clock;
 mod pipeline;
 mod policy;
 mod read_lease;
@@ -36,7 +39,7 @@ pub use pipeline::{
     WriteHandle,
 };
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
-pub use read_lease::{ReadLease, ReadRefused};
+pub use read_lease::{LeaseAck, ReadLease, ReadRefused};
 pub use replica::{
     ApplyOutcome, CONFIRM_FLAG, CommittedEntry, DecidedBatch, LoadedSnapshot, ProposalChain,
     Proposer, ReplicaControl, ReplicaIndex, ReplicaPipeline, WriteReply, WriterStopped,

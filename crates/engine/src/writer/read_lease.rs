@@ -11,13 +11,25 @@
 //!   ago (openraft's leader lease; its followers vote for no one else
 //!   meanwhile, so no other leader can have acknowledged a write).
 //!
+//! - it is not handing its leadership over ([`ReadLease::hand_over`]):
+//!   once it asked another member to take over, that member may lead
+//!   (its voters drop their lease of this one), so this one answers no
+//!   read as the leader in that term again.
+//!
 //! Otherwise the read is refused ([`ReadRefused`]): a leader cut off from
 //! the others, whose lease ran out, must not answer from an index that a
 //! new leader may have moved past. The state lives in atomics: the check
-//! is two loads and a clock read, no lock, no allocation.
+//! is a few loads and a clock read, no lock, no allocation.
+//!
+//! The lease's end is kept on CLOCK_BOOTTIME, so that a host suspended
+//! and woken does not find its lease still running; an acknowledgement
+//! that may predate a suspend renews nothing (`lease_clock`).
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use super::lease_clock::{ClockPair, SuspendFence, boottime_ns};
 
 /// Why a member that believes it leads did not answer a read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -51,18 +63,44 @@ pub enum ReadRefused {
         /// The LSN from which the index is consistent.
         until: u64,
     },
+    /// This leader is handing its leadership to another member
+    /// (`uuidmap cluster transfer-leader`): that member may already lead.
+    #[error(
+        "this server is handing the leadership of its replica group to another member and \
+         answers no more reads as the leader; read from the new leader (`uuidmap cluster \
+         status` names it) or retry"
+    )]
+    HandingOver,
+}
+
+/// What a leader's lease rests on, for [`ReadLease::lead`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseAck {
+    /// The only voter: its lease always holds.
+    Alone,
+    /// No majority acknowledged it yet in this term: no lease.
+    Never,
+    /// A majority acknowledged what it sent at this (monotonic) time.
+    At(Instant),
 }
 
 /// A member's read lease (module docs).
 #[derive(Debug)]
 pub struct ReadLease {
+    /// The base of the monotonic times the suspend fence compares.
     base: Instant,
     /// openraft says this member leads, in `term`.
     leading: AtomicBool,
     term: AtomicU64,
-    /// The lease holds until this many ns after `base` (`u64::MAX`: a
-    /// group of one, whose lease always holds).
-    until_ns: AtomicU64,
+    /// The lease holds until this CLOCK_BOOTTIME time, in ns (`u64::MAX`:
+    /// a group of one, whose lease always holds). Set by the lease task.
+    until_boot_ns: AtomicU64,
+    /// The term this member handed its leadership over in (0: none); set
+    /// by a leader transfer, never cleared (a later term is another).
+    handed_over: AtomicU64,
+    /// Detects suspends between lease updates; only the lease task
+    /// (`lead`) takes it, never a read.
+    fence: Mutex<SuspendFence>,
     /// The term whose gate the writer passed (0: none: not leading).
     ready_term: AtomicU64,
     /// Reads wait until the applied LSN reaches this (0: none): set while
@@ -76,7 +114,9 @@ impl Default for ReadLease {
             base: Instant::now(),
             leading: AtomicBool::new(false),
             term: AtomicU64::new(0),
-            until_ns: AtomicU64::new(0),
+            until_boot_ns: AtomicU64::new(0),
+            handed_over: AtomicU64::new(0),
+            fence: Mutex::new(SuspendFence::default()),
             ready_term: AtomicU64::new(0),
             consistent_from: AtomicU64::new(0),
         }
@@ -95,13 +135,17 @@ impl ReadLease {
         if !self.leading.load(Relaxed) {
             return Ok(());
         }
+        let term = self.term.load(Relaxed);
+        if self.handed_over(term) {
+            return Err(ReadRefused::HandingOver);
+        }
         // The lease first: a leader cut off from the others also stops
         // deciding (its proposals are refused), and should say why.
-        let until = self.until_ns.load(Relaxed);
-        if until != u64::MAX && (self.base.elapsed().as_nanos() as u64) >= until {
+        let until = self.until_boot_ns.load(Relaxed);
+        if until != u64::MAX && boottime_ns() >= until {
             return Err(ReadRefused::LeaseExpired);
         }
-        if self.ready_term.load(Relaxed) != self.term.load(Relaxed) {
+        if self.ready_term.load(Relaxed) != term {
             return Err(ReadRefused::NotReady);
         }
         Ok(())
@@ -111,22 +155,60 @@ impl ReadLease {
     /// majority acknowledged it lately (it may be cut off). Its proposals
     /// would wait for a majority that may never come.
     pub fn lapsed(&self) -> bool {
-        let until = self.until_ns.load(Relaxed);
-        self.leading.load(Relaxed)
-            && until != u64::MAX
-            && (self.base.elapsed().as_nanos() as u64) >= until
+        let until = self.until_boot_ns.load(Relaxed);
+        self.leading.load(Relaxed) && until != u64::MAX && boottime_ns() >= until
     }
 
-    /// openraft says this member leads `term`, and its lease holds until
-    /// `until` (`None`: always, a group of one).
-    pub fn lead(&self, term: u64, until: Option<Instant>) {
-        let until_ns = match until {
-            None => u64::MAX,
-            Some(t) => t.saturating_duration_since(self.base).as_nanos() as u64,
+    /// openraft says this member leads `term`; its lease rests on `ack`
+    /// and lasts `lease` after it (on CLOCK_BOOTTIME, `lease_clock`).
+    /// Returns whether a suspend of the host was seen since the last call
+    /// (the lease is then lapsed until an acknowledgement after it).
+    pub fn lead(&self, term: u64, ack: LeaseAck, lease: Duration) -> bool {
+        self.lead_at(term, ack, lease, ClockPair::now())
+    }
+
+    /// [`ReadLease::lead`] with the clocks read at `now`.
+    fn lead_at(&self, term: u64, ack: LeaseAck, lease: Duration, now: ClockPair) -> bool {
+        let mono_ns = |t: Instant| t.saturating_duration_since(self.base).as_nanos() as u64;
+        let (suspended, admitted) = {
+            let mut fence = self.fence.lock().unwrap_or_else(|e| e.into_inner());
+            let suspended = fence.observe(mono_ns(now.mono), now.boot_ns);
+            let admitted = match ack {
+                LeaseAck::At(t) => fence.admits(mono_ns(t)),
+                _ => true,
+            };
+            (suspended, admitted)
         };
-        self.until_ns.store(until_ns, Relaxed);
+        let until = match ack {
+            LeaseAck::Alone => u64::MAX,
+            LeaseAck::Never => 0,
+            LeaseAck::At(_) if !admitted => 0,
+            LeaseAck::At(t) => {
+                let age = now.mono.saturating_duration_since(t).as_nanos() as u64;
+                now.boot_ns.saturating_sub(age) + lease.as_nanos() as u64
+            }
+        };
+        self.until_boot_ns.store(until, Relaxed);
         self.term.store(term, Relaxed);
         self.leading.store(true, Relaxed);
+        suspended
+    }
+
+    /// This leader hands its leadership over in `term`: from now on it
+    /// answers no read as the leader in that term. Called before openraft
+    /// is asked to transfer.
+    pub fn hand_over(&self, term: u64) {
+        self.handed_over.store(term, Relaxed);
+    }
+
+    /// Whether this member handed its leadership over in `term`.
+    pub fn handed_over(&self, term: u64) -> bool {
+        term != 0 && self.handed_over.load(Relaxed) == term
+    }
+
+    /// The term whose gate the writer passed (0: it decides nothing).
+    pub fn ready_term(&self) -> u64 {
+        self.ready_term.load(Relaxed)
     }
 
     /// This member does not lead.
@@ -160,7 +242,7 @@ mod tests {
     fn a_leader_answers_only_once_ready_and_within_its_lease() {
         let lease = ReadLease::default();
         assert_eq!(lease.admit(0), Ok(()), "a follower answers");
-        lease.lead(3, Some(Instant::now() + Duration::from_secs(60)));
+        lease.lead(3, LeaseAck::At(Instant::now()), Duration::from_secs(60));
         assert_eq!(lease.admit(0), Err(ReadRefused::NotReady));
         lease.set_ready(2);
         assert_eq!(
@@ -171,7 +253,7 @@ mod tests {
         lease.set_ready(3);
         assert_eq!(lease.admit(0), Ok(()));
         assert!(!lease.lapsed());
-        lease.lead(3, Some(Instant::now()));
+        lease.lead(3, LeaseAck::At(Instant::now()), Duration::ZERO);
         assert_eq!(lease.admit(0), Err(ReadRefused::LeaseExpired));
         assert!(lease.lapsed());
         lease.set_ready(0);
@@ -181,7 +263,7 @@ mod tests {
             "a stalled leader without a lease says so"
         );
         lease.set_ready(3);
-        lease.lead(3, None);
+        lease.lead(3, LeaseAck::Alone, Duration::ZERO);
         assert_eq!(lease.admit(0), Ok(()), "a group of one");
         assert!(!lease.lapsed(), "a group of one's lease always holds");
         lease.follow();
@@ -196,5 +278,58 @@ mod tests {
             })
         );
         assert_eq!(lease.admit(9), Ok(()), "caught up");
+        lease.lead(3, LeaseAck::Never, Duration::from_secs(60));
+        assert_eq!(
+            lease.admit(9),
+            Err(ReadRefused::LeaseExpired),
+            "never acknowledged"
+        );
+    }
+
+    #[test]
+    fn a_leader_that_hands_over_answers_no_read_as_leader_in_that_term() {
+        let lease = ReadLease::default();
+        lease.lead(4, LeaseAck::Alone, Duration::ZERO);
+        lease.set_ready(4);
+        assert_eq!(lease.admit(0), Ok(()));
+        lease.hand_over(4);
+        assert!(lease.handed_over(4));
+        assert_eq!(lease.admit(0), Err(ReadRefused::HandingOver));
+        lease.lead(4, LeaseAck::Alone, Duration::ZERO);
+        assert_eq!(
+            lease.admit(0),
+            Err(ReadRefused::HandingOver),
+            "a lease update in the same term does not undo it"
+        );
+        lease.lead(6, LeaseAck::Alone, Duration::ZERO);
+        lease.set_ready(6);
+        assert_eq!(lease.admit(0), Ok(()), "leading again in a later term");
+    }
+
+    #[test]
+    fn a_suspend_between_lease_updates_lapses_the_lease_until_a_later_ack() {
+        let lease = ReadLease::default();
+        let s = 1_000_000_000;
+        let t0 = Instant::now();
+        let boot0 = boottime_ns();
+        let at = |secs: u64, slept: u64| ClockPair {
+            mono: t0 + Duration::from_secs(secs),
+            boot_ns: boot0 + (secs + slept) * s,
+        };
+        let minute = Duration::from_secs(60);
+        assert!(!lease.lead_at(1, LeaseAck::At(t0), minute, at(0, 0)));
+        lease.set_ready(1);
+        assert_eq!(lease.admit(0), Ok(()));
+        // The host slept 30 s between two updates; the ack is from before.
+        assert!(lease.lead_at(1, LeaseAck::At(t0), minute, at(1, 30)));
+        assert_eq!(lease.admit(0), Err(ReadRefused::LeaseExpired));
+        assert!(lease.lapsed());
+        // The same ack again, no new suspend: still refused.
+        assert!(!lease.lead_at(1, LeaseAck::At(t0), minute, at(2, 30)));
+        assert_eq!(lease.admit(0), Err(ReadRefused::LeaseExpired));
+        // An acknowledgement after the wake-up renews it.
+        let fresh = t0 + Duration::from_secs(2);
+        assert!(!lease.lead_at(1, LeaseAck::At(fresh), minute, at(2, 30)));
+        assert_eq!(lease.admit(0), Ok(()));
     }
 }

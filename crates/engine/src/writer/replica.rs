@@ -126,6 +126,15 @@ pub trait Proposer: Send + 'static {
     /// with no ops is the writer's gate (module docs); nobody waits on its
     /// reply. Must not block: it runs on the writer thread.
     fn propose(&mut self, batch: DecidedBatch, reply: WriteReply);
+
+    /// Whether a caller's batch may be decided now: `Err(bound)` when the
+    /// proposals not yet answered reach the proposer's bound (the batch is
+    /// then refused with [`WriteError::ProposalsFull`] before it is
+    /// decided, so no chain breaks). Gates and confirmations are never
+    /// asked: the writer must always be able to propose them.
+    fn admit(&self) -> Result<(), usize> {
+        Ok(())
+    }
 }
 
 /// A committed log entry, as the writer applies it.
@@ -739,7 +748,13 @@ impl ReplicaThread {
                     .send(Err(WriteError::NotLeader { leader: None }));
                 return;
             }
-            Role::Leading(term) => *term,
+            Role::Leading(term) => {
+                if let Err(bound) = self.proposer.admit() {
+                    let _ = request.reply.send(Err(WriteError::ProposalsFull { bound }));
+                    return;
+                }
+                *term
+            }
             Role::Gating { .. } => {
                 self.deferred.push_back(request);
                 return;

@@ -129,9 +129,23 @@ pub enum WriteError {
     /// elected, so its outcome is unknown, and waiting longer would only
     /// keep the caller from trying another member.
     #[error(
-        "this member led the replica group, but no majority has answered it for longer than its          lease with this batch logged and not committed: it may or may not be applied (read the          keys to find out, from the group's leader)"
+        "this member led the replica group, but no majority has answered it for longer than its \
+         lease with this batch logged and not committed: it may or may not be applied (read the \
+         keys to find out, from the group's leader)"
     )]
     QuorumLost,
+    /// A leader has as many batches proposed and not yet committed as its
+    /// bound allows (the group commits slower than writes come): this
+    /// one was refused before it was decided, nothing was logged.
+    #[error(
+        "this leader already has {bound} write batches waiting for its replica group to commit \
+         them, its limit; this batch was not applied: retry after a short backoff, or send \
+         fewer writes at a time"
+    )]
+    ProposalsFull {
+        /// The bound.
+        bound: usize,
+    },
     /// The batch was queued, but the writer ended without answering it (it
     /// stopped abnormally): it may or may not have been logged.
     #[error(

@@ -65,6 +65,7 @@ impl Member {
             id,
             overrides: Arc::new(HashMap::new()),
             tls: None,
+            ..Default::default()
         };
         let config = raft_config(&RaftTiming::default()).expect("the product's timing is valid");
         let raft = Raft::new(id, config, network, store, machine.clone())
