@@ -16,6 +16,9 @@
 //!   then is it fsynced and handed to openraft, whose state machine takes
 //!   the file; a file it did not take (an older snapshot, a stale leader),
 //!   and every file of a failed transfer, is removed.
+//! - `ReadIndex` answers the leader's read index ([`crate::read_index`]),
+//!   or why not; an AppendEntries openraft accepted is recorded in the
+//!   member's [`Staleness`] clock when it has one.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,7 +30,9 @@ use uuidmap_engine::store::Io;
 use uuidmap_proto::raft::v1 as pb;
 
 use crate::identity::{INCARNATION_HEADER, MemberIdentity};
+use crate::read_index::{ReadIndexError, leader_read_index};
 use crate::snapshot_file::SnapshotFile;
+use crate::staleness::Staleness;
 use crate::types::{AppendEntriesRequest, TransferLeaderRequest, UuidmapRaft, VoteRequest};
 use crate::wire::{FromWire, SnapshotHeader, ToWire, WireError};
 
@@ -43,6 +48,8 @@ where
     /// Whether a refusal for another incarnation was logged (once: the
     /// leader calls at heartbeat rate).
     refusal_logged: Arc<AtomicBool>,
+    /// The member's staleness clock and applied LSN, when it has them.
+    staleness: Option<(Arc<Staleness>, Arc<uuidmap_index::sync::LsnWatermark>)>,
 }
 
 impl<SM> RaftService<SM>
@@ -65,7 +72,19 @@ where
             io,
             identity,
             refusal_logged: Arc::default(),
+            staleness: None,
         }
+    }
+
+    /// This service, recording each accepted AppendEntries in `clock`,
+    /// with the LSN `applied` has reached ([`Staleness::heard`]).
+    pub fn with_staleness(
+        mut self,
+        clock: Arc<Staleness>,
+        applied: Arc<uuidmap_index::sync::LsnWatermark>,
+    ) -> Self {
+        self.staleness = Some((clock, applied));
+        self
     }
 
     /// Refuses a call meant for another incarnation of this node
@@ -263,8 +282,15 @@ where
         request: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         self.check(&request)?;
+        let arrived = std::time::Instant::now();
         let req = AppendEntriesRequest::from_wire(request.into_inner()).map_err(invalid)?;
+        let commit = req.leader_commit.map_or(0, |l| l.index);
         let resp = self.raft.append_entries(req).await.map_err(stopping)?;
+        if let Some((clock, applied)) = &self.staleness
+            && resp.is_success()
+        {
+            clock.heard(arrived, commit, applied.current());
+        }
         Ok(Response::new(resp.to_wire()))
     }
 
@@ -322,6 +348,25 @@ where
             .await
             .map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
+    }
+
+    async fn read_index(
+        &self,
+        request: Request<pb::ReadIndexRequest>,
+    ) -> Result<Response<pb::ReadIndexResponse>, Status> {
+        use pb::read_index_response::Outcome;
+        self.check(&request)?;
+        let outcome = match leader_read_index(&self.raft).await {
+            Ok(index) => Outcome::ReadIndex(index),
+            Err(ReadIndexError::Stopping) => return Err(stopping("asked for a read index")),
+            Err(e) => Outcome::Refused(pb::ReadIndexRefused {
+                reason: e.to_string(),
+                leader_id: e.leader().map_or(0, |l| l.id),
+            }),
+        };
+        Ok(Response::new(pb::ReadIndexResponse {
+            outcome: Some(outcome),
+        }))
     }
 
     async fn identify(

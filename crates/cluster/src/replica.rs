@@ -41,8 +41,10 @@ use crate::leadership::{proposal_channel, run_proposals, watch_leadership, watch
 use crate::log_store::{LogStats, LogStoreConfig, TAIL_ENTRIES, WalLogStore};
 use crate::network::GrpcNetworkFactory;
 use crate::raft_service::{INCOMING_PREFIX, RaftService};
+use crate::read_index::ReadIndex;
 use crate::snapshot_file::{self, MemberSnapshot};
 use crate::snapshot_task::{SnapshotPolicy, take_snapshots};
+use crate::staleness::Staleness;
 use crate::state_machine::{AppliedPoint, IndexStateMachine, SnapshotStore};
 use crate::timing::{RaftTiming, raft_config};
 
@@ -135,6 +137,10 @@ pub struct Replica {
     log: Arc<LogStats>,
     identity: MemberIdentity,
     snapshots: SnapshotStore,
+    /// Linearizable reads' read index (ReadIndex rounds).
+    read_index: ReadIndex,
+    /// How stale the applied state may be (stale reads).
+    staleness: Arc<Staleness>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -200,9 +206,10 @@ impl Replica {
             durable.clone(),
             point,
         );
+        let overrides = Arc::new(config.peer_overrides.clone());
         let network = GrpcNetworkFactory {
             id: config.id,
-            overrides: Arc::new(config.peer_overrides.clone()),
+            overrides: overrides.clone(),
         };
         let (requests, snapshot_requests) = tokio::sync::mpsc::unbounded_channel();
         durable.take_member_snapshots_with(requests);
@@ -223,7 +230,9 @@ impl Replica {
         // The followers' own wait is the maximum election timeout; the
         // minimum leaves room for the clocks' drift.
         let lease = std::time::Duration::from_millis(config.timing.election_min_ms);
+        let (read_index, read_index_task) = crate::read_index::start(raft.clone(), overrides);
         let tasks = vec![
+            read_index_task,
             tokio::spawn(run_proposals(
                 proposals,
                 raft.clone(),
@@ -252,6 +261,8 @@ impl Replica {
             log,
             identity,
             snapshots,
+            read_index,
+            staleness: Arc::default(),
             tasks,
         })
     }
@@ -290,7 +301,20 @@ impl Replica {
 
     /// What this member knows of its group now.
     pub fn status(&self) -> crate::status::ClusterStatus {
-        crate::status::status_of(&self.raft)
+        let mut status = crate::status::status_of(&self.raft);
+        status.read_index_rounds = self.read_index.rounds();
+        status
+    }
+
+    /// The read index of linearizable reads that cannot rest on the lease
+    /// ([`crate::read_index`]).
+    pub fn read_index(&self) -> &ReadIndex {
+        &self.read_index
+    }
+
+    /// How stale this member's applied state may be ([`Staleness`]).
+    pub fn staleness(&self) -> &Arc<Staleness> {
+        &self.staleness
     }
 
     /// What the log store has done.
@@ -309,6 +333,7 @@ impl Replica {
             self.io.clone(),
             self.identity,
         )
+        .with_staleness(self.staleness.clone(), self.durable.watermark().clone())
         .into_server()
     }
 

@@ -74,6 +74,9 @@ pub struct ClusterStatus {
     pub learners: Vec<u64>,
     /// Each other member's progress, when this member leads.
     pub followers: Vec<FollowerProgress>,
+    /// Read-index rounds this member began (`crate::read_index`); 0 where
+    /// the caller does not know them.
+    pub read_index_rounds: u64,
 }
 
 /// The status of the member whose openraft is `raft`.
@@ -125,5 +128,6 @@ where
         voters: membership.voter_ids().collect(),
         learners: membership.learner_ids().collect(),
         followers,
+        read_index_rounds: 0,
     }
 }
