@@ -65,6 +65,7 @@ pub mod auth;
 pub mod cluster_service;
 
 pub mod config;
+pub mod consistency;
 pub mod deadline;
 pub mod end_on_stop;
 pub mod errors;
@@ -403,6 +404,7 @@ impl ServerParts {
         };
         let raft_failed = member.as_ref().map(|m| m.raft());
         let cluster = member.as_ref().map(|m| m.view());
+        let member_reads = member.as_ref().map(|m| m.reads());
         let member_raft = member.as_ref().map(|m| m.raft());
         let (raft_failure_tx, raft_failure) = tokio::sync::oneshot::channel::<String>();
         let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
@@ -439,6 +441,7 @@ impl ServerParts {
             security,
             durable: durable.clone(),
             cluster,
+            member_reads,
             raft: member_raft,
             stopping,
         };
@@ -468,6 +471,8 @@ struct Assembled {
     security: Security,
     durable: Arc<DurableIndex>,
     cluster: Option<ClusterView>,
+    /// What a member's reads consult for their consistency.
+    member_reads: Option<consistency::MemberReads>,
     raft: Option<uuidmap_cluster::replica::IndexRaft>,
     stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -522,6 +527,7 @@ async fn run(
         security,
         durable,
         cluster,
+        member_reads,
         raft,
         stopping,
     } = assembled;
@@ -539,7 +545,8 @@ async fn run(
         lookup::LookupMetrics::register(metrics_on),
         stopping.clone(),
     )
-    .with_cluster(cluster.clone());
+    .with_cluster(cluster.clone())
+    .with_member_reads(member_reads);
     let metrics_addr = match metrics_listener {
         Some(m) => {
             let maddr = m.local_addr().ok();

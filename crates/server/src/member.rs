@@ -164,7 +164,26 @@ impl Member {
     /// Its view of the group, read when asked.
     pub(crate) fn view(&self) -> crate::ClusterView {
         let raft = self.replica.raft().clone();
-        Arc::new(move || uuidmap_cluster::status::status_of(&raft))
+        let read_index = self.replica.read_index().clone();
+        Arc::new(move || {
+            let mut status = uuidmap_cluster::status::status_of(&raft);
+            status.read_index_rounds = read_index.rounds();
+            status
+        })
+    }
+
+    /// What its reads consult for their consistency (`consistency`).
+    pub(crate) fn reads(&self) -> crate::consistency::MemberReads {
+        crate::consistency::MemberReads {
+            read_index: self.replica.read_index().clone(),
+            staleness: self.replica.staleness().clone(),
+            lease: self
+                .replica
+                .durable()
+                .read_lease()
+                .expect("a member's index has a read lease")
+                .clone(),
+        }
     }
 
     /// openraft, to watch for its failure.
