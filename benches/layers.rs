@@ -103,6 +103,7 @@ fn main() {
         framed(&pb::GetRequest {
             key: uuid::Uuid::from_u128(KEY).as_bytes().to_vec().into(),
             min_lsn: 0,
+            ..Default::default()
         }),
     )
     .unwrap();

@@ -260,6 +260,7 @@ fn restart(
                 .get(pb::GetRequest {
                     key: key(probe).as_bytes().to_vec().into(),
                     min_lsn: 0,
+                    ..Default::default()
                 })
                 .await
             else {

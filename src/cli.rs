@@ -21,7 +21,9 @@ use prost::bytes::Bytes;
 use uuid::Uuid;
 
 use uuidmap::Key;
-use uuidmap_client::{Client, ClientError, ClientOptions, DEFAULT_SERVER, ScanOptions};
+use uuidmap_client::{
+    Client, ClientError, ClientOptions, DEFAULT_SERVER, ReadConsistency, ScanOptions,
+};
 
 /// Exit code: done (`get`: found).
 pub const EXIT_OK: i32 = 0;
@@ -77,6 +79,9 @@ pub enum ClientCommand {
         /// The file id, as a UUID (e.g. 67e55044-10b1-426f-9247-bb680e5fe0c8).
         #[arg(value_parser = key_arg)]
         key: Key,
+        /// How up to date the answer must be.
+        #[command(flatten)]
+        consistency: ConsistencyArgs,
         /// How to reach the server.
         #[command(flatten)]
         connect: ConnectArgs,
@@ -103,7 +108,7 @@ pub enum ClientCommand {
         connect: ConnectArgs,
     },
     /// Print entries, one `key value` line each.
-    Scan(ScanArgs),
+    Scan(Box<ScanArgs>),
     /// Print the changes of the write batches after an LSN as they are
     /// applied, one `lsn key value` line each (`-` for a removed key),
     /// until interrupted or --batches have been printed.
@@ -159,9 +164,50 @@ pub struct ScanArgs {
     /// printed); --split is then ignored.
     #[arg(long, value_parser = cursor_arg)]
     pub cursor: Option<Bytes>,
+    /// How up to date the scan must be (checked when it starts).
+    #[command(flatten)]
+    pub consistency: ConsistencyArgs,
     /// How to reach the server.
     #[command(flatten)]
     pub connect: ConnectArgs,
+}
+
+/// `--consistency` and `--max-staleness-ms` (README.md, "Replica
+/// groups").
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct ConsistencyArgs {
+    /// linearizable (the default: every acknowledged write is seen, on any
+    /// member) or stale (what the member asked has applied; no round trip
+    /// to the leader).
+    #[arg(long, value_name = "LEVEL", value_enum, default_value_t)]
+    pub consistency: Level,
+    /// With --consistency stale: a member more than this many milliseconds
+    /// stale refuses (0: no bound).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub max_staleness_ms: u64,
+}
+
+/// `--consistency`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Level {
+    /// Every acknowledged write is seen.
+    #[default]
+    Linearizable,
+    /// What the member asked has applied.
+    Stale,
+}
+
+impl ConsistencyArgs {
+    /// The client's level.
+    pub fn level(&self) -> ReadConsistency {
+        match self.consistency {
+            Level::Stale => ReadConsistency::Stale {
+                max_staleness: (self.max_staleness_ms > 0)
+                    .then(|| Duration::from_millis(self.max_staleness_ms)),
+            },
+            Level::Linearizable => ReadConsistency::Linearizable,
+        }
+    }
 }
 
 /// Runs `command`; the process exit code.
@@ -361,8 +407,14 @@ fn cluster_fields(c: &uuidmap::server::proto::v1::ClusterStats) -> Vec<(&'static
 
 async fn execute(command: ClientCommand) -> Result<i32, CliError> {
     match command {
-        ClientCommand::Get { key, connect } => {
-            let c = Client::connect(&connect.options()).await?;
+        ClientCommand::Get {
+            key,
+            consistency,
+            connect,
+        } => {
+            let c = Client::connect(&connect.options())
+                .await?
+                .with_consistency(consistency.level());
             match c.get_unary(key.uuid()).await? {
                 Some(value) => {
                     println!("{value}");
@@ -503,7 +555,7 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
             ]);
             Ok(EXIT_OK)
         }
-        ClientCommand::Scan(args) => scan(args).await,
+        ClientCommand::Scan(args) => scan(*args).await,
         ClientCommand::Watch {
             after,
             batches,
@@ -514,7 +566,9 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
 }
 
 async fn scan(args: ScanArgs) -> Result<i32, CliError> {
-    let client = Client::connect(&args.connect.options()).await?;
+    let client = Client::connect(&args.connect.options())
+        .await?
+        .with_consistency(args.consistency.level());
     let (split, splits) = args.split.unwrap_or((0, 1));
     let progress = progress_bar(&client, &args, splits).await;
     let options = ScanOptions {

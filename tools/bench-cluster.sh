@@ -31,7 +31,20 @@
 # filtered by the values of FILTER entries (each scan still examines
 # every entry). Rates are entries scanned (examined) per second.
 #
-# Knobs (environment): MODE (writes, reads or scans, default writes),
+# MODE=levels measures read consistency levels (issue 31's "linearizable
+# reads on a follower >= 0.5x its stale reads" and "lease reads on the
+# leader >= 0.9x its stale reads"), with h2load at TASKS in flight (-c 4
+# -m TASKS/4): ENTRIES entries are put through the group's leader; then,
+# per round, Get of one existing key for SECS seconds on a follower at
+# `linearizable` and `stale`, and on the leader at `linearizable` (its
+# lease) and `stale`, in an order that alternates by round. Each run's
+# body is first sent once with curl and must answer grpc-status 0 (h2load
+# counts HTTP, not gRPC, failures); the follower's
+# uuidmap_raft_read_index_rounds_total shows its linearizable reads went
+# through ReadIndex. Rates are Gets/s; the table gives each set-up's
+# median (min-max) and the two ratios.
+#
+# Knobs (environment): MODE (writes, reads, scans or levels, default writes),
 # ROUNDS (default 3), SECS (seconds per run, default 5), TASKS (default
 # 64), ENTRIES (MODE=reads, default 100000; MODE=scans, default 1000000),
 # SCANS (MODE=scans, scans per run, default 20), FILTER (MODE=scans,
@@ -46,6 +59,9 @@ TASKS=${TASKS:-64}
 MODE=${MODE:-writes}
 if [ "$MODE" = scans ]; then
   ENTRIES=${ENTRIES:-1000000}
+  . tools/install-h2load.sh
+elif [ "$MODE" = levels ]; then
+  ENTRIES=${ENTRIES:-100000}
   . tools/install-h2load.sh
 else
   ENTRIES=${ENTRIES:-100000}
@@ -155,6 +171,63 @@ run_group() { # round -> sets rate
   fi
   stop_pids "$pid"
 }
+
+metric() { # metrics-url name -> its value
+  curl -s "$1/metrics" | awk -v n="$2" '$1 == n {print $2}'
+}
+
+get_rate() { # target level(1|2) -> Gets/s at that level, h2load, TASKS in flight
+  python3 tools/grpc-body.py get 7 "$work/get-$2.bin" "$2"
+  grpc "$1" Get "$work/get-$2.bin"
+  h2load -D "$SECS" -c 4 -m $((TASKS / 4)) -d "$work/get-$2.bin" \
+    -H 'content-type: application/grpc' -H 'te: trailers' "$1/uuidmap.v1.UuidMap/Get" \
+    >"$work/h2load.out"
+  grep -q " 0 failed, 0 errored" "$work/h2load.out" || { cat "$work/h2load.out" >&2; return 1; }
+  grpc "$1" Get "$work/get-$2.bin"
+  awk '/^finished in/ {gsub(",", "", $4); printf "%.0f\n", $4}' "$work/h2load.out"
+}
+
+if [ "$MODE" = levels ]; then
+  echo "== $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); Get of one existing key, h2load -c 4 -m $((TASKS / 4)) ($TASKS in flight), $SECS s per run, $ROUNDS rounds; Gets/s"
+  fl=(); fs=(); ll=(); lst=()
+  for r in $(seq 1 "$ROUNDS"); do
+    base=$(free_base)
+    UUIDMAP_CLUSTER_DIR=$work/levels-$r UUIDMAP_CLUSTER_BASE_PORT=$base UUIDMAP_BIN=$bin \
+      tools/cluster-3.sh >"$work/levels-$r.out" 2>&1 &
+    gpid=$!
+    pids+=("$gpid")
+    urls="http://127.0.0.1:$base,http://127.0.0.1:$((base + 10)),http://127.0.0.1:$((base + 20))"
+    wait_writable "$urls"
+    "$bin" bench --op put --tasks "$TASKS" --secs 1 --json --entries "$ENTRIES" \
+      --load "$ENTRIES" --server "$urls" >/dev/null
+    python3 tools/grpc-body.py write 0 100 "$work/w.bin"
+    leader=$(leader_of "$urls")
+    grpc "$leader" Write "$work/w.bin"
+    follower=$(follower_of "$urls")
+    [ -n "$follower" ] || { echo "no follower found among $urls" >&2; exit 1; }
+    fport=${follower##*:}
+    before=$(metric "http://127.0.0.1:$((fport + 1))" uuidmap_raft_read_index_rounds_total)
+    if [ $((r % 2)) = 1 ]; then
+      a=$(get_rate "$follower" 1); b=$(get_rate "$follower" 2)
+      c=$(get_rate "$leader" 1); d=$(get_rate "$leader" 2)
+    else
+      d=$(get_rate "$leader" 2); c=$(get_rate "$leader" 1)
+      b=$(get_rate "$follower" 2); a=$(get_rate "$follower" 1)
+    fi
+    after=$(metric "http://127.0.0.1:$((fport + 1))" uuidmap_raft_read_index_rounds_total)
+    fl+=("$a"); fs+=("$b"); ll+=("$c"); lst+=("$d")
+    echo "round $r: follower linearizable $a, stale $b; leader linearizable (lease) $c, stale $d; follower ReadIndex rounds $((after - before)) (load $(cut -d' ' -f1 /proc/loadavg))"
+    stop_pids "$gpid"
+  done
+  echo "| member | level | Gets/s, median (min-max) |"
+  echo "| --- | --- | --- |"
+  echo "| follower | linearizable (ReadIndex) | $(printf '%s\n' "${fl[@]}" | median_range) |"
+  echo "| follower | stale | $(printf '%s\n' "${fs[@]}" | median_range) |"
+  echo "| leader | linearizable (lease) | $(printf '%s\n' "${ll[@]}" | median_range) |"
+  echo "| leader | stale | $(printf '%s\n' "${lst[@]}" | median_range) |"
+  python3 -c "print(f'follower linearizable / stale: {$(printf '%s\n' "${fl[@]}" | median) / $(printf '%s\n' "${fs[@]}" | median):.2f}; leader lease / stale: {$(printf '%s\n' "${ll[@]}" | median) / $(printf '%s\n' "${lst[@]}" | median):.2f}')"
+  exit 0
+fi
 
 unit="writes/s"
 [ "$MODE" = reads ] && unit="keys/s (lookups of 100 keys, on a follower for the group)"

@@ -10,7 +10,8 @@ messages only), so no protobuf package is needed.
 Keys are deterministic: key i is the MD5 of "k<i>", value i the MD5 of
 "v<i>" (never the nil or max UUID), so every tool agrees on them.
 
-  grpc-body.py get I OUT              GetRequest for key I
+  grpc-body.py get I OUT [LEVEL]      GetRequest for key I; LEVEL: its consistency
+                                      field (1 linearizable, 2 stale; absent: unset)
   grpc-body.py batchget START N OUT   BatchGetRequest for keys START..START+N
   grpc-body.py lookup START N M OUT   M LookupRequests (ids 0..M) for keys
                                       START..START+N each: one Lookup stream's body
@@ -69,7 +70,8 @@ def main(argv):
         print(uuid.UUID(bytes=key(int(argv[2]))))
         return
     if cmd == "get":
-        body = frame(field_bytes(1, key(int(argv[2]))))
+        level = field_varint(3, int(argv[4])) if len(argv) > 4 else b""
+        body = frame(field_bytes(1, key(int(argv[2]))) + level)
         out = argv[3]
     elif cmd == "batchget":
         start, n = int(argv[2]), int(argv[3])

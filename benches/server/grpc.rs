@@ -146,6 +146,7 @@ impl Caller for Get {
             .get(pb::GetRequest {
                 key: Bytes::copy_from_slice(self.data.key(i)),
                 min_lsn: 0,
+                ..Default::default()
             })
             .await
             .map_err(|s| format!("Get failed: {s}"))?
@@ -193,6 +194,7 @@ impl Caller for BatchGet {
             .batch_get(pb::BatchGetRequest {
                 keys: keys.into(),
                 min_lsn: 0,
+                ..Default::default()
             })
             .await
             .map_err(|s| format!("BatchGet failed: {s}"))?
@@ -239,6 +241,7 @@ pub async fn scan(
             values,
             limit: 0,
             min_lsn: 0,
+            ..Default::default()
         })
         .await
         .map_err(|s| format!("Scan failed: {s}"))?

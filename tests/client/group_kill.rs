@@ -75,6 +75,7 @@ async fn read_all(port: u16, lsn: u64, keys: &[u64]) -> Vec<Option<Uuid>> {
         let mut r = tonic::Request::new(pb::GetRequest {
             key: key(k).as_bytes().to_vec().into(),
             min_lsn: lsn,
+            ..Default::default()
         });
         r.set_timeout(Duration::from_secs(20));
         let v = c.get(r).await.unwrap().into_inner().value;

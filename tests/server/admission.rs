@@ -223,6 +223,7 @@ async fn a_put_whose_deadline_passes_while_queued_is_refused_and_never_applied()
         .get(pb::GetRequest {
             key: b(u(42)),
             min_lsn: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -310,6 +311,7 @@ async fn long_polls_are_capped_on_their_own_and_hold_no_read_permit() {
         c.get(pb::GetRequest {
             key: b(u(5)),
             min_lsn: 0,
+            ..Default::default()
         })
         .await
         .unwrap();

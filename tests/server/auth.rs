@@ -67,6 +67,7 @@ async fn call_get(
         .get(who.request(pb::GetRequest {
             key: b(u(1)),
             min_lsn: 0,
+            ..Default::default()
         }))
         .await
 }
@@ -176,6 +177,7 @@ async fn every_read_rpc_takes_a_read_token_and_every_write_rpc_refuses_it() {
         .batch_get(r.request(pb::BatchGetRequest {
             keys: keys.into(),
             min_lsn: 0,
+            ..Default::default()
         }))
         .await;
     assert_eq!(code(batch), Code::Ok);

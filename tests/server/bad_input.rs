@@ -50,12 +50,14 @@ async fn malformed_requests_are_invalid_argument_with_a_message_naming_the_probl
         Req::Get(pb::GetRequest {
             key: key.into(),
             min_lsn: 0,
+            ..Default::default()
         })
     };
     let batch = |keys: Vec<u8>| {
         Req::BatchGet(pb::BatchGetRequest {
             keys: keys.into(),
             min_lsn: 0,
+            ..Default::default()
         })
     };
     let write = |ops: Vec<pb::WriteOp>| Req::Write(pb::WriteRequest { ops });

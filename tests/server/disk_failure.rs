@@ -39,6 +39,7 @@ async fn value(c: &mut Client, k: u128) -> Option<uuid::Uuid> {
     c.get(pb::GetRequest {
         key: b(u(k)),
         min_lsn: 0,
+        ..Default::default()
     })
     .await
     .unwrap()

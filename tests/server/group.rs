@@ -32,6 +32,7 @@ async fn get_at(server: &TestServer, k: u128, min_lsn: u64) -> pb::GetResponse {
         .get(pb::GetRequest {
             key: b(u(k)),
             min_lsn,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -160,6 +161,7 @@ async fn followers_send_writes_to_the_leader_and_answer_reads_once_applied() {
             .get(pb::GetRequest {
                 key: b(u(1)),
                 min_lsn: lsn,
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -170,6 +172,7 @@ async fn followers_send_writes_to_the_leader_and_answer_reads_once_applied() {
             c.get(pb::GetRequest {
                 key: b(u(2)),
                 min_lsn: 0,
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -49,6 +49,7 @@ impl Stream {
             id,
             keys: keys.into(),
             min_lsn,
+            ..Default::default()
         };
         self.requests.send(request).await.unwrap();
     }
@@ -138,6 +139,7 @@ async fn a_stream_answers_every_request_by_id_as_batch_get_would() {
             .batch_get(pb::BatchGetRequest {
                 keys: packed.into(),
                 min_lsn: 0,
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -11,7 +11,8 @@
 //!   `auth`, `tls`: who gets in, and when; `ops`: metrics and stats;
 //!   `disk_failure`: a full or failing data disk; `cli`: the binary's
 //!   client commands against a running server; `group`: the server as a
-//!   member of a replica group; `group_watch`: Watch on its members.
+//!   member of a replica group; `group_watch`: Watch on its members;
+//!   `read_consistency`: linearizable and stale reads on its members.
 
 mod admission;
 mod auth;
@@ -23,6 +24,7 @@ mod group_watch;
 mod lookup;
 mod ops;
 mod protocol;
+mod read_consistency;
 mod rpcs;
 mod scan;
 mod tls;

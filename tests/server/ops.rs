@@ -55,6 +55,7 @@ async fn metrics_count_each_call_by_rpc_and_status_and_report_the_index_state() 
             .get(pb::GetRequest {
                 key: b(u(n)),
                 min_lsn: 0,
+                ..Default::default()
             })
             .await
             .unwrap();

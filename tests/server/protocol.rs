@@ -43,6 +43,7 @@ async fn oversized_requests_are_invalid_argument_and_name_the_limit_they_passed(
             .batch_get(pb::BatchGetRequest {
                 keys: keys(n),
                 min_lsn: 0,
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -89,6 +90,7 @@ async fn oversized_requests_are_invalid_argument_and_name_the_limit_they_passed(
         .batch_get(pb::BatchGetRequest {
             keys: keys(limits.max_batch_keys),
             min_lsn: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -161,6 +163,7 @@ async fn a_call_still_running_at_its_deadline_is_deadline_exceeded_never_cancell
             .get(pb::GetRequest {
                 key: b(key),
                 min_lsn: 0,
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -271,6 +274,7 @@ async fn gzip_requests_are_accepted_and_answers_compressed_when_asked() {
         .batch_get(pb::BatchGetRequest {
             keys: keys(MAX_WRITE_OPS),
             min_lsn: 0,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -289,6 +293,7 @@ async fn gzip_requests_are_accepted_and_answers_compressed_when_asked() {
         .batch_get(pb::BatchGetRequest {
             keys: keys(1),
             min_lsn: 0,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -309,6 +314,7 @@ async fn an_empty_batch_get_has_an_empty_answer() {
         .batch_get(pb::BatchGetRequest {
             keys: Bytes::new(),
             min_lsn: 0,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -35,6 +35,7 @@ async fn every_rpc_answers_as_documented() {
         .get(pb::GetRequest {
             key: b(u(1)),
             min_lsn: lsn1,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -61,6 +62,7 @@ async fn every_rpc_answers_as_documented() {
         .batch_get(pb::BatchGetRequest {
             keys: keys.into(),
             min_lsn: lsn2,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -86,6 +88,7 @@ async fn every_rpc_answers_as_documented() {
         .get(pb::GetRequest {
             key: b(u(2)),
             min_lsn: lsn3,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -173,6 +176,7 @@ async fn every_rpc_answers_as_documented() {
         .get(pb::GetRequest {
             key: b(u(11)),
             min_lsn: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -182,6 +186,7 @@ async fn every_rpc_answers_as_documented() {
         .get(pb::GetRequest {
             key: b(u(5)),
             min_lsn: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -231,6 +236,7 @@ async fn a_wait_for_an_lsn_far_ahead_ends_with_deadline_exceeded_at_the_deadline
     let get = framed(&pb::GetRequest {
         key: b(u(1)),
         min_lsn: 1_000_000,
+        ..Default::default()
     });
     let t = Instant::now();
     let (code, message) = raw_status(&server, "/uuidmap.v1.UuidMap/Get", "300m", Some(get)).await;
@@ -250,6 +256,7 @@ async fn a_wait_for_an_lsn_far_ahead_ends_with_deadline_exceeded_at_the_deadline
     let batch = framed(&pb::BatchGetRequest {
         keys: b(u(1)),
         min_lsn: 1_000_000,
+        ..Default::default()
     });
     let (code, message) =
         raw_status(&server, "/uuidmap.v1.UuidMap/BatchGet", "200m", Some(batch)).await;
@@ -306,6 +313,7 @@ async fn a_read_with_min_lsn_sees_the_write_on_another_connection_and_wait_for_w
             .get(pb::GetRequest {
                 key: b(u(i)),
                 min_lsn: lsn,
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -419,6 +427,7 @@ async fn a_graceful_restart_keeps_every_acknowledged_write() {
         .batch_get(pb::BatchGetRequest {
             keys: keys.into(),
             min_lsn: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -489,6 +498,7 @@ async fn a_graceful_stop_under_concurrent_writes_loses_no_acknowledged_write() {
             .batch_get(pb::BatchGetRequest {
                 keys: keys.into(),
                 min_lsn: 0,
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -532,6 +542,7 @@ async fn a_stop_ends_every_wait_at_once_with_unavailable() {
         let r = with_deadline(pb::GetRequest {
             key: b(u(1)),
             min_lsn: far,
+            ..Default::default()
         });
         client.get(r).await.map(drop)
     }));
@@ -540,6 +551,7 @@ async fn a_stop_ends_every_wait_at_once_with_unavailable() {
         let r = with_deadline(pb::BatchGetRequest {
             keys: b(u(1)),
             min_lsn: far,
+            ..Default::default()
         });
         client.batch_get(r).await.map(drop)
     }));

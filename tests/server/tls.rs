@@ -58,6 +58,7 @@ async fn round_trip(channel: Channel) -> Result<(), tonic::Status> {
         .get(pb::GetRequest {
             key: b(u(7)),
             min_lsn: lsn,
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -35,6 +35,7 @@ use pb::uuid_map_client::UuidMapClient;
 struct Pending {
     keys: Vec<Uuid>,
     min_lsn: u64,
+    consistency: crate::ReadConsistency,
     reply: oneshot::Sender<Result<Vec<Option<Uuid>>, Failure>>,
 }
 
@@ -92,6 +93,7 @@ impl Lanes {
         &self,
         keys: Vec<Uuid>,
         min_lsn: u64,
+        consistency: crate::ReadConsistency,
         remaining: Duration,
     ) -> Result<Vec<Option<Uuid>>, Failure> {
         let (reply, answer) = oneshot::channel();
@@ -108,6 +110,7 @@ impl Lanes {
             .send(Pending {
                 keys,
                 min_lsn,
+                consistency,
                 reply,
             })
             .map_err(|_| gone())?;
@@ -217,6 +220,13 @@ impl Lane {
         self.next_id += 1;
         let id = self.next_id;
         let n: usize = batch.iter().map(|p| p.keys.len()).sum();
+        // The strongest level of the batch serves every caller in it.
+        let consistency = batch
+            .iter()
+            .map(|p| p.consistency)
+            .reduce(crate::ReadConsistency::strongest)
+            .unwrap_or_default()
+            .to_wire();
         let request = pb::LookupRequest {
             id,
             keys: batch
@@ -225,6 +235,8 @@ impl Lane {
                 .collect::<Vec<u8>>()
                 .into(),
             min_lsn: batch.iter().map(|p| p.min_lsn).max().unwrap_or(0),
+            consistency: consistency.0,
+            max_staleness_ms: consistency.1,
         };
         let sent = stream.requests.send(request).await.is_ok();
         let answer = if sent {

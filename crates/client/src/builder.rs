@@ -31,6 +31,7 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     budget: RetryBudgetConfig,
     read_your_writes: bool,
+    consistency: crate::ReadConsistency,
     health_interval: Duration,
     resolve_interval: Duration,
     batch_lanes: usize,
@@ -53,6 +54,7 @@ impl Default for ClientBuilder {
             retry: RetryPolicy::default(),
             budget: RetryBudgetConfig::default(),
             read_your_writes: true,
+            consistency: crate::ReadConsistency::Linearizable,
             health_interval: Duration::from_secs(1),
             resolve_interval: Duration::from_secs(30),
             batch_lanes: 4,
@@ -143,6 +145,14 @@ impl ClientBuilder {
     /// `min_lsn`.
     pub fn read_your_writes(mut self, on: bool) -> Self {
         self.read_your_writes = on;
+        self
+    }
+
+    /// The consistency of this client's reads (Get, BatchGet, Lookup,
+    /// Scan) unless a call asks for another
+    /// ([`Client::with_consistency`]): linearizable by default.
+    pub fn consistency(mut self, consistency: crate::ReadConsistency) -> Self {
+        self.consistency = consistency;
         self
     }
 
@@ -279,7 +289,7 @@ impl ClientBuilder {
                 resolve_every: self.resolve_interval,
             },
         ));
-        Ok(Client::new(Shared::new(
+        let client = Client::new(Shared::new(
             endpoints,
             token,
             self.timeout,
@@ -289,7 +299,8 @@ impl ClientBuilder {
             self.batch_lanes,
             self.max_batch_keys,
             uuidmap_index::sync::LifoSemaphore::new(self.max_in_flight, self.max_waiting),
-        )))
+        ));
+        Ok(client.with_consistency(self.consistency))
     }
 
     /// The tonic endpoint for `source`, or for one address of its name,

@@ -147,6 +147,8 @@ pub struct Client {
     shared: Arc<Shared>,
     timeout: Option<Duration>,
     idempotent: bool,
+    /// The consistency of its reads.
+    consistency: crate::ReadConsistency,
 }
 
 /// A failed attempt, and the endpoint it failed on.
@@ -173,7 +175,23 @@ impl Client {
             shared: Arc::new(shared),
             timeout: None,
             idempotent: false,
+            consistency: crate::ReadConsistency::default(),
         }
+    }
+
+    /// This client with another consistency for its reads (Get, BatchGet,
+    /// Lookup, Scan): `client.with_consistency(ReadConsistency::stale())
+    /// .get(key)` for one call.
+    pub fn with_consistency(&self, consistency: crate::ReadConsistency) -> Client {
+        Client {
+            consistency,
+            ..self.clone()
+        }
+    }
+
+    /// The consistency of this client's reads.
+    pub fn consistency(&self) -> crate::ReadConsistency {
+        self.consistency
     }
 
     /// A builder; give it at least one endpoint.
@@ -510,7 +528,7 @@ impl Client {
         let lanes = &self.shared.lanes;
         let mut values = self
             .run("Lookup", true, |remaining, _| {
-                lanes.get(vec![key], min_lsn, remaining)
+                lanes.get(vec![key], min_lsn, self.consistency, remaining)
             })
             .await?;
         Ok(values.pop().flatten())
@@ -527,16 +545,19 @@ impl Client {
         let min_lsn = self.min_lsn();
         let lanes = &self.shared.lanes;
         self.run("Lookup", true, |remaining, _| {
-            lanes.get(keys.to_vec(), min_lsn, remaining)
+            lanes.get(keys.to_vec(), min_lsn, self.consistency, remaining)
         })
         .await
     }
 
     /// The value of `key` through one unary `Get` call (no batching).
     pub async fn get_unary(&self, key: Uuid) -> Result<Option<Uuid>, ClientError> {
+        let (consistency, max_staleness_ms) = self.consistency.to_wire();
         let message = pb::GetRequest {
             key: bytes_of(key),
             min_lsn: self.min_lsn(),
+            consistency,
+            max_staleness_ms,
         };
         let answer = self
             .unary("Get", true, |channel, remaining| {
@@ -558,6 +579,8 @@ impl Client {
                 .collect::<Vec<u8>>()
                 .into(),
             min_lsn: self.min_lsn(),
+            consistency: self.consistency.to_wire().0,
+            max_staleness_ms: self.consistency.to_wire().1,
         };
         let answer = self
             .unary("BatchGet", true, |channel, remaining| {

@@ -186,6 +186,8 @@ impl ScanStream {
                 0
             },
             min_lsn: self.client.min_lsn(),
+            consistency: self.client.consistency().to_wire().0,
+            max_staleness_ms: self.client.consistency().to_wire().1,
         };
         let client = &self.client;
         let endpoints = client.endpoints();

@@ -34,6 +34,9 @@
 //! - [`network`]: how a member calls the others (openraft's network over
 //!   tonic), and [`raft_service`]: what it serves them; [`raft_tls`]: mTLS
 //!   on the Raft port, and the node id a member's certificate proves.
+//! - [`read_index`]: the read index of linearizable reads on a member
+//!   without a lease (ReadIndex, one round for every waiting read), and
+//!   [`staleness`]: how stale a member's applied state may be.
 //! - [`snapshot_file`]: a snapshot as a file, and its Raft meta file.
 //! - [`snapshot_task`]: when a member takes a snapshot.
 //! - [`status`]: a member's view of its group, in plain types.
@@ -58,10 +61,12 @@ pub mod network;
 pub mod node;
 pub mod raft_service;
 pub mod raft_tls;
+pub mod read_index;
 pub mod rejoin;
 pub mod replica;
 pub mod snapshot_file;
 pub mod snapshot_task;
+pub mod staleness;
 pub mod state_machine;
 pub mod status;
 pub mod timing;

@@ -25,6 +25,9 @@
 //!   `TransferLeader` is taken only from the leader this member follows,
 //!   in its term (FAILED_PRECONDITION otherwise), and names the candidate
 //!   whose transfer flag then counts.
+//! - `ReadIndex` answers the leader's read index ([`crate::read_index`]),
+//!   or why not; an AppendEntries openraft accepted is recorded in the
+//!   member's [`Staleness`] clock when it has one.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -39,8 +42,10 @@ use uuidmap_proto::raft::v1 as pb;
 
 use crate::counters::RaftCounters;
 use crate::identity::{INCARNATION_HEADER, MemberIdentity};
+use crate::read_index::{ReadIndexError, leader_read_index};
 use crate::rejoin::{Promotions, RejoinError, VoteTrust};
 use crate::snapshot_file::SnapshotFile;
+use crate::staleness::Staleness;
 use crate::types::{AppendEntriesRequest, TransferLeaderRequest, UuidmapRaft, VoteRequest};
 use crate::vote_guard::VoteGuard;
 use crate::wire::{FromWire, SnapshotHeader, ToWire, WireError};
@@ -68,6 +73,8 @@ where
     guard: Arc<VoteGuard>,
     /// The member's counters (snapshots received).
     counters: Arc<RaftCounters>,
+    /// The member's staleness clock and applied LSN, when it has them.
+    staleness: Option<(Arc<Staleness>, Arc<uuidmap_index::sync::LsnWatermark>)>,
 }
 
 impl<SM> RaftService<SM>
@@ -95,6 +102,7 @@ where
             promotions: Arc::default(),
             guard: Arc::default(),
             counters: Arc::default(),
+            staleness: None,
         }
     }
 
@@ -203,6 +211,17 @@ where
             )));
         }
         Ok(())
+    }
+
+    /// This service, recording each accepted AppendEntries in `clock`,
+    /// with the LSN `applied` has reached ([`Staleness::heard`]).
+    pub fn with_staleness(
+        mut self,
+        clock: Arc<Staleness>,
+        applied: Arc<uuidmap_index::sync::LsnWatermark>,
+    ) -> Self {
+        self.staleness = Some((clock, applied));
+        self
     }
 
     /// Refuses a call meant for another incarnation of this node
@@ -427,9 +446,16 @@ where
         self.check(&request)?;
         let caller = self.caller(&request).await?;
         self.check_takes_entries()?;
+        let arrived = std::time::Instant::now();
         let req = AppendEntriesRequest::from_wire(request.into_inner()).map_err(invalid)?;
         sent_by(caller, &req.vote)?;
+        let commit = req.leader_commit.map_or(0, |l| l.index);
         let resp = self.raft.append_entries(req).await.map_err(stopping)?;
+        if let Some((clock, applied)) = &self.staleness
+            && resp.is_success()
+        {
+            clock.heard(arrived, commit, applied.current());
+        }
         Ok(Response::new(resp.to_wire()))
     }
 
@@ -496,6 +522,25 @@ where
             .await
             .map_err(stopping)?;
         Ok(Response::new(resp.to_wire()))
+    }
+
+    async fn read_index(
+        &self,
+        request: Request<pb::ReadIndexRequest>,
+    ) -> Result<Response<pb::ReadIndexResponse>, Status> {
+        use pb::read_index_response::Outcome;
+        self.check(&request)?;
+        let outcome = match leader_read_index(&self.raft).await {
+            Ok(index) => Outcome::ReadIndex(index),
+            Err(ReadIndexError::Stopping) => return Err(stopping("asked for a read index")),
+            Err(e) => Outcome::Refused(pb::ReadIndexRefused {
+                reason: e.to_string(),
+                leader_id: e.leader().map_or(0, |l| l.id),
+            }),
+        };
+        Ok(Response::new(pb::ReadIndexResponse {
+            outcome: Some(outcome),
+        }))
     }
 
     async fn identify(

@@ -46,9 +46,11 @@ use crate::log_store::{LogStats, LogStoreConfig, TAIL_ENTRIES, WalLogStore};
 use crate::network::GrpcNetworkFactory;
 use crate::raft_service::{INCOMING_PREFIX, RaftService};
 use crate::raft_tls::RaftTls;
+use crate::read_index::ReadIndex;
 use crate::rejoin::{VoteTrust, ask_to_rejoin};
 use crate::snapshot_file::{self, MemberSnapshot};
 use crate::snapshot_task::{SnapshotPolicy, take_snapshots};
+use crate::staleness::Staleness;
 use crate::state_machine::{AppliedPoint, IndexStateMachine, SnapshotStore};
 use crate::timing::{RaftTiming, raft_config};
 use crate::transfer::LeaderTransfer;
@@ -154,6 +156,10 @@ pub struct Replica {
     trust: Arc<VoteTrust>,
     snapshots: SnapshotStore,
     shared: LeadershipShared,
+    /// Linearizable reads' read index (ReadIndex rounds).
+    read_index: ReadIndex,
+    /// How stale the applied state may be (stale reads).
+    staleness: Arc<Staleness>,
     tasks: Vec<JoinHandle<()>>,
     tls: Option<Arc<RaftTls>>,
 }
@@ -228,9 +234,10 @@ impl Replica {
             point,
         );
         let tls = config.tls.clone().map(Arc::new);
+        let overrides = Arc::new(config.peer_overrides.clone());
         let network = GrpcNetworkFactory {
             id: config.id,
-            overrides: Arc::new(config.peer_overrides.clone()),
+            overrides: overrides.clone(),
             tls: tls.clone(),
             counters: counters.clone(),
         };
@@ -270,7 +277,9 @@ impl Replica {
             // (`crate::rejoin`); the Raft service refuses votes meanwhile.
             raft.runtime_config().elect(false);
         }
+        let (read_index, read_index_task) = crate::read_index::start(raft.clone(), overrides);
         let mut tasks = vec![
+            read_index_task,
             tokio::spawn(ask_to_rejoin(
                 raft.clone(),
                 trust.clone(),
@@ -324,6 +333,8 @@ impl Replica {
             trust,
             snapshots,
             shared,
+            read_index,
+            staleness: Arc::default(),
             tasks,
             tls,
         })
@@ -363,14 +374,24 @@ impl Replica {
 
     /// What this member knows of its group now, its counters included.
     pub fn status(&self) -> crate::status::ClusterStatus {
-        crate::status::member_status(&self.raft, &self.shared)
+        let mut status = crate::status::member_status(&self.raft, &self.shared);
+        status.read_index_rounds = self.read_index.rounds();
+        status
     }
 
     /// [`Replica::status`], as a function that outlives the borrow (for
     /// the server's `Stats` and `/metrics`).
     pub fn status_view(&self) -> impl Fn() -> crate::status::ClusterStatus + Send + Sync + 'static {
-        let (raft, shared) = (self.raft.clone(), self.shared.clone());
-        move || crate::status::member_status(&raft, &shared)
+        let (raft, shared, read_index) = (
+            self.raft.clone(),
+            self.shared.clone(),
+            self.read_index.clone(),
+        );
+        move || {
+            let mut status = crate::status::member_status(&raft, &shared);
+            status.read_index_rounds = read_index.rounds();
+            status
+        }
     }
 
     /// Its Raft counters.
@@ -384,6 +405,17 @@ impl Replica {
             raft: self.raft.clone(),
             shared: self.shared.clone(),
         }
+    }
+
+    /// The read index of linearizable reads that cannot rest on the lease
+    /// ([`crate::read_index`]).
+    pub fn read_index(&self) -> &ReadIndex {
+        &self.read_index
+    }
+
+    /// How stale this member's applied state may be ([`Staleness`]).
+    pub fn staleness(&self) -> &Arc<Staleness> {
+        &self.staleness
     }
 
     /// What the log store has done.
@@ -403,7 +435,8 @@ impl Replica {
             self.identity,
         )
         .with_vote_trust(self.trust.clone())
-        .guarded(self.shared.guard.clone(), self.shared.counters.clone());
+        .guarded(self.shared.guard.clone(), self.shared.counters.clone())
+        .with_staleness(self.staleness.clone(), self.durable.watermark().clone());
         match self.tls {
             Some(_) => service.verify_callers().into_server(),
             None => service.into_server(),

@@ -80,6 +80,9 @@ pub struct ClusterStatus {
     pub learners: Vec<u64>,
     /// Each other member's progress, when this member leads.
     pub followers: Vec<FollowerProgress>,
+    /// Read-index rounds this member began (`crate::read_index`); 0 where
+    /// the caller does not know them.
+    pub read_index_rounds: u64,
     /// What happened to its Raft since it started (zeros when read from
     /// openraft alone, [`status_of`]).
     pub counts: RaftCounts,
@@ -153,5 +156,6 @@ where
         learners: membership.learner_ids().collect(),
         followers,
         counts: RaftCounts::default(),
+        read_index_rounds: 0,
     }
 }

@@ -79,6 +79,41 @@ pub enum RequestError {
     /// A scan cursor or split that does not fit this index.
     #[error("{0}")]
     Scan(#[from] ScanError),
+    /// A `consistency` this server does not know.
+    #[error(
+        "consistency {value} is not a ReadConsistency this server knows (0 or 1: \
+         linearizable, 2: stale)"
+    )]
+    UnknownConsistency {
+        /// The value sent.
+        value: i32,
+    },
+}
+
+/// Why a replica group member did not answer a read at the consistency
+/// asked (beyond the lease's `ReadRefused` and the cluster's
+/// `ReadIndexError`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConsistencyError {
+    /// A stale read's `max_staleness_ms` is below this member's staleness.
+    #[error(
+        "this member is {lag_ms} ms stale (it last knew it had applied everything the leader \
+         had committed {lag_ms} ms ago), more than the read's max_staleness_ms of {max_ms}; \
+         read from another member (the leader is never stale), allow more staleness, or read \
+         with consistency `linearizable`"
+    )]
+    TooStale {
+        /// This member's staleness.
+        lag_ms: u64,
+        /// The bound the read asked for.
+        max_ms: u64,
+    },
+    /// A linearizable read's read index did not come within its bound.
+    #[error("the leader's read index did not come before {why}; the read was not answered: retry")]
+    ReadIndexTimedOut {
+        /// Which bound passed.
+        why: &'static str,
+    },
 }
 
 /// Why a call was refused.

@@ -65,6 +65,7 @@ pub mod auth;
 pub mod cluster_service;
 
 pub mod config;
+pub mod consistency;
 pub mod deadline;
 pub mod end_on_stop;
 pub mod errors;
@@ -408,6 +409,7 @@ impl ServerParts {
         };
         let raft_failed = member.as_ref().map(|m| m.raft());
         let cluster = member.as_ref().map(|m| m.view());
+        let member_reads = member.as_ref().map(|m| m.reads());
         let member_raft = member.as_ref().map(|m| m.raft());
         let raft_tls = member.as_ref().and_then(|m| m.raft_tls());
         let transfer = member.as_ref().map(|m| m.replica().leader_transfer());
@@ -446,6 +448,7 @@ impl ServerParts {
             security,
             durable: durable.clone(),
             cluster,
+            member_reads,
             raft: member_raft,
             raft_tls,
             transfer,
@@ -477,6 +480,8 @@ struct Assembled {
     security: Security,
     durable: Arc<DurableIndex>,
     cluster: Option<ClusterView>,
+    /// What a member's reads consult for their consistency.
+    member_reads: Option<consistency::MemberReads>,
     raft: Option<uuidmap_cluster::replica::IndexRaft>,
     /// The member's Raft TLS, to ask a node being added who it is.
     raft_tls: Option<uuidmap_cluster::raft_tls::RaftTls>,
@@ -534,6 +539,7 @@ async fn run(
         security,
         durable,
         cluster,
+        member_reads,
         raft,
         raft_tls,
         transfer,
@@ -553,7 +559,8 @@ async fn run(
         lookup::LookupMetrics::register(metrics_on),
         stopping.clone(),
     )
-    .with_cluster(cluster.clone());
+    .with_cluster(cluster.clone())
+    .with_member_reads(member_reads);
     let metrics_addr = match metrics_listener {
         Some(m) => {
             let maddr = m.local_addr().ok();

@@ -2,8 +2,8 @@
 //!
 //! # Protocol
 //!
-//! Each request is an id of the client's choosing, packed keys and an
-//! optional `min_lsn`; each answer is the id, packed values, the `found`
+//! Each request is an id of the client's choosing, packed keys, an
+//! optional `min_lsn` and a consistency (`consistency`); each answer is the id, packed values, the `found`
 //! bitmap and the applied LSN, exactly as a `BatchGet` of the same keys
 //! would answer. A request that cannot be answered (bad keys, too many,
 //! shed by admission, its wait reached its bound) gets an answer with
@@ -20,8 +20,10 @@
 //!
 //! # Order
 //!
-//! A request whose `min_lsn` is applied when it is read (the usual case)
-//! is answered at once, in the order read. One that must wait is handed to
+//! A request whose `min_lsn` is applied when it is read, and that needs
+//! no read index (the usual case on a single node or the leader; a
+//! linearizable read on a follower waits for one) is answered at once, in
+//! the order read. One that must wait is handed to
 //! a task of its own, which answers when the LSN is applied or its bound
 //! passes; the requests behind it do not wait for it, so answers may come
 //! out of order. At most [`MAX_WAITING`] requests of a stream wait at once;
@@ -58,12 +60,12 @@ use uuid::Uuid;
 
 use super::admission::Admission;
 use super::config::Limits;
+use super::consistency::{Consistency, ReadGate};
 use super::deadline::{CallDeadline, wait_from_now};
 use super::metrics::CODES;
 use super::proto::v1 as pb;
 use super::status::stopping_stream;
 use super::transport_errors;
-use super::wait;
 use super::wire::{pack_values, packed_keys};
 use uuidmap_engine::writer::DurableIndex;
 
@@ -146,6 +148,8 @@ impl LookupMetrics {
 #[derive(Clone)]
 pub struct Lookups {
     durable: Arc<DurableIndex>,
+    /// Admits each request at its consistency.
+    gate: ReadGate,
     admission: Arc<Admission>,
     metrics: LookupMetrics,
     limits: Limits,
@@ -162,6 +166,7 @@ impl Lookups {
     /// ends when `stopping` becomes `true`.
     pub fn new(
         durable: Arc<DurableIndex>,
+        gate: ReadGate,
         admission: Arc<Admission>,
         metrics: LookupMetrics,
         limits: &Limits,
@@ -170,6 +175,7 @@ impl Lookups {
     ) -> Self {
         Lookups {
             durable,
+            gate,
             admission,
             metrics,
             limits: limits.clone(),
@@ -224,20 +230,33 @@ impl Lookups {
                     continue;
                 }
             };
-            let applied = self.durable.watermark().current();
-            if applied < request.min_lsn {
-                let Ok(slot) = Arc::clone(&waiting).acquire_owned().await else {
-                    return; // never closed
-                };
-                let (lookups, answers) = (self.clone(), answers.clone());
-                tokio::spawn(async move {
-                    let answer = lookups.after_wait(id, &keys, request.min_lsn).await;
-                    lookups.reply(&answers, answer, keys.len()).await;
-                    drop(slot);
-                });
-                continue;
-            }
-            let answer = self.answer(id, &keys, applied).await;
+            let consistency = match Consistency::of(request.consistency, request.max_staleness_ms) {
+                Ok(c) => c,
+                Err(e) => {
+                    if !self.reply(&answers, refused(id, e.into()), 0).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let answer = match self.gate.at_once(consistency, request.min_lsn) {
+                Some(Ok(applied)) => self.answer(id, &keys, applied).await,
+                Some(Err(status)) => refused(id, status),
+                None => {
+                    let Ok(slot) = Arc::clone(&waiting).acquire_owned().await else {
+                        return; // never closed
+                    };
+                    let (lookups, answers) = (self.clone(), answers.clone());
+                    tokio::spawn(async move {
+                        let answer = lookups
+                            .after_wait(id, &keys, consistency, request.min_lsn)
+                            .await;
+                        lookups.reply(&answers, answer, keys.len()).await;
+                        drop(slot);
+                    });
+                    continue;
+                }
+            };
             if !self.reply(&answers, answer, keys.len()).await {
                 return;
             }
@@ -251,21 +270,26 @@ impl Lookups {
         answers.send(Ok(answer)).await.is_ok()
     }
 
-    /// The answer to a request that first waits until `min_lsn` is applied.
-    async fn after_wait(&self, id: u64, keys: &[Uuid], min_lsn: u64) -> pb::LookupResponse {
+    /// The answer to a request that first waits until `min_lsn` is applied
+    /// (and, on a member, for its consistency).
+    async fn after_wait(
+        &self,
+        id: u64,
+        keys: &[Uuid],
+        consistency: Consistency,
+        min_lsn: u64,
+    ) -> pb::LookupResponse {
         let bound = wait_from_now(self.call, self.limits.max_wait);
-        match wait::applied(&self.durable, &self.stopping, min_lsn, bound).await {
+        match self.gate.admit(consistency, min_lsn, bound).await {
             Ok(applied) => self.answer(id, keys, applied).await,
             Err(status) => refused(id, status),
         }
     }
 
     /// Looks `keys` up, a read permit per [`KEYS_PER_PERMIT`] keys;
-    /// `applied_lsn` was read before the first lookup.
+    /// `applied_lsn` was read before the first lookup, after the request
+    /// was admitted at its consistency.
     async fn answer(&self, id: u64, keys: &[Uuid], applied_lsn: u64) -> pb::LookupResponse {
-        if let Err(e) = self.durable.admit_read() {
-            return refused(id, crate::status::read_refused(e));
-        }
         let mut found = vec![None; keys.len()];
         let index = self.durable.index();
         let pieces = keys.chunks(KEYS_PER_PERMIT);

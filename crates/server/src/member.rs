@@ -188,12 +188,32 @@ impl Member {
 
     /// Its view of the group, read when asked.
     pub(crate) fn view(&self) -> crate::ClusterView {
-        Arc::new(self.replica.status_view())
+        let view = self.replica.status_view();
+        let read_index = self.replica.read_index().clone();
+        Arc::new(move || {
+            let mut status = view();
+            status.read_index_rounds = read_index.rounds();
+            status
+        })
     }
 
     /// The member.
     pub(crate) fn replica(&self) -> &uuidmap_cluster::replica::Replica {
         &self.replica
+    }
+
+    /// What its reads consult for their consistency (`consistency`).
+    pub(crate) fn reads(&self) -> crate::consistency::MemberReads {
+        crate::consistency::MemberReads {
+            read_index: self.replica.read_index().clone(),
+            staleness: self.replica.staleness().clone(),
+            lease: self
+                .replica
+                .durable()
+                .read_lease()
+                .expect("a member's index has a read lease")
+                .clone(),
+        }
     }
 
     /// openraft, to watch for its failure.

@@ -558,6 +558,14 @@ fn render_cluster(out: &mut String, c: &ClusterStatus) {
     );
     let _ = write!(
         out,
+        "# HELP uuidmap_raft_read_index_rounds_total Read-index rounds this member began for \
+         linearizable reads it could not answer from its lease (one round serves every read \
+         waiting when it begins).\n# TYPE uuidmap_raft_read_index_rounds_total counter\n\
+         uuidmap_raft_read_index_rounds_total {}\n",
+        c.read_index_rounds
+    );
+    let _ = write!(
+        out,
         "# HELP uuidmap_raft_role This member's role: 1 for the one it has.\n\
          # TYPE uuidmap_raft_role gauge\n"
     );
@@ -839,6 +847,7 @@ mod tests {
                 proposals_refused: 5,
                 ..Default::default()
             },
+            read_index_rounds: 12,
         };
         let mut out = String::new();
         render_cluster(&mut out, &status);
@@ -850,6 +859,7 @@ mod tests {
             "uuidmap_raft_applied_index 39",
             "uuidmap_raft_last_log_index 41",
             "uuidmap_raft_voters 3",
+            "uuidmap_raft_read_index_rounds_total 12",
             "uuidmap_raft_role{role=\"leader\"} 1",
             "uuidmap_raft_role{role=\"follower\"} 0",
             "uuidmap_raft_follower_lag_entries{node=\"1\"} 0",

@@ -1,6 +1,7 @@
 //! The data service `uuidmap.v1.UuidMap`: lookups straight from the index
-//! (lock-free, after an optional wait for `min_lsn`), writes through the
-//! single-writer pipeline.
+//! (lock-free, after an optional wait for `min_lsn`, and on a replica
+//! group member for the read's consistency: `consistency`), writes through
+//! the single-writer pipeline.
 //!
 //! Read-your-writes: a write answers with its LSN only after it is applied
 //! and the watermark published, so a read that first waits for that LSN
@@ -15,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::admission::Admission;
 use super::config::Limits;
+use super::consistency::{Consistency, MemberReads, ReadGate};
 use super::deadline::{call_deadline, wait_deadline};
 use super::errors::RequestError;
 use super::lookup::{LookupMetrics, LookupStream, Lookups};
@@ -41,6 +43,8 @@ pub struct DataService {
     scan_counters: Arc<scan::ScanCounters>,
     /// A replica group member's view of its group (`None`: a single node).
     cluster: Option<crate::ClusterView>,
+    /// Admits reads at their consistency.
+    gate: ReadGate,
 }
 
 impl DataService {
@@ -54,6 +58,7 @@ impl DataService {
         lookup_metrics: LookupMetrics,
         stopping: watch::Receiver<bool>,
     ) -> Self {
+        let gate = ReadGate::new(Arc::clone(&durable), None, stopping.clone());
         DataService {
             durable,
             limits,
@@ -62,7 +67,31 @@ impl DataService {
             stopping,
             scan_counters: Arc::default(),
             cluster: None,
+            gate,
         }
+    }
+
+    /// This service as a replica group member's, whose reads consult
+    /// `reads` for their consistency.
+    pub fn with_member_reads(mut self, reads: Option<MemberReads>) -> Self {
+        self.gate = ReadGate::new(Arc::clone(&self.durable), reads, self.stopping.clone());
+        self
+    }
+
+    /// Admits a read at its consistency, after `min_lsn` (module
+    /// `consistency`); returns the applied LSN to answer with.
+    async fn admit_read<T>(
+        &self,
+        request: &Request<T>,
+        consistency: (i32, u64),
+        min_lsn: u64,
+    ) -> Result<u64, Status> {
+        let consistency = Consistency::of(consistency.0, consistency.1)?;
+        if let Some(answer) = self.gate.at_once(consistency, min_lsn) {
+            return answer;
+        }
+        let bound = wait_deadline(request, self.limits.max_wait);
+        self.gate.admit(consistency, min_lsn, bound).await
     }
 
     /// This service as a replica group member's, whose `Stats` answer
@@ -124,9 +153,10 @@ impl UuidMap for DataService {
         &self,
         request: Request<pb::GetRequest>,
     ) -> Result<Response<pb::GetResponse>, Status> {
-        let k = key("key", &request.get_ref().key)?;
+        let r = request.get_ref();
+        let k = key("key", &r.key)?;
         let applied_lsn = self
-            .wait_applied(&request, request.get_ref().min_lsn)
+            .admit_read(&request, (r.consistency, r.max_staleness_ms), r.min_lsn)
             .await?;
         let value = self.durable.index().get(k.as_uuid()).map(bytes_of);
         Ok(Response::new(pb::GetResponse { value, applied_lsn }))
@@ -136,9 +166,10 @@ impl UuidMap for DataService {
         &self,
         request: Request<pb::BatchGetRequest>,
     ) -> Result<Response<pb::BatchGetResponse>, Status> {
-        let keys = packed_keys("keys", &request.get_ref().keys, self.limits.max_batch_keys)?;
+        let r = request.get_ref();
+        let keys = packed_keys("keys", &r.keys, self.limits.max_batch_keys)?;
         let applied_lsn = self
-            .wait_applied(&request, request.get_ref().min_lsn)
+            .admit_read(&request, (r.consistency, r.max_staleness_ms), r.min_lsn)
             .await?;
         let mut answers = vec![None; keys.len()];
         self.durable.index().get_many(&keys, &mut answers);
@@ -159,6 +190,7 @@ impl UuidMap for DataService {
     ) -> Result<Response<Self::LookupStream>, Status> {
         let lookups = Lookups::new(
             Arc::clone(&self.durable),
+            self.gate.clone(),
             Arc::clone(&self.admission),
             self.lookup_metrics.clone(),
             &self.limits,
@@ -303,9 +335,10 @@ impl UuidMap for DataService {
         &self,
         request: Request<pb::ScanRequest>,
     ) -> Result<Response<Self::ScanStream>, Status> {
-        let plan = scan::plan(&self.durable.index(), request.get_ref(), &self.limits)?;
+        let r = request.get_ref();
+        let plan = scan::plan(&self.durable.index(), r, &self.limits)?;
         let applied_lsn = self
-            .wait_applied(&request, request.get_ref().min_lsn)
+            .admit_read(&request, (r.consistency, r.max_staleness_ms), r.min_lsn)
             .await?;
         let stream = scan::start(
             plan,

@@ -17,6 +17,14 @@
 //!   WAL record whose fsync failed may still be on the disk at the next
 //!   start; a transport's UNAVAILABLE may come after the server applied
 //!   it): read it back, as after DEADLINE_EXCEEDED.
+//! - Reads on a replica group member (README.md, "Read consistency"):
+//!   `UNAVAILABLE` when a linearizable read gets no read index (no leader,
+//!   the leader unreachable or without a majority: the leader, when known,
+//!   in `uuidmap-leader`), and when a stale read's `max_staleness_ms` is
+//!   below the member's staleness (the lag in the message: another member
+//!   may answer, so it is retryable elsewhere rather than a precondition);
+//!   `DEADLINE_EXCEEDED` when the read index or its apply did not come
+//!   within the call's bound.
 //! - `FAILED_PRECONDITION`: a `Watch` whose next LSN the WAL no longer holds
 //!   (rescan, then watch from the scan's `applied_lsn`). `DATA_LOSS`: a
 //!   `Watch` met a damaged WAL record.
@@ -39,7 +47,7 @@ use std::time::Duration;
 
 use tonic::Status;
 
-use crate::errors::{AdmissionError, AuthError, RequestError, WaitBound};
+use crate::errors::{AdmissionError, AuthError, ConsistencyError, RequestError, WaitBound};
 use uuidmap_engine::store::StoreError;
 use uuidmap_engine::writer::{LeaderHint, ReadRefused, WriteError};
 use uuidmap_index::sync::WaitTimedOut;
@@ -138,6 +146,25 @@ pub fn transfer_error(e: uuidmap_cluster::transfer::TransferError) -> Status {
         E::ToItself { .. } | E::NotAVoter { .. } => Status::failed_precondition(e.to_string()),
         E::NotTaken { .. } | E::Stopped(_) => Status::unavailable(e.to_string()),
     }
+}
+
+/// The status for a read a member would not answer at the consistency
+/// asked.
+impl From<ConsistencyError> for Status {
+    fn from(e: ConsistencyError) -> Status {
+        match e {
+            ConsistencyError::TooStale { .. } => Status::unavailable(e.to_string()),
+            ConsistencyError::ReadIndexTimedOut { .. } => Status::deadline_exceeded(e.to_string()),
+        }
+    }
+}
+
+/// The status for a linearizable read that got no read index: nothing was
+/// read; retry, here or on the leader (named when known).
+pub fn read_index_error(e: uuidmap_cluster::read_index::ReadIndexError) -> Status {
+    let mut status = Status::unavailable(e.to_string());
+    add_leader(&mut status, e.leader());
+    status
 }
 
 /// The status for a membership change that was not made.

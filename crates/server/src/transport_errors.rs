@@ -326,12 +326,14 @@ mod tests {
             let batch = pb::BatchGetRequest {
                 keys: vec![0x7f; limits.max_batch_keys * 16].into(),
                 min_lsn: u64::MAX,
+                ..Default::default()
             };
             assert!(batch.encoded_len() <= limit, "{limits:?}");
             let lookup = pb::LookupRequest {
                 id: u64::MAX,
                 keys: vec![0x7f; limits.max_batch_keys * 16].into(),
                 min_lsn: u64::MAX,
+                ..Default::default()
             };
             assert!(lookup.encoded_len() <= limit, "{limits:?}");
             let cas = pb::WriteOp {
@@ -352,6 +354,7 @@ mod tests {
                 splits: u32::MAX,
                 limit: u64::MAX,
                 min_lsn: u64::MAX,
+                ..Default::default()
             };
             assert!(scan.encoded_len() <= limit, "{limits:?}");
         }

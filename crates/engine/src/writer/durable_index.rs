@@ -483,6 +483,17 @@ impl DurableIndex {
         }
     }
 
+    /// Whether the index as applied up to `applied` may be read without
+    /// the lease (a stale read, or a linearizable one once its read index
+    /// is applied): always on a single node; on a member, unless it is
+    /// catching up after loading a snapshot ([`ReadLease::admit_applied`]).
+    pub fn admit_applied(&self, applied: u64) -> Result<(), ReadRefused> {
+        match &self.lease {
+            None => Ok(()),
+            Some(lease) => lease.admit_applied(applied),
+        }
+    }
+
     /// A member's read lease, for the replicated log to keep up to date.
     pub fn read_lease(&self) -> Option<&Arc<ReadLease>> {
         self.lease.as_ref()

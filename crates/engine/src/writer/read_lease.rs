@@ -128,10 +128,7 @@ impl ReadLease {
     /// (module docs). A member that does not believe it leads answers as a
     /// follower, once caught up after loading a snapshot.
     pub fn admit(&self, applied: u64) -> Result<(), ReadRefused> {
-        let until = self.consistent_from.load(Relaxed);
-        if applied < until {
-            return Err(ReadRefused::CatchingUp { applied, until });
-        }
+        self.admit_applied(applied)?;
         if !self.leading.load(Relaxed) {
             return Ok(());
         }
@@ -149,6 +146,32 @@ impl ReadLease {
             return Err(ReadRefused::NotReady);
         }
         Ok(())
+    }
+
+    /// Whether the index as applied up to `applied` may be read at all:
+    /// refused only while a loaded snapshot is caught up (`CatchingUp`).
+    /// The check of a read that does not rest on the lease (a stale read,
+    /// or a linearizable one after its read index was applied).
+    pub fn admit_applied(&self, applied: u64) -> Result<(), ReadRefused> {
+        let until = self.consistent_from.load(Relaxed);
+        if applied < until {
+            return Err(ReadRefused::CatchingUp { applied, until });
+        }
+        Ok(())
+    }
+
+    /// Whether this member may answer a linearizable read at once, from
+    /// its lease: it believes it leads, its writer passed its gate in this
+    /// term and its lease holds. (The snapshot catch-up, `CatchingUp`, is
+    /// checked apart: [`ReadLease::is_consistent_at`].) Otherwise a
+    /// linearizable read asks the leader for a read index (ReadIndex).
+    pub fn serves_as_leader(&self) -> bool {
+        if !self.leading.load(Relaxed) {
+            return false;
+        }
+        let until = self.until_ns.load(Relaxed);
+        let holds = until == u64::MAX || (self.base.elapsed().as_nanos() as u64) < until;
+        holds && self.ready_term.load(Relaxed) == self.term.load(Relaxed)
     }
 
     /// Whether this member believes it leads but its lease ran out: no
@@ -252,9 +275,14 @@ mod tests {
         );
         lease.set_ready(3);
         assert_eq!(lease.admit(0), Ok(()));
+        assert!(lease.serves_as_leader());
         assert!(!lease.lapsed());
         lease.lead(3, LeaseAck::At(Instant::now()), Duration::ZERO);
         assert_eq!(lease.admit(0), Err(ReadRefused::LeaseExpired));
+        assert!(
+            !lease.serves_as_leader(),
+            "a lapsed lease serves no read at once"
+        );
         assert!(lease.lapsed());
         lease.set_ready(0);
         assert_eq!(
@@ -269,6 +297,7 @@ mod tests {
         lease.follow();
         lease.set_ready(0);
         assert_eq!(lease.admit(0), Ok(()), "a follower again");
+        assert!(!lease.serves_as_leader(), "a follower asks the leader");
         lease.set_consistent_from(9);
         assert_eq!(
             lease.admit(8),

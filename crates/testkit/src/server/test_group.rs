@@ -3,6 +3,7 @@
 //! own data directory; members can be stopped and started again on the
 //! same ports and directory.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -12,6 +13,7 @@ use uuidmap_server::config::{ClusterOptions, Peer};
 use uuidmap_server::{ServeConfig, ServeError};
 
 use super::{TestServer, config};
+use crate::proxy::FaultProxy;
 
 /// The tests' configuration ([`config`]) for member `id`, serving clients
 /// on `listen` and Raft on `raft`; `init`: it makes the group.
@@ -63,12 +65,29 @@ async fn bind(addr: SocketAddr) -> TcpListener {
 impl TestGroup {
     /// Starts `n` members; member 1 makes the group of all of them.
     pub async fn start(n: usize) -> TestGroup {
-        TestGroup::start_configured(n, std::sync::Arc::new(|_| {})).await
+        TestGroup::start_inner(n, false, std::sync::Arc::new(|_| {}))
+            .await
+            .0
     }
 
     /// [`TestGroup::start`], with `configure` applied to each member's
     /// configuration (the extra members' too).
     pub async fn start_configured(n: usize, configure: Configure) -> TestGroup {
+        TestGroup::start_inner(n, false, configure).await.0
+    }
+
+    /// [`TestGroup::start`], with every Raft link through a fault proxy of
+    /// its own (`proxies[(i, j)]`: where node `i` dials node `j`, by
+    /// `--raft-dial`), and each member's metrics endpoint served.
+    pub async fn start_proxied(n: usize) -> (TestGroup, HashMap<(u64, u64), FaultProxy>) {
+        TestGroup::start_inner(n, true, std::sync::Arc::new(|_| {})).await
+    }
+
+    async fn start_inner(
+        n: usize,
+        proxied: bool,
+        configure: Configure,
+    ) -> (TestGroup, HashMap<(u64, u64), FaultProxy>) {
         let mut listeners = Vec::new();
         for _ in 0..n {
             let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -79,6 +98,15 @@ impl TestGroup {
             .map(|(l, r)| (l.local_addr().unwrap(), r.local_addr().unwrap()))
             .collect();
         let dirs: Vec<TempDir> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut proxies = HashMap::new();
+        if proxied {
+            for i in 1..=n as u64 {
+                for j in (1..=n as u64).filter(|&j| j != i) {
+                    let target = addrs[j as usize - 1].1;
+                    proxies.insert((i, j), FaultProxy::start(target).await);
+                }
+            }
+        }
         let mut configs = Vec::new();
         let mut members = Vec::new();
         for (i, (l, r)) in listeners.into_iter().enumerate() {
@@ -101,15 +129,26 @@ impl TestGroup {
                 i == 0,
             );
             configure(&mut c);
+            if proxied {
+                let id = i as u64 + 1;
+                let cluster = c.cluster.as_mut().expect("a member");
+                for ((from, to), p) in &proxies {
+                    if *from == id {
+                        cluster.dial.insert(*to, p.addr.to_string());
+                    }
+                }
+                c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+            }
             configs.push(c.clone());
             members.push(Some(TestServer::start_member(c, l, r).await));
         }
-        TestGroup {
+        let group = TestGroup {
             members,
             configs,
             dirs,
             configure,
-        }
+        };
+        (group, proxies)
     }
 
     /// Every member's client URL, in member order.

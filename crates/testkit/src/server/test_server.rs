@@ -90,14 +90,21 @@ impl TestServer {
         raft: TcpListener,
     ) -> TestServer {
         let addr = listener.local_addr().unwrap();
+        let metrics = match config.metrics_listen {
+            Some(a) => Some(TcpListener::bind(a).await.unwrap()),
+            None => None,
+        };
+        let metrics_addr = metrics.as_ref().map(|m| m.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let parts = ServerParts::new(listener, config).raft(raft);
+        let parts = ServerParts::new(listener, config)
+            .raft(raft)
+            .metrics(metrics);
         let task = tokio::spawn(parts.serve(async {
             let _ = stopped.await;
         }));
         TestServer {
             addr,
-            metrics_addr: None,
+            metrics_addr,
             stop,
             task,
         }
