@@ -9,10 +9,11 @@
 //! whose leader is killed with SIGKILL under write load (`group_kill`),
 //! and a group of three processes under a randomized schedule of kills,
 //! partitions and a wipe-and-re-add (`cluster_chaos`, the short run of
-//! `tools/cluster-chaos.sh`).
+//! `tools/cluster-chaos.sh`); the load of the chaos tests (`chaos_load`).
 
 mod batching;
 mod chaos;
+mod chaos_load;
 mod cluster_chaos;
 mod faults;
 mod group;
