@@ -231,6 +231,13 @@ impl Client {
             .is_some_and(|e| self.shared.endpoints.is_pessimized(&e))
     }
 
+    /// The URL of the member that took this client's last write, or that
+    /// a member named as its replica group's leader since (`None`: none
+    /// yet): where writes go first.
+    pub fn leader_url(&self) -> Option<String> {
+        self.shared.endpoints.leader_url()
+    }
+
     /// The URL each endpoint connects to now: the builder's servers, a DNS
     /// name as one URL per address it resolved to.
     pub fn endpoint_urls(&self) -> Vec<String> {

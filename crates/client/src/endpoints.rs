@@ -213,6 +213,13 @@ impl Endpoints {
         self.pick(avoid)
     }
 
+    /// The URL of the endpoint writes go to first (`None`: none known).
+    pub(crate) fn leader_url(&self) -> Option<String> {
+        let leader = self.leader.load(Relaxed);
+        let list = self.list.load();
+        list.iter().find(|e| e.id == leader).map(|e| e.url.clone())
+    }
+
     /// `e` took a write: writes go there first from now on.
     pub(crate) fn took_write(&self, e: &Endpoint) {
         if self.leader.load(Relaxed) != e.id {
