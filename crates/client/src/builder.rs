@@ -238,7 +238,11 @@ impl ClientBuilder {
         if connected.is_empty() {
             return Err(first_error.unwrap_or(ClientError::NoEndpoints));
         }
-        self.make(sources, resolved, connected)
+        let timeout = self.connect_timeout;
+        let client = self.make(sources, resolved, connected)?;
+        // A replica group's leader may be a member it was not given.
+        client.learn_leader(timeout).await;
+        Ok(client)
     }
 
     /// The servers as given, parsed.
