@@ -115,6 +115,7 @@ impl Rig {
                 Client::builder()
                     .endpoints([n.url()])
                     .timeout(Duration::from_secs(1))
+                    .learn_members(false)
                     .build()
                     .unwrap()
             })

@@ -164,6 +164,7 @@ impl Rig {
                 Client::builder()
                     .endpoints([url(&hosts, i)])
                     .timeout(Duration::from_secs(1))
+                    .learn_members(false)
                     .build()
                     .unwrap()
             })
@@ -646,9 +647,26 @@ async fn chaos(hosts: Hosts) {
         .filter(|o| o.call == Call::Get && o.returned.is_some())
         .count();
     let checked_len = checked.len();
-    let verdict = tokio::task::spawn_blocking(move || check(&checked, 2_000_000))
-        .await
-        .unwrap();
+    let (verdict, checked) =
+        tokio::task::spawn_blocking(move || (check(&checked, 2_000_000), checked))
+            .await
+            .unwrap();
+    if let Err(uuidmap_testkit::linearizability::Violation::NotLinearizable { key, .. }) = &verdict
+    {
+        // The key's history, for the report: (invoked, returned) in ms.
+        let mut ops: Vec<_> = checked.iter().filter(|o| o.key == *key).collect();
+        ops.sort_by_key(|o| o.invoked);
+        for o in ops {
+            eprintln!(
+                "netns chaos: {key} {:.3}..{} {:?} -> {:?}",
+                o.invoked as f64 / 1e6,
+                o.returned
+                    .map_or("?".into(), |(t, _)| format!("{:.3}", t as f64 / 1e6)),
+                o.call,
+                o.returned.map(|(_, r)| r)
+            );
+        }
+    }
 
     failovers.sort();
     let (p50, max) = if failovers.is_empty() {

@@ -82,6 +82,9 @@ pub(crate) struct Endpoints {
     make_pool: MakePool,
     /// The next endpoint id.
     next_id: AtomicUsize,
+    /// Whether members the group names may be learned
+    /// (`ClientBuilder::learn_members`).
+    pub(crate) learn_members: bool,
     /// Held while an endpoint is learned (rare: never on the hot path), so
     /// that two refusals naming the same leader add it once.
     learning: std::sync::Mutex<()>,
@@ -129,6 +132,7 @@ impl Endpoints {
             sources,
             make_pool,
             next_id: AtomicUsize::new(0),
+            learn_members: true,
             learning: std::sync::Mutex::new(()),
             next: AtomicUsize::new(0),
             leader: AtomicUsize::new(NO_LEADER),
@@ -177,6 +181,9 @@ impl Endpoints {
         let list = self.list.load_full();
         if let Some(e) = known(&list) {
             return Some(e);
+        }
+        if !self.learn_members {
+            return None;
         }
         if list.iter().filter(|e| e.source == LEARNED).count() >= MAX_LEARNED {
             tracing::warn!(
