@@ -27,18 +27,22 @@
 //! failover_max_ms=M`. `UUIDMAP_CHAOS_SEED` replays a schedule (the seed
 //! is printed on stderr); the timing of the load is not replayed.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
-use uuidmap_client::{Client, ClientError, RetryClass, ScanOptions};
+use uuidmap_client::Client;
 use uuidmap_testkit::data::SplitMix64;
-use uuidmap_testkit::linearizability::{Call, Op, Ret, check};
+use uuidmap_testkit::linearizability::{check, without_unseen_unknowns};
 use uuidmap_testkit::proxy::FaultProxy;
 
+use super::chaos_load::{
+    Acked, HOT_TASKS, SETTLE, Settings, WRITERS, cas_reader, contents, failover, hot_task, ms,
+    percentile, whole, write_fresh,
+};
 use super::dead_addr;
 use super::serve_child::{ServeChild, member_command};
 
@@ -46,79 +50,6 @@ use super::serve_child::{ServeChild, member_command};
 /// small, so that a member added again empty catches up by snapshot.
 const SNAPSHOT_ENTRIES: u64 = 200;
 const KEEP_ENTRIES: u64 = 50;
-/// Writers of fresh keys, and tasks on the hot keys.
-const WRITERS: u64 = 3;
-const HOT_TASKS: u64 = 3;
-/// Hot keys at a time; a new set every `HOT_ROUND`, so that each key's
-/// history stays small enough to check however long the run.
-const HOT_KEYS: u64 = 5;
-const HOT_ROUND: Duration = Duration::from_secs(10);
-/// A value no write uses: a compare-and-set expecting it is a read.
-const NEVER: u64 = u64::MAX;
-/// How long the group may take to be whole again after a fault.
-const SETTLE: Duration = Duration::from_secs(90);
-
-fn fresh_key(writer: u64, i: u64) -> Uuid {
-    Uuid::from_u128(
-        0xc4a0_0000_0000_0000_0000_0000_0000_0000 | u128::from(writer) << 64 | u128::from(i),
-    )
-}
-
-fn fresh_value(writer: u64, i: u64) -> Uuid {
-    Uuid::from_u128(
-        0xc4a1_0000_0000_0000_0000_0000_0000_0000 | u128::from(writer) << 64 | u128::from(i),
-    )
-}
-
-fn hot_key(round: u64, k: u64) -> Uuid {
-    Uuid::from_u128(
-        0xc4a2_0000_0000_0000_0000_0000_0000_0000 | u128::from(round) << 64 | u128::from(k),
-    )
-}
-
-const VALUE_BASE: u128 = 0xc4a3_0000_0000_0000_0000_0000_0000_0000;
-
-fn hot_value(v: u64) -> Uuid {
-    Uuid::from_u128(VALUE_BASE | u128::from(v))
-}
-
-fn value_id(u: Uuid) -> u64 {
-    let n = u.as_u128();
-    assert_eq!(
-        n & !u128::from(u64::MAX),
-        VALUE_BASE,
-        "{u} was never written to a hot key"
-    );
-    n as u64
-}
-
-/// The settings of a run, from the environment.
-struct Settings {
-    secs: u64,
-    seed: u64,
-}
-
-impl Settings {
-    fn from_env() -> Settings {
-        let var = |name: &str| {
-            std::env::var(name).ok().map(|v| {
-                v.trim()
-                    .parse::<u64>()
-                    .unwrap_or_else(|_| panic!("{name}={v:?} is not a number"))
-            })
-        };
-        let seed = var("UUIDMAP_CHAOS_SEED").unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-        Settings {
-            secs: var("UUIDMAP_CHAOS_SECS").unwrap_or(15),
-            seed,
-        }
-    }
-}
 
 /// A member's fixed places: its ports stay the same across restarts.
 struct Node {
@@ -184,6 +115,7 @@ impl Rig {
                 Client::builder()
                     .endpoints([n.url()])
                     .timeout(Duration::from_secs(1))
+                    .learn_members(false)
                     .build()
                     .unwrap()
             })
@@ -293,210 +225,9 @@ impl Rig {
     }
 
     async fn whole(&self) -> Result<usize, String> {
-        let mut stats = Vec::new();
-        for (i, c) in self.one.iter().enumerate() {
-            if self.running[i].is_none() {
-                return Err(format!("member {} is down", i + 1));
-            }
-            stats.push(
-                c.cluster_status()
-                    .await
-                    .map_err(|e| format!("member {}: {e}", i + 1))?,
-            );
-        }
-        let leader = stats
-            .iter()
-            .position(|s| s.role == "leader")
-            .ok_or("no member leads")?;
-        let l = &stats[leader];
-        if l.voters != [1, 2, 3] || !l.learners.is_empty() {
-            return Err(format!("voters {:?}, learners {:?}", l.voters, l.learners));
-        }
-        for s in &stats {
-            if s.leader_id != Some(l.node_id) || s.term != l.term {
-                return Err(format!(
-                    "member {} follows {:?} in term {}, not {} in term {}",
-                    s.node_id, s.leader_id, s.term, l.node_id, l.term
-                ));
-            }
-        }
-        if l.followers.len() != 2
-            || l.followers
-                .iter()
-                .any(|f| f.matched_index.is_none() || f.lag > 500)
-        {
-            return Err(format!("followers behind: {:?}", l.followers));
-        }
-        Ok(leader)
+        let running: Vec<bool> = self.running.iter().map(Option::is_some).collect();
+        whole(&self.one, &running).await
     }
-}
-
-/// An acknowledged put of a fresh key.
-#[derive(Clone, Copy, Debug)]
-struct Acked {
-    key: Uuid,
-    value: Uuid,
-    lsn: u64,
-    /// When its answer came.
-    at: Instant,
-}
-
-/// What a write's error says about its outcome.
-enum Outcome {
-    /// Nothing was done (every attempt was refused before it was logged).
-    NotDone,
-    /// It may take effect at any time after it was sent, or never.
-    Unknown,
-}
-
-fn outcome_of(e: &ClientError) -> Outcome {
-    match e {
-        ClientError::DeadlineExceeded { .. } | ClientError::Undetermined { .. } => Outcome::Unknown,
-        ClientError::Overloaded { .. } => Outcome::NotDone,
-        e => match e.retry_class() {
-            // A write is not retried after a conditional failure: a fast
-            // or slow one given back means no attempt was logged.
-            RetryClass::Fast | RetryClass::Slow => Outcome::NotDone,
-            RetryClass::Conditional | RetryClass::Final => Outcome::Unknown,
-        },
-    }
-}
-
-/// A writer of fresh keys until `stop`: what was acknowledged.
-async fn write_fresh(client: Client, writer: u64, stop: Arc<AtomicBool>) -> Vec<Acked> {
-    let mut acked = Vec::new();
-    let mut i = 0;
-    while !stop.load(SeqCst) {
-        i += 1;
-        let (key, value) = (fresh_key(writer, i), fresh_value(writer, i));
-        match client.put(key, value).await {
-            Ok(lsn) => acked.push(Acked {
-                key,
-                value,
-                lsn,
-                at: Instant::now(),
-            }),
-            // Not acknowledged: it need not be there. Pace the next try.
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-    acked
-}
-
-/// What a hot-key task recorded: its history and the LSNs of its
-/// acknowledged writes.
-type Recorded = (Vec<Op<Uuid, u64>>, Vec<u64>);
-
-/// A task on the hot keys until `stop`: puts, compare-and-sets from the
-/// value it last saw, and reads, each recorded with its call and return
-/// times (ns since `start`).
-async fn hot_task(
-    client: Client,
-    mut rng: SplitMix64,
-    next_value: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    start: Instant,
-) -> Recorded {
-    let mut history = Vec::new();
-    let mut lsns = Vec::new();
-    let mut seen: HashMap<Uuid, Option<u64>> = HashMap::new();
-    let now = || start.elapsed().as_nanos() as u64;
-    while !stop.load(SeqCst) {
-        let round = start.elapsed().as_nanos() as u64 / HOT_ROUND.as_nanos() as u64;
-        let key = hot_key(round, rng.next_u64() % HOT_KEYS);
-        let v = next_value.fetch_add(1, SeqCst);
-        let expected = seen.get(&key).copied().flatten();
-        let call = match rng.next_u64() % 10 {
-            0..4 => Call::Put(v),
-            4..7 => Call::Cas {
-                expected,
-                new: Some(v),
-            },
-            _ => Call::Get,
-        };
-        let invoked = now();
-        let answer = match call {
-            Call::Put(v) => client.put(key, hot_value(v)).await,
-            Call::Cas { expected, new } => {
-                client
-                    .compare_and_set(key, expected.map(hot_value), new.map(hot_value))
-                    .await
-            }
-            _ => {
-                client
-                    .compare_and_set(key, Some(hot_value(NEVER)), None)
-                    .await
-            }
-        };
-        let returned = now();
-        let returned = match answer {
-            Ok(lsn) => {
-                lsns.push(lsn);
-                seen.insert(key, Some(v));
-                assert!(call != Call::Get, "a read's compare-and-set matched");
-                Some((returned, Ret::Done))
-            }
-            Err(ClientError::CasMismatch { current, .. }) => {
-                let current = current.map(value_id);
-                seen.insert(key, current);
-                Some((
-                    returned,
-                    if call == Call::Get {
-                        Ret::Value(current)
-                    } else {
-                        Ret::CasFailed { current }
-                    },
-                ))
-            }
-            Err(e) => match outcome_of(&e) {
-                Outcome::NotDone => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-                Outcome::Unknown => None,
-            },
-        };
-        history.push(Op {
-            key,
-            call,
-            invoked,
-            returned,
-        });
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    (history, lsns)
-}
-
-/// `history` without the operations whose outcome is unknown and that
-/// constrain nothing: reads, and writes of a value no other operation
-/// saw or expected. Such a write, had it taken effect, was overwritten
-/// by a put before anything depended on it, so leaving it out ("never
-/// took effect", which an unknown outcome allows) changes no verdict;
-/// it only spares the checker the orders that place it.
-fn without_unseen_unknowns(history: Vec<Op<Uuid, u64>>) -> Vec<Op<Uuid, u64>> {
-    let mut seen: HashSet<(Uuid, u64)> = HashSet::new();
-    for op in &history {
-        if let Call::Cas {
-            expected: Some(e), ..
-        } = op.call
-        {
-            seen.insert((op.key, e));
-        }
-        if let Some((_, Ret::Value(Some(v)) | Ret::CasFailed { current: Some(v) })) = op.returned {
-            seen.insert((op.key, v));
-        }
-    }
-    history
-        .into_iter()
-        .filter(|op| {
-            op.returned.is_some()
-                || match op.call {
-                    Call::Put(v) | Call::Cas { new: Some(v), .. } => seen.contains(&(op.key, v)),
-                    Call::Get => false,
-                    Call::Delete | Call::Cas { new: None, .. } => true,
-                }
-        })
-        .collect()
 }
 
 /// The kinds of fault.
@@ -516,52 +247,6 @@ const FAULTS: [Fault; 5] = [
     Fault::CutFollower,
     Fault::WipeFollower,
 ];
-
-/// A number in `lo..hi` (ms) as a duration.
-fn ms(rng: &mut SplitMix64, lo: u64, hi: u64) -> Duration {
-    Duration::from_millis(lo + rng.next_u64() % (hi - lo))
-}
-
-/// Time until a member other than `old` (the leader just killed or cut
-/// off) acknowledges a write, from `fault`; the probes' acknowledged
-/// writes join `acked`.
-async fn failover(rig: &Rig, old: usize, fault: Instant, acked: &Mutex<Vec<Acked>>) -> Duration {
-    static PROBES: AtomicU64 = AtomicU64::new(0);
-    let done = AtomicBool::new(false);
-    let probe = |i: usize| {
-        let done = &done;
-        async move {
-            // Asks member `i` alone: it acknowledges only once it leads.
-            let c = rig.one[i].with_timeout(Duration::from_millis(300));
-            while !done.load(SeqCst) {
-                let n = PROBES.fetch_add(1, SeqCst);
-                let (key, value) = (fresh_key(1000, n), fresh_value(1000, n));
-                match c.put(key, value).await {
-                    Ok(lsn) => {
-                        let at = Instant::now();
-                        done.store(true, SeqCst);
-                        acked.lock().unwrap().push(Acked {
-                            key,
-                            value,
-                            lsn,
-                            at,
-                        });
-                        return Some(at - fault);
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-                }
-                assert!(
-                    fault.elapsed() < SETTLE,
-                    "no write acknowledged within {SETTLE:?} after the fault"
-                );
-            }
-            None
-        }
-    };
-    let others: Vec<usize> = (0..3).filter(|&i| i != old).collect();
-    let (a, b) = tokio::join!(probe(others[0]), probe(others[1]));
-    a.into_iter().chain(b).min().expect("one probe got through")
-}
 
 /// Runs one fault and the recovery from it; if it hit the leader, when
 /// and the failover it caused.
@@ -587,7 +272,7 @@ async fn run_fault(
             rig.kill(i);
             let t0 = Instant::now();
             let failed_over = if i == leader {
-                Some(failover(rig, i, t0, acked).await)
+                Some(failover(&rig.one, i, t0, acked).await)
             } else {
                 None
             };
@@ -611,7 +296,7 @@ async fn run_fault(
             rig.isolate(id, true);
             let t0 = Instant::now();
             let failed_over = if i == leader {
-                Some(failover(rig, i, t0, acked).await)
+                Some(failover(&rig.one, i, t0, acked).await)
             } else {
                 None
             };
@@ -740,20 +425,6 @@ async fn change_membership(
     }
 }
 
-/// Every entry of the member `client` talks to, in key order.
-async fn contents(client: &Client) -> BTreeMap<Uuid, Uuid> {
-    let mut scan = client.scan(ScanOptions::default());
-    let mut all = BTreeMap::new();
-    while let Some(page) = scan.next_page().await.unwrap() {
-        all.extend(page.entries);
-    }
-    all
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    sorted[(sorted.len() - 1) * p / 100]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_group_under_random_faults_loses_no_acknowledged_write_and_stays_linearizable() {
     let settings = Settings::from_env();
@@ -785,6 +456,7 @@ async fn a_group_under_random_faults_loses_no_acknowledged_write_and_stays_linea
         .map(|t| {
             tokio::spawn(hot_task(
                 load.clone(),
+                cas_reader(load.clone()),
                 SplitMix64(settings.seed ^ (t + 1) << 32),
                 next_value.clone(),
                 stop.clone(),

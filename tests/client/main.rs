@@ -9,14 +9,21 @@
 //! whose leader is killed with SIGKILL under write load (`group_kill`),
 //! and a group of three processes under a randomized schedule of kills,
 //! partitions and a wipe-and-re-add (`cluster_chaos`, the short run of
-//! `tools/cluster-chaos.sh`).
+//! `tools/cluster-chaos.sh`); a client that learns its group's leader
+//! (`discovery`); a group across network namespaces under kills, with
+//! pauses, one-way drops, delay, full disks and real reads (`netns_chaos`,
+//! ignored: root only, `tools/cluster-chaos.sh --netns`); the load both
+//! share (`chaos_load`).
 
 mod batching;
 mod chaos;
+mod chaos_load;
 mod cluster_chaos;
+mod discovery;
 mod faults;
 mod group;
 mod group_kill;
+mod netns_chaos;
 mod retries;
 #[path = "../serve_child/mod.rs"]
 mod serve_child;

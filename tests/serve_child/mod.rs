@@ -45,13 +45,27 @@ pub fn member_command(
     dir: &Path,
     init: bool,
 ) -> Command {
+    member_command_at("127.0.0.1", id, port, raft_addr, peers, dir, init)
+}
+
+/// [`member_command`] with clients on `host:port` (`--insecure` unless
+/// `host` is loopback: no TLS in these tests).
+pub fn member_command_at(
+    host: &str,
+    id: u64,
+    port: u16,
+    raft_addr: &str,
+    peers: impl IntoIterator<Item = (u64, String, String)>,
+    dir: &Path,
+    init: bool,
+) -> Command {
     let peers: Vec<String> = peers
         .into_iter()
         .map(|(id, raft, url)| format!("{id}={raft}@{url}"))
         .collect();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_uuidmap"));
     cmd.args(["serve", "--metrics-listen", "off", "--fsync", "always"])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--listen", &format!("{host}:{port}")])
         .args(["--node-id", &id.to_string()])
         .args(["--raft-listen", raft_addr])
         .args(["--peers", &peers.join(",")])
@@ -59,6 +73,9 @@ pub fn member_command(
         .arg(dir);
     if init {
         cmd.arg("--cluster-init");
+    }
+    if !host.starts_with("127.") {
+        cmd.arg("--insecure");
     }
     clear_uuidmap_env(&mut cmd);
     cmd
@@ -158,6 +175,15 @@ impl ServeChild {
         // The log is complete once stderr closes.
         let _ = self.closed.recv_timeout(PATIENCE);
         (status, self.log())
+    }
+
+    /// Sends `signal` (SIGSTOP, SIGCONT, …) to it.
+    pub fn signal(&self, signal: libc::c_int) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) takes plain integers and touches no memory of
+        // ours; the child is not reaped yet, so the PID is still its own.
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(sent, 0, "signal {signal} to {pid}");
     }
 
     /// SIGKILL: the process dies at once, as in a crash.

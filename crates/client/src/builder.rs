@@ -28,6 +28,8 @@ pub struct ClientBuilder {
     tls_key: Option<PathBuf>,
     timeout: Duration,
     connect_timeout: Duration,
+    /// Whether members the group names are learned (on by default).
+    learn_members: bool,
     retry: RetryPolicy,
     budget: RetryBudgetConfig,
     read_your_writes: bool,
@@ -51,6 +53,7 @@ impl Default for ClientBuilder {
             tls_key: None,
             timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            learn_members: true,
             retry: RetryPolicy::default(),
             budget: RetryBudgetConfig::default(),
             read_your_writes: true,
@@ -119,6 +122,15 @@ impl ClientBuilder {
     /// [`Client::with_timeout`].
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Whether the client learns members of a replica group it was not
+    /// given (its leader, named by the group: on by default). Off: it
+    /// talks only to the servers given, as a tool pinned to one member
+    /// must.
+    pub fn learn_members(mut self, on: bool) -> Self {
+        self.learn_members = on;
         self
     }
 
@@ -248,7 +260,11 @@ impl ClientBuilder {
         if connected.is_empty() {
             return Err(first_error.unwrap_or(ClientError::NoEndpoints));
         }
-        self.make(sources, resolved, connected)
+        let timeout = self.connect_timeout;
+        let client = self.make(sources, resolved, connected)?;
+        // A replica group's leader may be a member it was not given.
+        client.learn_leader(timeout).await;
+        Ok(client)
     }
 
     /// The servers as given, parsed.
@@ -279,7 +295,9 @@ impl ClientBuilder {
                 ready,
             ))
         });
-        let endpoints = Arc::new(Endpoints::new(sources, resolved, make_pool, connected)?);
+        let mut endpoints = Endpoints::new(sources, resolved, make_pool, connected)?;
+        endpoints.learn_members = self.learn_members;
+        let endpoints = Arc::new(endpoints);
         tokio::spawn(endpoints::probe(
             Arc::downgrade(&endpoints),
             ProbeSettings {

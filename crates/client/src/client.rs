@@ -249,6 +249,29 @@ impl Client {
             .is_some_and(|e| self.shared.endpoints.is_pessimized(&e))
     }
 
+    /// The URL of the member that took this client's last write, or that
+    /// a member named as its replica group's leader since (`None`: none
+    /// yet): where writes go first.
+    pub fn leader_url(&self) -> Option<String> {
+        self.shared.endpoints.leader_url()
+    }
+
+    /// Asks the replica group which member leads and learns its URL, if
+    /// it is not one of this client's (at connect; bounded by `timeout`;
+    /// a single node or a group without a leader teaches nothing).
+    pub(crate) async fn learn_leader(&self, timeout: Duration) {
+        let asked =
+            tokio::time::timeout(timeout, self.with_timeout(timeout).cluster_status()).await;
+        if let Ok(Ok(pb::ClusterStats {
+            leader_url: Some(url),
+            ..
+        })) = asked
+            && !url.is_empty()
+        {
+            self.shared.endpoints.leader_named(&url);
+        }
+    }
+
     /// The URL each endpoint connects to now: the builder's servers, a DNS
     /// name as one URL per address it resolved to.
     pub fn endpoint_urls(&self) -> Vec<String> {

@@ -22,6 +22,14 @@
 //! reported after the list changed cannot land on another endpoint. The
 //! same task that probes also resolves names again and closes the pools'
 //! idle connections.
+//!
+//! **Learned members.** A replica group names its leader by client URL
+//! (in a refusal, `uuidmap-leader`, and in `UuidMapCluster/Status`). A
+//! leader the client was not given becomes an endpoint of its own
+//! ([`Endpoints::learn`]): when [`crate::ClientBuilder::connect`] asks the
+//! group, and when a refusal names it. Never on a call that was not
+//! refused, and at most [`MAX_LEARNED`] of them, so that a member that
+//! names nonsense cannot grow the list without bound.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -45,7 +53,8 @@ pub(crate) struct Endpoint {
     pub(crate) id: usize,
     /// The URL it connects to: the builder's, or one address of its name.
     pub(crate) url: String,
-    /// Which of the builder's servers it is (an index into the sources).
+    /// Which of the builder's servers it is (an index into the sources;
+    /// [`LEARNED`]: none, a member the group named).
     source: usize,
     /// The address it was resolved to (`None`: as the builder gave it).
     addr: Option<SocketAddr>,
@@ -73,6 +82,12 @@ pub(crate) struct Endpoints {
     make_pool: MakePool,
     /// The next endpoint id.
     next_id: AtomicUsize,
+    /// Whether members the group names may be learned
+    /// (`ClientBuilder::learn_members`).
+    pub(crate) learn_members: bool,
+    /// Held while an endpoint is learned (rare: never on the hot path), so
+    /// that two refusals naming the same leader add it once.
+    learning: std::sync::Mutex<()>,
     /// Round-robin position.
     next: AtomicUsize,
     /// The endpoint writes go to first ([`Endpoints::pick_for_write`]):
@@ -83,6 +98,12 @@ pub(crate) struct Endpoints {
 }
 
 const NO_LEADER: usize = usize::MAX;
+
+/// The `source` of an endpoint the group named ([`Endpoints::learn`]).
+const LEARNED: usize = usize::MAX;
+
+/// The most endpoints a client learns from its group.
+pub(crate) const MAX_LEARNED: usize = 16;
 
 impl std::fmt::Debug for Endpoints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -111,6 +132,8 @@ impl Endpoints {
             sources,
             make_pool,
             next_id: AtomicUsize::new(0),
+            learn_members: true,
+            learning: std::sync::Mutex::new(()),
             next: AtomicUsize::new(0),
             leader: AtomicUsize::new(NO_LEADER),
             start: Instant::now(),
@@ -136,6 +159,59 @@ impl Endpoints {
         }
         endpoints.list.store(Arc::new(list));
         Ok(endpoints)
+    }
+
+    /// The endpoint of `url`: one the client has (the builder's URL or an
+    /// address it resolved to), else a new one, learned from the group
+    /// (`None`: not a server URL, or [`MAX_LEARNED`] learned already).
+    pub(crate) fn learn(&self, url: &str) -> Option<Arc<Endpoint>> {
+        let _one_at_a_time = self.learning.lock().expect("not poisoned");
+        let url = url.trim_end_matches('/');
+        let known = |list: &[Arc<Endpoint>]| {
+            list.iter()
+                .find(|e| {
+                    e.url.trim_end_matches('/') == url
+                        || self
+                            .sources
+                            .get(e.source)
+                            .is_some_and(|s| s.url.trim_end_matches('/') == url)
+                })
+                .cloned()
+        };
+        let list = self.list.load_full();
+        if let Some(e) = known(&list) {
+            return Some(e);
+        }
+        if !self.learn_members {
+            return None;
+        }
+        if list.iter().filter(|e| e.source == LEARNED).count() >= MAX_LEARNED {
+            tracing::warn!(
+                url,
+                "not learning another member: {MAX_LEARNED} learned already"
+            );
+            return None;
+        }
+        let source = Source::parse(url)
+            .inspect_err(|e| tracing::warn!(url, %e, "the group named a member by a bad URL"))
+            .ok()?;
+        let pool = (self.make_pool)(&source, None, None).ok()?;
+        let e = Arc::new(Endpoint {
+            id: self.next_id.fetch_add(1, Relaxed),
+            url: url.to_string(),
+            source: LEARNED,
+            addr: None,
+            pool: Arc::new(pool),
+            pessimized: AtomicBool::new(false),
+            pessimized_at: AtomicU64::new(0),
+        });
+        tracing::info!(url, "learned a member of the replica group");
+        self.list.rcu(|now| {
+            let mut grown = (**now).clone();
+            grown.push(e.clone());
+            grown
+        });
+        Some(e)
     }
 
     fn url_of(&self, source: usize, addr: Option<SocketAddr>) -> String {
@@ -213,6 +289,13 @@ impl Endpoints {
         self.pick(avoid)
     }
 
+    /// The URL of the endpoint writes go to first (`None`: none known).
+    pub(crate) fn leader_url(&self) -> Option<String> {
+        let leader = self.leader.load(Relaxed);
+        let list = self.list.load();
+        list.iter().find(|e| e.id == leader).map(|e| e.url.clone())
+    }
+
     /// `e` took a write: writes go there first from now on.
     pub(crate) fn took_write(&self, e: &Endpoint) {
         if self.leader.load(Relaxed) != e.id {
@@ -221,30 +304,17 @@ impl Endpoints {
     }
 
     /// A member named `url` as its group's leader: writes go to the
-    /// endpoint of that URL first, if this client has one. True if it
-    /// has.
+    /// endpoint of that URL first, learned if this client has none
+    /// ([`Endpoints::learn`]). True if it has one now.
     pub(crate) fn leader_named(&self, url: &str) -> bool {
-        let url = url.trim_end_matches('/');
-        let list = self.list.load();
-        let found = list.iter().find(|e| {
-            e.url.trim_end_matches('/') == url
-                || self.sources[e.source].url.trim_end_matches('/') == url
-        });
-        match found {
+        match self.learn(url) {
             Some(e) => {
                 if self.leader.swap(e.id, Relaxed) != e.id {
                     tracing::debug!(leader = %e.url, "writes go to the named leader");
                 }
                 true
             }
-            None => {
-                tracing::debug!(
-                    leader = url,
-                    "a member named a leader this client has no endpoint for; give the client \
-                     every member's URL"
-                );
-                false
-            }
+            None => false,
         }
     }
 

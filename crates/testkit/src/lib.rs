@@ -5,8 +5,10 @@
 //! the one deterministic data generator of the tests and benches
 //! ([`data`], splitmix64); and the end-to-end tests' server rig
 //! ([`server`]: a real server on a loopback port, raw gRPC calls, metrics
-//! scraping, throw-away certificates), and a TCP proxy that cuts, swallows
-//! and blackholes on command ([`proxy`]); and a linearizability checker for
+//! scraping, throw-away certificates), and a TCP proxy that cuts, swallows,
+//! blackholes and delays on command ([`proxy`]); hosts in network
+//! namespaces on one bridge, for faults between machines ([`netns`]); and
+//! a linearizability checker for
 //! histories of independent registers ([`linearizability`]), for the fault
 //! tests of replication; and a replica group in one process
 //! ([`cluster`]). The product's crates never depend on it; their tests do.
@@ -17,6 +19,7 @@ pub mod cluster;
 pub mod crashtest;
 pub mod data;
 pub mod linearizability;
+pub mod netns;
 pub mod proxy;
 pub mod server;
 pub mod sim_io;

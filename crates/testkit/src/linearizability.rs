@@ -109,6 +109,45 @@ fn step<V: Copy + Eq>(value: Option<V>, call: Call<V>) -> (Ret<V>, Option<V>) {
     }
 }
 
+/// `history` without the operations whose outcome is unknown and that
+/// constrain nothing: reads, and writes of a value no other operation
+/// saw or expected. Such a write, had it taken effect, was overwritten
+/// by a put before anything depended on it, so leaving it out ("never
+/// took effect", which an unknown outcome allows) changes no verdict;
+/// it only spares the checker the orders that place it. (It assumes every
+/// value is written once.)
+pub fn without_unseen_unknowns<K, V>(history: Vec<Op<K, V>>) -> Vec<Op<K, V>>
+where
+    K: Clone + Eq + Hash,
+    V: Copy + Eq + Hash,
+{
+    let mut seen: HashSet<(K, V)> = HashSet::new();
+    for op in &history {
+        if let Call::Cas {
+            expected: Some(e), ..
+        } = op.call
+        {
+            seen.insert((op.key.clone(), e));
+        }
+        if let Some((_, Ret::Value(Some(v)) | Ret::CasFailed { current: Some(v) })) = op.returned {
+            seen.insert((op.key.clone(), v));
+        }
+    }
+    history
+        .into_iter()
+        .filter(|op| {
+            op.returned.is_some()
+                || match op.call {
+                    Call::Put(v) | Call::Cas { new: Some(v), .. } => {
+                        seen.contains(&(op.key.clone(), v))
+                    }
+                    Call::Get => false,
+                    Call::Delete | Call::Cas { new: None, .. } => true,
+                }
+        })
+        .collect()
+}
+
 /// Checks every key's history (the keys start absent), exploring at most
 /// `max_states` states per key.
 pub fn check<K, V>(history: &[Op<K, V>], max_states: usize) -> Result<(), Violation<K>>
