@@ -75,7 +75,8 @@ pub fn member_command_at(
         cmd.arg("--cluster-init");
     }
     if !host.starts_with("127.") {
-        cmd.arg("--insecure");
+        // Plaintext on the namespaces' own bridge: the rig's hosts.
+        cmd.args(["--insecure", "--raft-insecure"]);
     }
     clear_uuidmap_env(&mut cmd);
     cmd

@@ -49,7 +49,7 @@ use openraft::error::{LinearizableReadError, RaftError};
 use openraft::storage::RaftStateMachine;
 use openraft::{Raft, ReadPolicy};
 use tokio::sync::{Notify, watch};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use uuidmap_engine::writer::LeaderHint;
 use uuidmap_proto::raft::v1 as pb;
 use uuidmap_proto::raft::v1::raft_client::RaftClient;
@@ -187,6 +187,8 @@ struct Source<SM: RaftStateMachine<UuidmapRaft>> {
     raft: Raft<UuidmapRaft, SM>,
     /// Raft addresses to dial instead of the membership's, by node id.
     overrides: Arc<HashMap<u64, String>>,
+    /// The Raft port's TLS (`None`: plaintext).
+    tls: Option<Arc<crate::raft_tls::RaftTls>>,
     /// The channel to the last leader asked: its id, address and client.
     client: Option<(u64, String, RaftClient<Channel>)>,
 }
@@ -197,6 +199,7 @@ struct Source<SM: RaftStateMachine<UuidmapRaft>> {
 pub fn start<SM>(
     raft: Raft<UuidmapRaft, SM>,
     overrides: Arc<HashMap<u64, String>>,
+    tls: Option<Arc<crate::raft_tls::RaftTls>>,
 ) -> (ReadIndex, tokio::task::JoinHandle<()>)
 where
     SM: RaftStateMachine<UuidmapRaft>,
@@ -204,6 +207,7 @@ where
     start_with(Source {
         raft,
         overrides,
+        tls,
         client: None,
     })
 }
@@ -282,7 +286,7 @@ impl<SM: RaftStateMachine<UuidmapRaft>> Source<SM> {
         let client = match &self.client {
             Some((id, a, c)) if *id == leader && *a == addr => c.clone(),
             _ => {
-                let c = client_to(&addr).map_err(&unreachable)?;
+                let c = client_to(&addr, leader, self.tls.as_deref()).map_err(&unreachable)?;
                 self.client = Some((leader, addr.clone(), c.clone()));
                 c
             }
@@ -331,9 +335,14 @@ impl<SM: RaftStateMachine<UuidmapRaft>> Source<SM> {
     }
 }
 
-/// A lazily connected client of the Raft service at `addr`.
-fn client_to(addr: &str) -> Result<RaftClient<Channel>, String> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+/// A lazily connected client of node `target`'s Raft service at `addr`
+/// (over the Raft port's TLS when set, checking the target's name).
+fn client_to(
+    addr: &str,
+    target: u64,
+    tls: Option<&crate::raft_tls::RaftTls>,
+) -> Result<RaftClient<Channel>, String> {
+    let endpoint = crate::network::endpoint(addr, target, tls)
         .map_err(|e| format!("its Raft address {addr:?} is not usable: {e}"))?;
     Ok(RaftClient::new(
         endpoint

@@ -277,7 +277,8 @@ impl Replica {
             // (`crate::rejoin`); the Raft service refuses votes meanwhile.
             raft.runtime_config().elect(false);
         }
-        let (read_index, read_index_task) = crate::read_index::start(raft.clone(), overrides);
+        let (read_index, read_index_task) =
+            crate::read_index::start(raft.clone(), overrides, tls.clone());
         let mut tasks = vec![
             read_index_task,
             tokio::spawn(ask_to_rejoin(

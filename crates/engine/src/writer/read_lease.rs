@@ -169,9 +169,13 @@ impl ReadLease {
         if !self.leading.load(Relaxed) {
             return false;
         }
-        let until = self.until_ns.load(Relaxed);
-        let holds = until == u64::MAX || (self.base.elapsed().as_nanos() as u64) < until;
-        holds && self.ready_term.load(Relaxed) == self.term.load(Relaxed)
+        let term = self.term.load(Relaxed);
+        if self.handed_over(term) {
+            return false;
+        }
+        let until = self.until_boot_ns.load(Relaxed);
+        let holds = until == u64::MAX || boottime_ns() < until;
+        holds && self.ready_term.load(Relaxed) == term
     }
 
     /// Whether this member believes it leads but its lease ran out: no
