@@ -262,7 +262,7 @@ async fn a_bad_tokens_file_stops_the_start_naming_the_file_and_line() {
     assert!(matches!(e, ServeError::Tokens(_)), "{e:?}");
     let msg = e.to_string();
     assert!(
-        msg.contains("tokens, line 2") && msg.contains("read or write"),
+        msg.contains("tokens, line 2") && msg.contains("read, write or admin"),
         "{msg}"
     );
     assert!(!msg.contains("0123456789abcdeg"), "{msg}");

@@ -19,7 +19,7 @@
 //!   a caller that is not a member (voter or learner) of the membership it
 //!   knows, and a call whose claimed sender (a vote's candidate, an
 //!   append's or a snapshot's leader, a transfer's leader) is not that
-//!   node ([`authorize`]). A member in no group yet accepts any node of the
+//!   node (`authorize_caller`, `check_sender`). A member in no group yet accepts any node of the
 //!   CA: it must be added by a leader it does not know yet. `Identify`
 //!   answers any node of the CA.
 //!

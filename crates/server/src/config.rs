@@ -585,7 +585,7 @@ serve_options! {
     #[arg(long, env = "UUIDMAP_RAFT_DIAL")]
     raft_dial: RaftDial,
     /// The member's Raft certificate (PEM, leaf first): SAN DNS name
-    /// node-<ID>.raft.uuidmap, usable for serverAuth and clientAuth. With
+    /// `node-<ID>.raft.uuidmap`, usable for serverAuth and clientAuth. With
     /// --raft-tls-key and --raft-tls-ca: mTLS on the Raft port.
     #[arg(long, env = "UUIDMAP_RAFT_TLS_CERT")]
     raft_tls_cert: PathBuf,
