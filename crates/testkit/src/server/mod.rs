@@ -14,7 +14,8 @@ mod values;
 
 pub use metrics_text::{http_get, sample, scrape};
 pub use raw_grpc::{
-    RPCS, RawCodec, RawDecoder, RawEncoder, framed, percent_decode, raw_call, raw_status,
+    RPCS, RawAnswer, RawCodec, RawConnection, RawDecoder, RawEncoder, framed, percent_decode,
+    raw_call, raw_status,
 };
 pub use test_group::{Configure, TestGroup, member_config};
 pub use test_server::{MAX_BATCH_KEYS, MAX_FILTER_VALUES, MAX_WRITE_OPS, TestServer, config};

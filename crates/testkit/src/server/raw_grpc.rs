@@ -20,42 +20,103 @@ pub async fn raw_status(
     timeout: &str,
     body: Option<Bytes>,
 ) -> (Code, String) {
-    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    let mut client = client.ready().await.unwrap();
-    let request = http::Request::post(format!("http://{}{path}", server.addr))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("grpc-timeout", timeout)
-        .body(())
-        .unwrap();
-    let (response, mut send) = client.send_request(request, false).unwrap();
-    if let Some(body) = body {
-        send.send_data(body, true).unwrap();
+    let answer = RawConnection::open(server.addr)
+        .await
+        .call(path, timeout, body)
+        .await;
+    (answer.code, answer.status_message)
+}
+
+/// A bare HTTP/2 connection to the server, for gRPC calls whose deadline
+/// only the server keeps: tonic's client starts its own `grpc-timeout`
+/// timer when a call is made, and on two loaded cores it can fire before
+/// the server's answer arrives. Clones share the connection; calls on it
+/// open their streams in the order they are made.
+#[derive(Clone)]
+pub struct RawConnection {
+    addr: std::net::SocketAddr,
+    send: h2::client::SendRequest<Bytes>,
+}
+
+/// A call's answer over a [`RawConnection`].
+#[derive(Debug)]
+pub struct RawAnswer {
+    /// The status code (OK when the call succeeded).
+    pub code: Code,
+    /// The status message, decoded.
+    pub status_message: String,
+    /// The first response message's bytes (gRPC framing removed), if any.
+    pub message: Option<Bytes>,
+}
+
+impl RawConnection {
+    /// Connects to `addr`.
+    pub async fn open(addr: std::net::SocketAddr) -> RawConnection {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(connection);
+        RawConnection { addr, send }
     }
-    let response = response.await.unwrap();
-    let (head, mut body) = response.into_parts();
-    let status_of = |h: &http::HeaderMap| {
-        h.get("grpc-status").map(|s| {
-            let code = Code::from(s.to_str().unwrap().parse::<i32>().unwrap());
-            let message = h
-                .get("grpc-message")
-                .map(|m| percent_decode(m.to_str().unwrap()))
-                .unwrap_or_default();
-            (code, message)
-        })
-    };
-    if let Some(s) = status_of(&head.headers) {
-        return s;
+
+    /// Calls `path` with `grpc-timeout: timeout` (empty: no deadline) and
+    /// the gRPC-framed `body` (`None`: none is sent, and the call waits for
+    /// it).
+    pub async fn call(&self, path: &str, timeout: &str, body: Option<Bytes>) -> RawAnswer {
+        let mut client = self.send.clone().ready().await.unwrap();
+        let mut request = http::Request::post(format!("http://{}{path}", self.addr))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        if !timeout.is_empty() {
+            request = request.header("grpc-timeout", timeout);
+        }
+        let (response, mut send) = client
+            .send_request(request.body(()).unwrap(), false)
+            .unwrap();
+        if let Some(body) = body {
+            send.send_data(body, true).unwrap();
+        }
+        let response = response.await.unwrap();
+        let (head, mut body) = response.into_parts();
+        if let Some((code, status_message)) = status_of(&head.headers) {
+            return RawAnswer {
+                code,
+                status_message,
+                message: None,
+            };
+        }
+        let mut data = BytesMut::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            data.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await.unwrap().expect("trailers");
+        drop(send);
+        let (code, status_message) = status_of(&trailers).expect("a grpc-status in the trailers");
+        // The first message: a compression flag, a 4-byte length, the bytes.
+        let message = (data.len() >= 5).then(|| {
+            let len = u32::from_be_bytes(data[1..5].try_into().unwrap()) as usize;
+            data.freeze().slice(5..5 + len)
+        });
+        RawAnswer {
+            code,
+            status_message,
+            message,
+        }
     }
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.unwrap();
-        let _ = body.flow_control().release_capacity(chunk.len());
-    }
-    let trailers = body.trailers().await.unwrap().expect("trailers");
-    drop(send);
-    status_of(&trailers).expect("a grpc-status in the trailers")
+}
+
+/// The gRPC status in `headers` (the response head of a trailers-only
+/// answer, or the trailers), if one is there.
+fn status_of(headers: &http::HeaderMap) -> Option<(Code, String)> {
+    headers.get("grpc-status").map(|s| {
+        let code = Code::from(s.to_str().unwrap().parse::<i32>().unwrap());
+        let message = headers
+            .get("grpc-message")
+            .map(|m| percent_decode(m.to_str().unwrap()))
+            .unwrap_or_default();
+        (code, message)
+    })
 }
 
 /// A `grpc-message` value as text (gRPC percent-encodes it).
