@@ -10,7 +10,9 @@
 //! and a group of three processes under a randomized schedule of kills,
 //! partitions and a wipe-and-re-add (`cluster_chaos`, the short run of
 //! `tools/cluster-chaos.sh`); a client that learns its group's leader
-//! (`discovery`); a group across network namespaces under kills, with
+//! (`discovery`); a follower whose WAL was damaged, rebuilt from its
+//! group (`damaged_member`, ignored: the figure of
+//! `tools/bench-damaged-member.sh`); a group across network namespaces under kills, with
 //! pauses, one-way drops, delay, full disks and real reads (`netns_chaos`,
 //! ignored: root only, `tools/cluster-chaos.sh --netns`); the load both
 //! share (`chaos_load`).
@@ -19,6 +21,7 @@ mod batching;
 mod chaos;
 mod chaos_load;
 mod cluster_chaos;
+mod damaged_member;
 mod discovery;
 mod faults;
 mod group;

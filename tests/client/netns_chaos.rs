@@ -7,21 +7,27 @@
 //! - member i listens on its host's address (clients on 7000, Raft on
 //!   7100); its Raft calls to member j go through a `FaultProxy` inside
 //!   its own namespace (`--raft-dial j=127.0.0.1:720j`), which adds delay
-//!   on command and connects to j as host i does; each member's data
-//!   directory is a small tmpfs of its own, so that its disk can fill;
+//!   and connects to j as host i does: 1 ms each way at all times (a 2 ms
+//!   round trip, as between machines), more on command. Each member's data
+//!   directory is a small tmpfs of its own, so that its disk can fill, and
+//!   its WAL files are not preallocated (`--wal-preallocate off`): records
+//!   written into a file of zeros made earlier would never meet the full
+//!   disk;
 //! - faults, each counted: SIGKILL of a member (started again 1–3 s
 //!   later); SIGSTOP longer than the election timeout, then SIGCONT; its
 //!   link to the bridge down (a partition); a one-way drop (iptables in a
 //!   member's namespace drops what one peer sends it); 1–5 ms of delay on
 //!   every Raft link, each way; its disk full (the tmpfs filled, then
 //!   freed); a leader paused while a follower is killed; the whole group
-//!   killed and started again. The first round has every kind in a seeded
-//!   order, then random ones until `UUIDMAP_CHAOS_SECS` have passed;
+//!   killed and started again. The faults come in rounds, each with every
+//!   kind once in a seeded order, until `UUIDMAP_CHAOS_SECS` have passed
+//!   and at least `UUIDMAP_CHAOS_ROUNDS` rounds are done (default 1), so
+//!   each kind is injected as often as the others;
 //! - a supervisor: a member that exits by itself (a full disk stops it)
 //!   is started again, and what it said is reported;
-//! - the load of `chaos_load`, with real Gets in the hot keys' histories,
-//!   sent by [`leader_reader`] to the member that answered the last write
-//!   as leader (until reads are linearizable on every member).
+//! - the load of `chaos_load`, with real Gets in the hot keys' histories:
+//!   `linearizable` reads (the default), sent to each member in turn by
+//!   [`any_member_reader`], followers and a deposed leader included.
 //!
 //! At the end every member is killed and started again (a crash, not a
 //! graceful stop), and the test proves: no acknowledged write is lost on
@@ -29,7 +35,9 @@
 //! included) are linearizable, and the members' full scans are identical.
 //! It prints one line on stdout: `acked=N lost=L linearizable=yes|no
 //! reads_checked=R failovers=K failover_p50_ms=P failover_max_ms=M
-//! faults=kill:a,stop:b,…`. Without root or `ip netns` it prints
+//! faults=kill:a,stop:b,… disk_stops=D`, where D counts the disk faults
+//! that stopped the member (it exited on the failed write, and was
+//! started again once the disk had room). Without root or `ip netns` it prints
 //! `netns_chaos: SKIPPED: <why>` and returns.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -65,6 +73,8 @@ const DISK_BYTES: u64 = 512 << 20;
 /// Raft entries between snapshots, and kept behind one: bounds the disk.
 const SNAPSHOT_ENTRIES: u64 = 20_000;
 const KEEP_ENTRIES: u64 = 1_000;
+/// The Raft links' delay each way when no delay fault is on.
+const BASE_DELAY: Duration = Duration::from_millis(1);
 /// The maximum election timeout (`crates/cluster/src/timing.rs`): a pause
 /// must be longer.
 const ELECTION_MAX: Duration = Duration::from_millis(800);
@@ -210,6 +220,7 @@ impl Rig {
             id == 1 && !self.made,
         );
         cmd.args(["--raft-dial", &dial.join(",")])
+            .args(["--wal-preallocate", "off"])
             .args(["--raft-snapshot-entries", &SNAPSHOT_ENTRIES.to_string()])
             .args(["--raft-keep-entries", &KEEP_ENTRIES.to_string()]);
         self.hosts.command(host(i), &cmd)
@@ -284,7 +295,8 @@ impl Rig {
         }
     }
 
-    /// Every fault healed: links up, no drops, no delay, no one paused.
+    /// Every fault healed: links up, no drops, the base delay, no one
+    /// paused.
     fn heal_all(&self) {
         for i in 0..MEMBERS {
             let _ = self.hosts.link(host(i), true);
@@ -296,7 +308,7 @@ impl Rig {
                 c.signal(libc::SIGCONT);
             }
         }
-        self.delay(Duration::ZERO);
+        self.delay(BASE_DELAY);
     }
 }
 
@@ -304,29 +316,34 @@ fn url(hosts: &Hosts, i: usize) -> String {
     format!("http://{}:{CLIENT_PORT}", hosts.addr(host(i)))
 }
 
-/// Reads through the member that answered `load`'s last write as leader
-/// (its `leader_url`), or any member while none did. The one place the
-/// histories' Gets are sent from: once reads are linearizable on every
-/// member, this may pick any.
-fn leader_reader(load: Client, one: Vec<Client>, urls: Vec<String>) -> Reader {
+/// Reads at `linearizable` (the clients' default) from each member in
+/// turn, whatever its role: a follower, a member cut off, a leader that
+/// was paused and deposed. The histories' Gets all come from here.
+fn any_member_reader(one: Vec<Client>) -> Reader {
+    let next = Arc::new(AtomicU64::new(0));
     Arc::new(move |key| {
-        let member = load
-            .leader_url()
-            .and_then(|u| urls.iter().position(|x| *x == u))
-            .map_or_else(|| load.clone(), |i| one[i].clone());
+        let member = one[next.fetch_add(1, SeqCst) as usize % one.len()].clone();
         Box::pin(async move { member.get(key).await })
     })
 }
 
-/// Runs one fault and the recovery from it; the failover it caused, if
-/// it took the leader away while a quorum remained.
+/// What one fault did.
+struct FaultOutcome {
+    /// When it took the leader away while a quorum remained: its start
+    /// and the failover it caused.
+    failover: Option<(Instant, Duration)>,
+    /// A full disk stopped the member.
+    stopped: bool,
+}
+
+/// Runs one fault and the recovery from it.
 async fn run_fault(
     rig: &mut Rig,
     fault: Fault,
     rng: &mut SplitMix64,
     acked: &Mutex<Vec<Acked>>,
     start: Instant,
-) -> Option<(Instant, Duration)> {
+) -> FaultOutcome {
     let leader = rig.settle().await;
     let followers: Vec<usize> = (0..MEMBERS).filter(|&i| i != leader).collect();
     let follower = followers[(rng.next_u64() % 2) as usize];
@@ -347,9 +364,10 @@ async fn run_fault(
             }
         }
     };
+    let mut stopped = false;
     let (failed_over, what) = match fault {
         Fault::Kill => {
-            let down = ms(rng, 1000, 3000);
+            let down = ms(rng, 500, 2000);
             rig.kill(victim);
             let f = measure(rig, victim).await;
             tokio::time::sleep_until((t0 + down).into()).await;
@@ -357,7 +375,7 @@ async fn run_fault(
             (f, format!("member {} (down {down:?})", victim + 1))
         }
         Fault::Stop => {
-            let paused = ms(rng, 2 * ELECTION_MAX.as_millis() as u64, 4000);
+            let paused = ms(rng, ELECTION_MAX.as_millis() as u64 * 6 / 5, 2500);
             rig.signal(victim, libc::SIGSTOP);
             let f = measure(rig, victim).await;
             tokio::time::sleep_until((t0 + paused).into()).await;
@@ -365,7 +383,7 @@ async fn run_fault(
             (f, format!("member {} (paused {paused:?})", victim + 1))
         }
         Fault::Link => {
-            let cut = ms(rng, 2000, 5000);
+            let cut = ms(rng, 1200, 2500);
             rig.hosts.link(host(victim), false).unwrap();
             let f = measure(rig, victim).await;
             tokio::time::sleep_until((t0 + cut).into()).await;
@@ -380,7 +398,7 @@ async fn run_fault(
             } else {
                 (follower, leader)
             };
-            let cut = ms(rng, 2000, 5000);
+            let cut = ms(rng, 1200, 2500);
             rig.hosts.drop_from(host(deaf), host(from), true).unwrap();
             tokio::time::sleep(cut).await;
             rig.hosts.drop_from(host(deaf), host(from), false).unwrap();
@@ -391,10 +409,10 @@ async fn run_fault(
         }
         Fault::Delay => {
             let d = ms(rng, 1, 6);
-            let lasting = ms(rng, 3000, 6000);
+            let lasting = ms(rng, 1500, 3000);
             rig.delay(d);
             tokio::time::sleep(lasting).await;
-            rig.delay(Duration::ZERO);
+            rig.delay(BASE_DELAY);
             (
                 None,
                 format!("{d:?} each way on every Raft link for {lasting:?}"),
@@ -407,9 +425,10 @@ async fn run_fault(
                 .await
                 .unwrap()
                 .expect("filling a member's disk");
-            let full = ms(rng, 2000, 4000);
+            let full = ms(rng, 1000, 2500);
             tokio::time::sleep(full).await;
             let exited = rig.running[victim].as_mut().is_some_and(|c| !c.running());
+            stopped = exited;
             std::fs::remove_file(rig.dirs[victim].join("filler")).unwrap();
             // What it said meanwhile: its first warnings or errors.
             let log = rig.running[victim]
@@ -443,7 +462,7 @@ async fn run_fault(
             )
         }
         Fault::PauseKill => {
-            let down = ms(rng, 2 * ELECTION_MAX.as_millis() as u64, 3000);
+            let down = ms(rng, ELECTION_MAX.as_millis() as u64 * 6 / 5, 2500);
             rig.signal(leader, libc::SIGSTOP);
             rig.kill(follower);
             tokio::time::sleep(down).await;
@@ -459,7 +478,7 @@ async fn run_fault(
             )
         }
         Fault::KillAll => {
-            let down = ms(rng, 1000, 3000);
+            let down = ms(rng, 500, 2000);
             for i in 0..MEMBERS {
                 rig.kill(i);
             }
@@ -475,7 +494,10 @@ async fn run_fault(
         fault.name(),
         failed_over.map_or(String::new(), |f| format!(", failover {f:?}"))
     );
-    failed_over.map(|f| (t0, f))
+    FaultOutcome {
+        failover: failed_over.map(|f| (t0, f)),
+        stopped,
+    }
 }
 
 #[test]
@@ -514,8 +536,13 @@ async fn chaos(hosts: Hosts) {
         "netns chaos: seed {} (UUIDMAP_CHAOS_SEED={} replays this schedule), faults for {} s",
         settings.seed, settings.seed, settings.secs
     );
+    let min_rounds: usize = std::env::var("UUIDMAP_CHAOS_ROUNDS")
+        .ok()
+        .map(|v| v.trim().parse().expect("UUIDMAP_CHAOS_ROUNDS is a number"))
+        .unwrap_or(1);
     let mut rng = SplitMix64(settings.seed);
     let mut rig = Rig::new(hosts);
+    rig.delay(BASE_DELAY);
     for i in 0..MEMBERS {
         rig.start(i).await;
     }
@@ -533,7 +560,7 @@ async fn chaos(hosts: Hosts) {
         .map(|w| tokio::spawn(write_fresh(load.clone(), w, stop.clone())))
         .collect();
     let next_value = Arc::new(AtomicU64::new(1));
-    let reader = leader_reader(load.clone(), rig.one.clone(), rig.urls());
+    let reader = any_member_reader(rig.one.clone());
     let hot: Vec<_> = (0..HOT_TASKS)
         .map(|t| {
             tokio::spawn(hot_task(
@@ -547,24 +574,30 @@ async fn chaos(hosts: Hosts) {
         })
         .collect();
 
-    let mut schedule = FAULTS.to_vec();
-    for i in (1..schedule.len()).rev() {
-        schedule.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
-    }
     let probes = Mutex::new(Vec::new());
     let mut leader_faults = Vec::new();
     let mut counts: BTreeMap<Fault, u64> = FAULTS.iter().map(|&f| (f, 0)).collect();
     let mut done = 0;
+    let mut disk_stops = 0;
+    // Rounds of every kind once, shuffled; the last round is finished.
+    let mut round: Vec<Fault> = Vec::new();
     loop {
-        let fault = if done < schedule.len() {
-            schedule[done]
-        } else if start.elapsed() < Duration::from_secs(settings.secs) {
-            FAULTS[(rng.next_u64() % FAULTS.len() as u64) as usize]
-        } else {
-            break;
-        };
-        tokio::time::sleep(ms(&mut rng, 200, 1000)).await;
-        leader_faults.extend(run_fault(&mut rig, fault, &mut rng, &probes, start).await);
+        if round.is_empty() {
+            let rounds = done / FAULTS.len();
+            if rounds >= min_rounds.max(1) && start.elapsed() >= Duration::from_secs(settings.secs)
+            {
+                break;
+            }
+            round = FAULTS.to_vec();
+            for i in (1..round.len()).rev() {
+                round.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+            }
+        }
+        let fault = round.pop().unwrap();
+        tokio::time::sleep(ms(&mut rng, 50, 300)).await;
+        let outcome = run_fault(&mut rig, fault, &mut rng, &probes, start).await;
+        leader_faults.extend(outcome.failover);
+        disk_stops += u64::from(outcome.stopped);
         *counts.get_mut(&fault).unwrap() += 1;
         done += 1;
     }
@@ -693,7 +726,7 @@ async fn chaos(hosts: Hosts) {
     }
     println!(
         "acked={} lost={} linearizable={} reads_checked={reads_checked} failovers={} \
-         failover_p50_ms={p50} failover_max_ms={max} faults={}",
+         failover_p50_ms={p50} failover_max_ms={max} faults={} disk_stops={disk_stops}",
         acked.len(),
         lost.len(),
         if verdict.is_ok() { "yes" } else { "no" },

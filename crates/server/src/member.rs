@@ -50,7 +50,10 @@ pub(crate) async fn start(
 ) -> Result<Member, ServeError> {
     let mut replica_config = ReplicaConfig::new(cluster.node_id, &config.data_dir);
     replica_config.io = io;
+    // The Raft log is the member's WAL: `--wal-file-bytes` and
+    // `--wal-preallocate` are its settings.
     replica_config.wal.segment_bytes = durable.wal_segment_bytes;
+    replica_config.wal.preallocate = durable.wal_preallocate;
     replica_config.durable = durable;
     replica_config.snapshot_entries = cluster.snapshot_entries;
     replica_config.logs_to_keep = cluster.keep_entries;
