@@ -38,6 +38,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use tonic::{Request, Response, Status, Streaming};
 use uuidmap_engine::store::Io;
+use uuidmap_engine::writer::ReadLease;
 use uuidmap_proto::raft::v1 as pb;
 
 use crate::counters::RaftCounters;
@@ -75,6 +76,9 @@ where
     counters: Arc<RaftCounters>,
     /// The member's staleness clock and applied LSN, when it has them.
     staleness: Option<(Arc<Staleness>, Arc<uuidmap_index::sync::LsnWatermark>)>,
+    /// The member's read lease, when it has one: while it holds, a
+    /// `ReadIndex` call is answered from it ([`RaftService::lease_read_index`]).
+    lease: Option<Arc<ReadLease>>,
 }
 
 impl<SM> RaftService<SM>
@@ -103,6 +107,7 @@ where
             guard: Arc::default(),
             counters: Arc::default(),
             staleness: None,
+            lease: None,
         }
     }
 
@@ -222,6 +227,28 @@ where
     ) -> Self {
         self.staleness = Some((clock, applied));
         self
+    }
+
+    /// This service, answering `ReadIndex` from `lease` while it holds.
+    pub fn with_lease(mut self, lease: Arc<ReadLease>) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The read index from this member's lease, if it holds: it leads,
+    /// its writer passed its gate in this term and a majority acknowledged
+    /// it less than the lease ago. Its applied LSN, loaded after that
+    /// check, covers every write acknowledged before the call: the rule of
+    /// its own linearizable reads (docs/replication.md 6.1), so no
+    /// heartbeat round is needed. `None`: the caller gets one.
+    fn lease_read_index(&self) -> Option<u64> {
+        let lease = self.lease.as_ref()?;
+        let (_, applied) = self.staleness.as_ref()?;
+        if !lease.serves_as_leader() {
+            return None;
+        }
+        let applied = applied.current();
+        lease.admit_applied(applied).ok().map(|()| applied)
     }
 
     /// Refuses a call meant for another incarnation of this node
@@ -530,7 +557,11 @@ where
     ) -> Result<Response<pb::ReadIndexResponse>, Status> {
         use pb::read_index_response::Outcome;
         self.check(&request)?;
-        let outcome = match leader_read_index(&self.raft).await {
+        let index = match self.lease_read_index() {
+            Some(index) => Ok(index),
+            None => leader_read_index(&self.raft).await,
+        };
+        let outcome = match index {
             Ok(index) => Outcome::ReadIndex(index),
             Err(ReadIndexError::Stopping) => return Err(stopping("asked for a read index")),
             Err(e) => Outcome::Refused(pb::ReadIndexRefused {

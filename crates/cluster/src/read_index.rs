@@ -5,12 +5,15 @@
 //!
 //! # Protocol
 //!
-//! A *round* asks the leader this member knows of for its read index:
-//! the leader (openraft's `get_read_linearizer(ReadPolicy::ReadIndex)`)
-//! sends a heartbeat round and answers once a majority acknowledged it,
-//! with its commit index (at least its own first entry of the term). No
-//! other leader can have committed anything then that is not at or before
-//! that index. On the leader itself the round is a local call; elsewhere it
+//! A *round* asks the leader this member knows of for its read index.
+//! While the leader's read lease holds, its Raft service answers at once
+//! with its applied LSN, loaded after the lease check: the rule of its own
+//! lease reads (`RaftService::lease_read_index`). Otherwise the leader
+//! (openraft's `get_read_linearizer(ReadPolicy::ReadIndex)`) sends a
+//! heartbeat round and answers once a majority acknowledged it, with its
+//! commit index (at least its own first entry of the term). Either way no
+//! other leader can have acknowledged anything then that is not at or
+//! before that index. On the leader itself the round is a local call; elsewhere it
 //! is the Raft service's `ReadIndex` RPC. The member then waits until its
 //! applied LSN (= the Raft log index: every entry, blank and membership
 //! ones too, advances the watermark) reaches the index, and reads: the
@@ -354,8 +357,9 @@ fn client_to(
 
 /// The read index of the member whose openraft is `raft`, if it leads:
 /// openraft confirms its leadership with a heartbeat round acknowledged by
-/// a majority (ReadIndex, never the lease), then gives its commit index.
-/// The Raft service's `ReadIndex` handler answers with it too.
+/// a majority (ReadIndex, not openraft's lease), then gives its commit
+/// index. The Raft service's `ReadIndex` handler answers with it when its
+/// own read lease does not hold.
 pub async fn leader_read_index<SM>(raft: &Raft<UuidmapRaft, SM>) -> Result<u64, ReadIndexError>
 where
     SM: RaftStateMachine<UuidmapRaft>,

@@ -437,7 +437,8 @@ impl Replica {
         )
         .with_vote_trust(self.trust.clone())
         .guarded(self.shared.guard.clone(), self.shared.counters.clone())
-        .with_staleness(self.staleness.clone(), self.durable.watermark().clone());
+        .with_staleness(self.staleness.clone(), self.durable.watermark().clone())
+        .with_lease(self.shared.lease.clone());
         match self.tls {
             Some(_) => service.verify_callers().into_server(),
             None => service.into_server(),
