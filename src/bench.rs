@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 use uuidmap_client::Client;
 
-use crate::cli::{CliError, ConnectArgs};
+use crate::cli::{CliError, ConnectArgs, ConsistencyArgs};
 
 /// What `uuidmap bench` calls.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +63,9 @@ pub struct BenchArgs {
     /// Print only the JSON line.
     #[arg(long)]
     pub json: bool,
+    /// How up to date the reads (get, batch-get, lookup) must be.
+    #[command(flatten)]
+    pub consistency: ConsistencyArgs,
     /// How to reach the server.
     #[command(flatten)]
     pub connect: ConnectArgs,
@@ -106,7 +109,8 @@ pub async fn run(args: BenchArgs) -> Result<i32, CliError> {
         .builder()
         .batching(args.lanes as usize, 4096)
         .connect()
-        .await?;
+        .await?
+        .with_consistency(args.consistency.level());
     if let Some(n) = args.load {
         load(&client, n, args.json).await?;
     }

@@ -394,6 +394,14 @@ fn cluster_fields(c: &uuidmap::server::proto::v1::ClusterStats) -> Vec<(&'static
         ("voters", list(&c.voters)),
         ("learners", list(&c.learners)),
     ];
+    if !c.members.is_empty() {
+        let urls: Vec<String> = c
+            .members
+            .iter()
+            .map(|m| format!("{}={}", m.node_id, m.client_url))
+            .collect();
+        fields.push(("member_urls", urls.join(" ")));
+    }
     if !c.followers.is_empty() {
         let lags: Vec<String> = c
             .followers

@@ -48,7 +48,8 @@
 # ROUNDS (default 3), SECS (seconds per run, default 5), TASKS (default
 # 64), ENTRIES (MODE=reads, default 100000; MODE=scans, default 1000000),
 # SCANS (MODE=scans, scans per run, default 20), FILTER (MODE=scans,
-# default 0), UUIDMAP_BIN (a built binary; default: build
+# default 0), LEVEL (MODE=reads: the lookups' consistency, linearizable,
+# the default, or stale; scans use the default), UUIDMAP_BIN (a built binary; default: build
 # target/release/uuidmap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,8 @@ root=$PWD
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 TASKS=${TASKS:-64}
+LEVEL=${LEVEL:-linearizable}
+case $LEVEL in linearizable|stale) ;; *) echo "LEVEL=$LEVEL: give linearizable or stale" >&2; exit 2 ;; esac
 MODE=${MODE:-writes}
 if [ "$MODE" = scans ]; then
   ENTRIES=${ENTRIES:-1000000}
@@ -117,7 +120,7 @@ bench() { # servers -> writes/s, or (MODE=reads) lookups/s of keys
     if [ -n "${2:-}" ]; then target=$2; fi
     sleep 1
     "$bin" bench --op lookup --keys 100 --tasks "$TASKS" --secs "$SECS" --json \
-      --entries "$ENTRIES" --server "$target" | json_field keys_per_s
+      --consistency "$LEVEL" --entries "$ENTRIES" --server "$target" | json_field keys_per_s
   else
     "$bin" bench --op put --tasks "$TASKS" --secs "$SECS" --json --server "$1" |
       json_field calls_per_s

@@ -65,6 +65,19 @@ impl Member {
     }
 }
 
+/// The members' processes, killed when dropped: a failed run leaves none
+/// behind.
+struct Processes(Vec<Option<ServeChild>>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for c in self.0.iter_mut().flatten() {
+            let _ = c.child.kill();
+            let _ = c.child.wait();
+        }
+    }
+}
+
 fn key(i: u64) -> Uuid {
     Uuid::from_u128(0xda_0000_0000_0000_0000_0000_0000_0000 | u128::from(i + 1))
 }
@@ -120,8 +133,7 @@ async fn a_follower_with_a_damaged_wal_serves_again_soon_after_its_start() {
             dir: tempfile::tempdir().unwrap(),
         })
         .collect();
-    let mut running: Vec<Option<ServeChild>> =
-        members.iter().map(|m| Some(m.start(&members))).collect();
+    let mut running = Processes(members.iter().map(|m| Some(m.start(&members))).collect());
     let group = Client::builder()
         .endpoints(members.iter().map(Member::url))
         .timeout(Duration::from_secs(20))
@@ -146,7 +158,7 @@ async fn a_follower_with_a_damaged_wal_serves_again_soon_after_its_start() {
         last = match group.write(&ops).await {
             Ok(lsn) => lsn,
             Err(e) => {
-                for (m, r) in members.iter().zip(&running) {
+                for (m, r) in members.iter().zip(&running.0) {
                     let log = r.as_ref().unwrap().log();
                     let tail: Vec<&str> = log.lines().rev().take(40).collect();
                     eprintln!("--- member {} (newest first):\n{}", m.id, tail.join("\n"));
@@ -164,7 +176,7 @@ async fn a_follower_with_a_damaged_wal_serves_again_soon_after_its_start() {
     // record), and a record in the middle of its log is damaged.
     let (l, _) = leader(&members).await;
     let f = (l + 1) % members.len();
-    let (status, log) = running[f].take().unwrap().stop();
+    let (status, log) = running.0[f].take().unwrap().stop();
     assert!(status.success(), "member {}: {log}", members[f].id);
     let cut_lsn = last / 2;
     damage_record(members[f].dir.path(), cut_lsn);
@@ -175,7 +187,7 @@ async fn a_follower_with_a_damaged_wal_serves_again_soon_after_its_start() {
         .expect("two members of three take writes");
 
     let started = Instant::now();
-    running[f] = Some(members[f].start(&members));
+    running.0[f] = Some(members[f].start(&members));
     let listening = started.elapsed();
     let member = members[f].client();
     let reads = loop {
@@ -186,7 +198,7 @@ async fn a_follower_with_a_damaged_wal_serves_again_soon_after_its_start() {
         assert!(
             started.elapsed() < Duration::from_secs(120),
             "the member did not serve within 120 s:\n{}",
-            running[f].as_ref().unwrap().log()
+            running.0[f].as_ref().unwrap().log()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
@@ -201,7 +213,7 @@ async fn a_follower_with_a_damaged_wal_serves_again_soon_after_its_start() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let log = running[f].as_ref().unwrap().log();
+    let log = running.0[f].as_ref().unwrap().log();
     assert!(
         log.contains("Raft log is damaged"),
         "the member said nothing of the damage:\n{log}"
@@ -227,7 +239,4 @@ async fn a_follower_with_a_damaged_wal_serves_again_soon_after_its_start() {
         reads.as_millis(),
         voter.as_millis()
     );
-    for r in running.into_iter().flatten() {
-        r.kill();
-    }
 }

@@ -386,6 +386,16 @@ async fn stats_and_cluster_status_show_each_members_view_of_the_group() {
     assert_eq!(f.leader_id, l.leader_id);
     assert!(f.applied_index >= Some(lsn));
     assert!(f.followers.is_empty(), "only the leader tracks progress");
+    // Each lists every member with the URL its clients use.
+    for s in [&l, &f] {
+        let members: Vec<(u64, &str)> = s
+            .members
+            .iter()
+            .map(|m| (m.node_id, m.client_url.as_str()))
+            .collect();
+        let expected: Vec<(u64, &str)> = (1..=3).zip(urls.iter().map(String::as_str)).collect();
+        assert_eq!(members, expected, "node {}", s.node_id);
+    }
     // Each member counts the bytes its own log wrote (the write, and the
     // entries before it), as a single node counts its WAL's.
     for i in [leader, follower] {

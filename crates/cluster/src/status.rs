@@ -78,6 +78,9 @@ pub struct ClusterStatus {
     pub voters: Vec<u64>,
     /// The learners (members without a vote).
     pub learners: Vec<u64>,
+    /// Every member (voters and learners) and its client URL, from the
+    /// membership in force.
+    pub member_urls: Vec<(u64, String)>,
     /// Each other member's progress, when this member leads.
     pub followers: Vec<FollowerProgress>,
     /// Read-index rounds this member began (`crate::read_index`); 0 where
@@ -154,6 +157,10 @@ where
         last_log_index: m.last_log_index,
         voters: membership.voter_ids().collect(),
         learners: membership.learner_ids().collect(),
+        member_urls: membership
+            .nodes()
+            .map(|(id, node)| (*id, node.api_url.clone()))
+            .collect(),
         followers,
         counts: RaftCounts::default(),
         read_index_rounds: 0,

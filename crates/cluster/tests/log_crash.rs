@@ -4,8 +4,9 @@
 //! the log holds no hole and nothing that was never appended, under
 //! `never` too, where every unsynced byte may be dropped. Damage inside
 //! records that were synced cuts the log just before it and marks the vote
-//! distrusted (the group rebuilds the member), and a second store on the
-//! same directory is refused.
+//! distrusted (the group rebuilds the member), also when the power fails
+//! during that repair, and a second store on the same directory is
+//! refused.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -351,6 +352,65 @@ fn damage_inside_synced_records_cuts_the_log_before_it_and_distrusts_the_vote() 
                     "{context}: the mark was not durable"
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn a_power_loss_anywhere_in_the_repair_of_a_damaged_log_leaves_it_cut_and_distrusted() {
+    // The repair writes the distrust mark (fsynced), then cuts the log at
+    // the damage and lowers the saved commit index. Whichever of its calls
+    // the power fails in, the next open finds either the damage again (and
+    // repairs it) or the repair done: the log ends just before the damaged
+    // entry and the vote is distrusted. Never a trusted vote over a log
+    // that lost acknowledged entries.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let disk = filled(40, true);
+    let (path, offset, len, lsn) = {
+        let mut cursor = uuidmap_engine::store::wal::WalCursor::open(&disk, &dir(), 20).unwrap();
+        let rec = cursor.next_record().unwrap().expect("entry 20 is logged");
+        (rec.path.to_path_buf(), rec.offset, rec.len, rec.lsn)
+    };
+    let damaged = disk.restart(1);
+    let mut bytes = damaged.read(&path).unwrap();
+    bytes[(offset + len / 2) as usize] ^= 0x10;
+    let mut f = damaged.open_write(&path).unwrap();
+    f.write_at(0, &bytes).unwrap();
+    f.sync().unwrap();
+    drop(f);
+    // The calls a whole repair makes.
+    let clean = damaged.restart(1);
+    let before = clean.op_count();
+    drop(WalLogStore::open(config(&clean)).unwrap());
+    let repair_ops = clean.op_count() - before;
+    assert!(repair_ops > 2, "the repair writes: {repair_ops} calls");
+    for k in 0..repair_ops {
+        for seed in 0..3 {
+            let copy = damaged.restart(1);
+            copy.set_crash_after(Some(k));
+            // It fails or not, as the crash falls; then the power goes.
+            drop(WalLogStore::open(config(&copy)));
+            let context = format!(
+                "power lost after {k} of {repair_ops} calls (seed {seed}), in {:?}",
+                copy.crashed_in()
+            );
+            let after = copy.restart(seed);
+            let store = WalLogStore::open(config(&after))
+                .unwrap_or_else(|e| panic!("{context}: the log did not open: {e}"));
+            assert!(
+                store.vote_trust().distrusted(),
+                "{context}: the vote is trusted again"
+            );
+            let mut store = store;
+            let state = runtime.block_on(store.get_log_state()).unwrap();
+            assert_eq!(
+                state.last_log_id.map(|l| l.index),
+                Some(lsn - 1),
+                "{context}: the log is not cut just before the damaged entry"
+            );
         }
     }
 }

@@ -663,6 +663,14 @@ pub fn cluster_stats(c: &ClusterStatus) -> pb::ClusterStats {
         last_log_index: c.last_log_index,
         voters: c.voters.clone(),
         learners: c.learners.clone(),
+        members: c
+            .member_urls
+            .iter()
+            .map(|(id, url)| pb::ClusterMember {
+                node_id: *id,
+                client_url: url.clone(),
+            })
+            .collect(),
         followers: c
             .followers
             .iter()
@@ -829,6 +837,7 @@ mod tests {
             last_log_index: Some(41),
             voters: vec![1, 2, 3],
             learners: vec![],
+            member_urls: vec![],
             followers: vec![
                 uuidmap_cluster::status::FollowerProgress {
                     id: 1,
