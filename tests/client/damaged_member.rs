@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 use uuidmap_client::{Client, WriteOp};
-use uuidmap_engine::store::OsIo;
-use uuidmap_engine::store::wal::WalCursor;
+use uuidmap_testkit::wal_damage::flip_bit_in_record;
 
 use super::dead_addr;
 use super::serve_child::{ServeChild, member_command};
@@ -84,22 +83,6 @@ fn key(i: u64) -> Uuid {
 
 fn value(i: u64) -> Uuid {
     Uuid::from_u128(0x7a_0000_0000_0000_0000_0000_0000_0000 | u128::from(i + 1))
-}
-
-/// Flips a byte in the middle of the record of `lsn` in the WAL of `dir`.
-fn damage_record(dir: &std::path::Path, lsn: u64) {
-    let (path, offset, len) = {
-        let mut cursor = WalCursor::open(&OsIo, dir, lsn).unwrap();
-        let rec = cursor
-            .next_record()
-            .unwrap()
-            .expect("the record is in the log");
-        assert_eq!(rec.lsn, lsn);
-        (rec.path.to_path_buf(), rec.offset, rec.len)
-    };
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[(offset + len / 2) as usize] ^= 0x08;
-    std::fs::write(&path, bytes).unwrap();
 }
 
 /// The leader's index among `members`, and its view of the group.
@@ -179,7 +162,7 @@ async fn a_follower_with_a_damaged_wal_serves_again_soon_after_its_start() {
     let (status, log) = running.0[f].take().unwrap().stop();
     assert!(status.success(), "member {}: {log}", members[f].id);
     let cut_lsn = last / 2;
-    damage_record(members[f].dir.path(), cut_lsn);
+    flip_bit_in_record(members[f].dir.path(), cut_lsn);
     // The group moves on meanwhile.
     let after = group
         .put(key(entries), value(entries))

@@ -14,12 +14,12 @@ use uuid::Uuid;
 use uuidmap_cluster::replica::IndexRaft;
 use uuidmap_engine::store::OsIo;
 use uuidmap_engine::store::raft_state::{RAFT_STATE_FILE, RaftStateFile};
-use uuidmap_engine::store::wal::WalCursor;
 use uuidmap_engine::writer::WriteOp;
 use uuidmap_index::Key;
 use uuidmap_proto::raft::v1 as pb;
 use uuidmap_proto::raft::v1::raft_client::RaftClient;
 use uuidmap_testkit::cluster::{ReplicaNode, writable_leader, write_batches};
+use uuidmap_testkit::wal_damage::flip_bit_in_record;
 
 fn batch(b: u128) -> Vec<WriteOp> {
     (0..4)
@@ -136,24 +136,6 @@ async fn a_member_with_a_damaged_vote_slot_votes_for_no_one_until_rejoined_as_a_
     }
 }
 
-/// Flips a byte inside the record of `lsn` in the member's log in `dir`:
-/// damage inside what was synced (the log was stopped cleanly, so its
-/// header vouches for every record).
-fn damage_log_record(dir: &std::path::Path, lsn: u64) {
-    let (path, offset, len) = {
-        let mut cursor = WalCursor::open(&OsIo, dir, lsn).unwrap();
-        let rec = cursor
-            .next_record()
-            .unwrap()
-            .expect("the record is in the log");
-        assert_eq!(rec.lsn, lsn);
-        (rec.path.to_path_buf(), rec.offset, rec.len)
-    };
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[(offset + len / 2) as usize] ^= 0x08;
-    std::fs::write(&path, bytes).unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_with_a_damaged_log_cuts_it_and_is_rebuilt_from_its_group_without_an_operator() {
     let mut nodes = ReplicaNode::group(3).await;
@@ -165,7 +147,7 @@ async fn a_member_with_a_damaged_log_cuts_it_and_is_rebuilt_from_its_group_witho
     let f = (l + 1) % nodes.len();
     let (id, dir, addr) = nodes.remove(f).stop().await;
     // Damage an entry the member acknowledged, well inside its log.
-    damage_log_record(dir.path(), last - 10);
+    flip_bit_in_record(dir.path(), last - 10);
 
     // It starts (a single node would refuse), distrusting its vote.
     let member = ReplicaNode::start_at(id, dir, &addr, |_| {}).await;

@@ -11,7 +11,7 @@
 //! a linearizability checker for
 //! histories of independent registers ([`linearizability`]), for the fault
 //! tests of replication; and a replica group in one process
-//! ([`cluster`]). The product's crates never depend on it; their tests do.
+//! ([`cluster`]); and damage to a WAL on the real disk ([`wal_damage`]). The product's crates never depend on it; their tests do.
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -23,5 +23,6 @@ pub mod netns;
 pub mod proxy;
 pub mod server;
 pub mod sim_io;
+pub mod wal_damage;
 
 pub use sim_io::SimIo;
