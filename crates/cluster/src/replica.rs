@@ -32,7 +32,9 @@ use uuidmap_engine::store::raft_state::RAFT_STATE_FILE;
 use uuidmap_engine::store::snapshot::{OpenOptions, open_snapshot, set_aside_damaged};
 use uuidmap_engine::store::wal::WalOptions;
 use uuidmap_engine::store::{Io, OsIo, StoreError};
-use uuidmap_engine::writer::{DurableConfig, DurableIndex, IndexRef, ReplicaStart, WriteHandle};
+use uuidmap_engine::writer::{
+    DurableConfig, DurableIndex, IndexRef, MemberLog, ReplicaStart, WriteHandle,
+};
 use uuidmap_index::sync::LsnWatermark;
 
 use crate::UuidmapRaft;
@@ -218,15 +220,24 @@ impl Replica {
             }
             None => (AppliedPoint::default(), None),
         };
+        let (requests, snapshot_requests) = tokio::sync::mpsc::unbounded_channel();
+        let (io, dir) = (config.io.clone(), config.dir.clone());
+        let member_log = MemberLog {
+            snapshots: requests,
+            follow: Box::new(move |after| {
+                snapshot_file::chain_point_at_or_before(&*io, &dir, after)
+            }),
+            written_bytes: log.bytes.clone(),
+        };
         let (durable, control) = DurableIndex::open_replica(
             durable,
             config.capacity,
             start,
             Box::new(proposer),
             Box::new(on_stall),
+            member_log,
         )?;
         let durable = Arc::new(durable);
-        durable.count_members_log_with(log.bytes.clone());
         let snapshots = SnapshotStore::new(
             config.io.clone(),
             config.dir.clone(),
@@ -241,12 +252,6 @@ impl Replica {
             tls: tls.clone(),
             counters: counters.clone(),
         };
-        let (requests, snapshot_requests) = tokio::sync::mpsc::unbounded_channel();
-        durable.take_member_snapshots_with(requests);
-        let (io, dir) = (config.io.clone(), config.dir.clone());
-        durable.follow_members_log_with(Box::new(move |after| {
-            snapshot_file::chain_point_at_or_before(&*io, &dir, after)
-        }));
         let raft_config =
             raft_config(&config.timing).map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let machine = IndexStateMachine::new(control.clone(), snapshots.clone(), written)

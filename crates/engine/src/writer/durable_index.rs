@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::changes::ChangeReader;
-use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure, PipelineStats, WriteHandle};
+use super::handle::{PipelineStats, WriteHandle};
+use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure};
 use super::read_lease::{ReadLease, ReadRefused};
 use super::replica::{ProposalChain, Proposer, ReplicaControl, ReplicaIndex, ReplicaPipeline};
 use super::snapshotter::{
@@ -106,30 +107,49 @@ pub struct DurableIndex {
     /// Set when the WAL failed for good (a failed fsync).
     failure: PipelineFailure,
     snapshot_stats: Arc<SnapshotStats>,
-    snapshot_tx: std::sync::mpsc::Sender<Trigger>,
     report: RecoveryReport,
-    /// The restart budget in force (`None`: off).
-    budget: Option<ReplayBudget>,
-    /// The WAL-bytes snapshot trigger in force: the smaller of the
-    /// configured one and the budget's (0: none).
-    snapshot_trigger_bytes: u64,
     config: DurableConfig,
-    /// Whether this is a replica group member's index
-    /// ([`DurableIndex::open_replica`]).
-    replica: bool,
-    /// A member's read lease (`None`: a single node, which always answers).
-    lease: Option<Arc<ReadLease>>,
-    /// Where a member's snapshots on demand are asked for.
-    member_snapshots: std::sync::OnceLock<SnapshotRequests>,
-    /// Where a member's change streams start reading its log.
-    member_follow: std::sync::OnceLock<MemberFollowStart>,
-    /// The bytes a member's log store has written (its WAL is the log's,
-    /// not the pipeline's).
-    member_log_bytes: std::sync::OnceLock<Arc<std::sync::atomic::AtomicU64>>,
+    /// Which log keeps the writes: fixed when the index is opened.
+    mode: Mode,
 }
 
-/// Where a member's change streams start reading its log
-/// ([`DurableIndex::follow_members_log_with`]).
+/// Which log keeps a [`DurableIndex`]'s writes, and what goes with it.
+enum Mode {
+    /// A single node ([`DurableIndex::open`]): its own WAL, group-committed
+    /// by the pipeline, and its own snapshot thread.
+    Single {
+        snapshot_tx: std::sync::mpsc::Sender<Trigger>,
+        /// The restart budget in force (`None`: off).
+        budget: Option<ReplayBudget>,
+        /// The WAL-bytes snapshot trigger in force: the smaller of the
+        /// configured one and the budget's (0: none).
+        snapshot_trigger_bytes: u64,
+    },
+    /// A replica group member ([`DurableIndex::open_replica`]): the Raft
+    /// log keeps the writes, and takes the snapshots.
+    Member {
+        /// Whether the member may answer a read as the leader.
+        lease: Arc<ReadLease>,
+        log: MemberLog,
+    },
+}
+
+/// What a member's index asks of the replicated log that keeps it, given
+/// when it is opened ([`DurableIndex::open_replica`]).
+pub struct MemberLog {
+    /// Where its snapshots on demand are asked for: the log's snapshot
+    /// task reads them and answers each.
+    pub snapshots: SnapshotRequests,
+    /// Where its change streams start reading the log.
+    pub follow: MemberFollowStart,
+    /// The bytes the log store has written (the figures' `wal_bytes`).
+    pub written_bytes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Where a member's change streams start reading its log: given the LSN
+/// a stream starts after, a point at or before it whose proposal chain is
+/// known, and that chain (a snapshot's point, or 0 and the empty chain
+/// when the log starts at its first entry).
 pub type MemberFollowStart =
     Box<dyn Fn(u64) -> Result<(u64, ProposalChain), StoreError> + Send + Sync>;
 
@@ -359,16 +379,13 @@ impl DurableIndex {
                 snapshotter,
                 _lock: lock,
             })),
-            snapshot_tx,
             report,
-            budget,
-            snapshot_trigger_bytes,
             config,
-            replica: false,
-            lease: None,
-            member_snapshots: std::sync::OnceLock::new(),
-            member_follow: std::sync::OnceLock::new(),
-            member_log_bytes: std::sync::OnceLock::new(),
+            mode: Mode::Single {
+                snapshot_tx,
+                budget,
+                snapshot_trigger_bytes,
+            },
         };
         Ok(durable)
     }
@@ -384,14 +401,15 @@ impl DurableIndex {
     /// mapped in place as a restart does; its applied LSN is then
     /// `start.lsn`, and reads wait until the log is applied up to the
     /// file's own LSN (see [`ReplicaControl::load`]), which also puts
-    /// another index in place of this one. Change streams are refused with
-    /// [`StoreError::NotInGroupYet`] for now.
+    /// another index in place of this one. `log` is how the index reaches
+    /// the replicated log for snapshots, change streams and figures.
     pub fn open_replica(
         config: DurableConfig,
         capacity: usize,
         start: Option<ReplicaStart>,
         proposer: Box<dyn Proposer>,
         on_stall: Box<dyn Fn() + Send>,
+        log: MemberLog,
     ) -> Result<(DurableIndex, ReplicaControl), StoreError> {
         let lease = Arc::new(ReadLease::default());
         let mut report = RecoveryReport::default();
@@ -430,7 +448,6 @@ impl DurableIndex {
         // Nothing fails the replicated log's WAL from here: the log store
         // reports its own failures.
         let (_, failure) = tokio::sync::watch::channel(None);
-        let (snapshot_tx, _) = Snapshotter::channel();
         let durable = DurableIndex {
             index: IndexSlot::Swappable(slot),
             watermark,
@@ -438,16 +455,9 @@ impl DurableIndex {
             failure,
             snapshot_stats: Arc::default(),
             running: Mutex::new(Some(Running::Replica(pipeline))),
-            snapshot_tx,
             report,
-            budget: None,
-            snapshot_trigger_bytes: 0,
             config,
-            replica: true,
-            lease: Some(lease),
-            member_snapshots: std::sync::OnceLock::new(),
-            member_follow: std::sync::OnceLock::new(),
-            member_log_bytes: std::sync::OnceLock::new(),
+            mode: Mode::Member { lease, log },
         };
         Ok((durable, control))
     }
@@ -477,9 +487,9 @@ impl DurableIndex {
     /// Whether a read may be answered from this index now: always on a
     /// single node; on a member, see [`ReadLease`].
     pub fn admit_read(&self) -> Result<(), ReadRefused> {
-        match &self.lease {
-            None => Ok(()),
-            Some(lease) => lease.admit(self.watermark.current()),
+        match &self.mode {
+            Mode::Single { .. } => Ok(()),
+            Mode::Member { lease, .. } => lease.admit(self.watermark.current()),
         }
     }
 
@@ -488,15 +498,18 @@ impl DurableIndex {
     /// is applied): always on a single node; on a member, unless it is
     /// catching up after loading a snapshot ([`ReadLease::admit_applied`]).
     pub fn admit_applied(&self, applied: u64) -> Result<(), ReadRefused> {
-        match &self.lease {
-            None => Ok(()),
-            Some(lease) => lease.admit_applied(applied),
+        match &self.mode {
+            Mode::Single { .. } => Ok(()),
+            Mode::Member { lease, .. } => lease.admit_applied(applied),
         }
     }
 
     /// A member's read lease, for the replicated log to keep up to date.
     pub fn read_lease(&self) -> Option<&Arc<ReadLease>> {
-        self.lease.as_ref()
+        match &self.mode {
+            Mode::Single { .. } => None,
+            Mode::Member { lease, .. } => Some(lease),
+        }
     }
 
     /// The read handle. On a member, the index a snapshot install put
@@ -519,13 +532,6 @@ impl DurableIndex {
         &self.watermark
     }
 
-    /// A member's snapshots on demand are taken by whoever reads
-    /// `requests` (the replicated log's snapshot task), which answers
-    /// each; set once.
-    pub fn take_member_snapshots_with(&self, requests: SnapshotRequests) {
-        let _ = self.member_snapshots.set(requests);
-    }
-
     /// The figures about snapshots: a member's snapshot task records its
     /// own here.
     pub fn snapshot_stats(&self) -> &Arc<SnapshotStats> {
@@ -538,33 +544,26 @@ impl DurableIndex {
     }
 
     /// Takes a snapshot now and waits for it. On a member, the replicated
-    /// log's snapshot task takes it
-    /// ([`DurableIndex::take_member_snapshots_with`]).
+    /// log's snapshot task takes it ([`MemberLog::snapshots`]).
     pub async fn snapshot_now(&self) -> SnapshotResult {
-        if self.replica {
-            let Some(requests) = self.member_snapshots.get() else {
-                return Err(Arc::new(StoreError::NotInGroupYet("take snapshots")));
-            };
-            let (tx, rx) = oneshot::channel();
-            requests
-                .send(tx)
-                .map_err(|_| Arc::new(stopped(&self.config.dir)))?;
-            return rx.await.map_err(|_| Arc::new(stopped(&self.config.dir)))?;
-        }
         let (tx, rx) = oneshot::channel();
-        self.snapshot_tx
-            .send(Trigger::Now(tx))
-            .map_err(|_| Arc::new(stopped(&self.config.dir)))?;
+        let sent = match &self.mode {
+            Mode::Single { snapshot_tx, .. } => snapshot_tx.send(Trigger::Now(tx)).is_ok(),
+            Mode::Member { log, .. } => log.snapshots.send(tx).is_ok(),
+        };
+        if !sent {
+            return Err(Arc::new(stopped(&self.config.dir)));
+        }
         rx.await.map_err(|_| Arc::new(stopped(&self.config.dir)))?
     }
 
     /// [`DurableIndex::snapshot_now`] for threads outside an async runtime.
     pub fn snapshot_now_blocking(&self) -> SnapshotResult {
-        if self.replica {
+        let Mode::Single { snapshot_tx, .. } = &self.mode else {
             return Err(Arc::new(StoreError::NotInGroupYet("take snapshots")));
-        }
+        };
         let (tx, rx) = oneshot::channel();
-        self.snapshot_tx
+        snapshot_tx
             .send(Trigger::Now(tx))
             .map_err(|_| Arc::new(stopped(&self.config.dir)))?;
         rx.blocking_recv()
@@ -575,15 +574,19 @@ impl DurableIndex {
     pub fn stats(&self) -> DurableStats {
         let p: &PipelineStats = self.writes.stats();
         let s: &SnapshotStats = &self.snapshot_stats;
+        let (wal_bytes, budget, snapshot_trigger_bytes) = match &self.mode {
+            Mode::Single {
+                budget,
+                snapshot_trigger_bytes,
+                ..
+            } => (&p.wal_bytes, *budget, *snapshot_trigger_bytes),
+            Mode::Member { log, .. } => (&*log.written_bytes, None, 0),
+        };
         DurableStats {
             entries: self.index().len() as u64,
             table_bytes: self.index().table_bytes() as u64,
             applied_lsn: self.watermark.current(),
-            wal_bytes: self
-                .member_log_bytes
-                .get()
-                .map_or(&p.wal_bytes, |b| &**b)
-                .load(Ordering::Relaxed),
+            wal_bytes: wal_bytes.load(Ordering::Relaxed),
             snapshots_taken: s.taken.load(Ordering::Relaxed),
             snapshots_failed: s.failed.load(Ordering::Relaxed),
             last_snapshot_lsn: s.last_lsn.load(Ordering::Relaxed),
@@ -591,9 +594,9 @@ impl DurableIndex {
             last_snapshot_duration_us: s.last_duration_us.load(Ordering::Relaxed),
             wal_failures: p.wal_failures.load(Ordering::Relaxed),
             queued_batches: p.queued.load(Ordering::Relaxed),
-            snapshot_trigger_bytes: self.snapshot_trigger_bytes,
-            replay_bytes_per_sec: self.budget.map_or(0, |b| b.bytes_per_sec as u64),
-            max_replay_ms: self.budget.map_or(0, |b| b.max_replay.as_millis() as u64),
+            snapshot_trigger_bytes,
+            replay_bytes_per_sec: budget.map_or(0, |b| b.bytes_per_sec as u64),
+            max_replay_ms: budget.map_or(0, |b| b.max_replay.as_millis() as u64),
             groups: p.groups.load(Ordering::Relaxed),
             batches: p.batches.load(Ordering::Relaxed),
             overlapped_groups: p.overlapped_groups.load(Ordering::Relaxed),
@@ -654,35 +657,17 @@ impl DurableIndex {
     /// [`StoreError::WalNotRetained`] when the WAL no longer holds the
     /// batch after it (a snapshot covered it and its file was removed).
     /// Blocking (it opens and reads WAL files). On a member, the reader
-    /// starts where [`DurableIndex::follow_members_log_with`] says.
+    /// starts where [`MemberLog::follow`] says.
     pub fn follow(&self, after_lsn: u64) -> Result<ChangeReader, StoreError> {
         let io = self.config.io.clone();
         let dir = &self.config.dir;
-        if !self.replica {
+        let Mode::Member { log, .. } = &self.mode else {
             let follower = WalFollower::open(io, dir, after_lsn.saturating_add(1))?;
             return Ok(ChangeReader::single(follower));
-        }
-        let Some(start) = self.member_follow.get() else {
-            return Err(StoreError::NotInGroupYet("serve change streams (Watch)"));
         };
-        let (point, chain) = start(after_lsn)?;
+        let (point, chain) = (log.follow)(after_lsn)?;
         let follower = WalFollower::open(io, dir, point.saturating_add(1))?;
         Ok(ChangeReader::member(follower, chain, after_lsn))
-    }
-
-    /// Where a member's change streams start reading its log: given the
-    /// LSN a stream starts after, `start` returns a point at or before it
-    /// whose proposal chain is known, and that chain (a snapshot's point,
-    /// or 0 and the empty chain when the log starts at its first entry).
-    /// Set once.
-    pub fn follow_members_log_with(&self, start: MemberFollowStart) {
-        let _ = self.member_follow.set(start);
-    }
-
-    /// Where a member's figures find the bytes its log store wrote
-    /// (`wal_bytes`): the count it keeps. Set once.
-    pub fn count_members_log_with(&self, bytes: Arc<std::sync::atomic::AtomicU64>) {
-        let _ = self.member_log_bytes.set(bytes);
     }
 }
 

@@ -19,25 +19,27 @@
 //!   nothing, which it skips).
 
 mod changes;
+mod core;
 mod durable_index;
+mod handle;
 mod lease_clock;
+mod overlay;
 mod pipeline;
 mod policy;
 mod read_lease;
 mod replica;
 mod request;
+mod running;
 mod snapshotter;
 mod sync_thread;
 
 pub use changes::ChangeReader;
 pub use durable_index::{
     DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats, IndexRef, MemberFollowStart,
-    ReplicaStart, SnapshotRequests,
+    MemberLog, ReplicaStart, SnapshotRequests,
 };
-pub use pipeline::{
-    Pipeline, PipelineConfig, PipelineExit, PipelineFailure, PipelineStats, VOUCH_AFTER_IDLE,
-    WriteHandle,
-};
+pub use handle::{PipelineExit, PipelineStats, WriteHandle, WriteSteps};
+pub use pipeline::{Pipeline, PipelineConfig, PipelineFailure, VOUCH_AFTER_IDLE};
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
 pub use read_lease::{LeaseAck, ReadLease, ReadRefused};
 pub use replica::{

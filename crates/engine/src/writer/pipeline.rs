@@ -67,22 +67,22 @@
 //! applies a batch only after its WAL record is written (and synced, under
 //! `always`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::JoinHandle;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
-use uuid::Uuid;
 
+use super::core::{WriterCore, add_elapsed};
+use super::handle::{Message, PipelineExit, Request, WriteHandle};
 use super::policy::FsyncPolicy;
-use super::request::{WriteError, WriteOp, WriteOutcome};
+use super::request::{WriteError, WriteOutcome};
+use super::running::RunningWriter;
 use super::sync_thread::SyncThread;
 use crate::store::wal::WalWriter;
 use crate::store::{Op, StoreError};
+use uuidmap_index::IndexWriter;
 use uuidmap_index::sync::LsnWatermark;
-use uuidmap_index::{IndexWriter, Key};
 
 /// Limits and policy of the pipeline.
 #[derive(Clone, Debug)]
@@ -127,56 +127,6 @@ pub const VOUCH_AFTER_IDLE: Duration = Duration::from_millis(10);
 /// Whether the WAL failed (`Some`), watched by the pipeline's owner.
 pub type PipelineFailure = watch::Receiver<Option<Arc<StoreError>>>;
 
-/// Counters the pipeline keeps for metrics and snapshot triggers.
-#[derive(Debug, Default)]
-pub struct PipelineStats {
-    /// WAL bytes written since the pipeline started.
-    pub wal_bytes: AtomicU64,
-    /// Groups committed.
-    pub groups: AtomicU64,
-    /// Batches applied.
-    pub batches: AtomicU64,
-    /// Groups whose fsync ran on the sync thread while the next group was
-    /// decided and written (module docs, "Overlapping fsyncs").
-    pub overlapped_groups: AtomicU64,
-    /// Groups that failed because the WAL could not be written or synced.
-    pub wal_failures: AtomicU64,
-    /// Batches waiting in the queue (approximate).
-    pub queued: AtomicU64,
-    /// Every batch up to this LSN is durable in the WAL.
-    pub synced_lsn: AtomicU64,
-    /// Where a write's time goes, step by step.
-    pub steps: WriteSteps,
-}
-
-/// Where a write's time goes, summed since the pipeline started, in
-/// nanoseconds (`/metrics`: `uuidmap_write_step_seconds_total`). Divided by
-/// `batches` (or by `groups` for the per-group steps) it gives the cost of
-/// each step of a write; `call` minus the writer's steps is what the
-/// hand-offs cost (the caller's wake-up above all).
-#[derive(Debug, Default)]
-pub struct WriteSteps {
-    /// From a caller's submit to the writer taking the batch from the queue
-    /// (per batch: the queue and the writer's wake-up).
-    pub queue_ns: AtomicU64,
-    /// Deciding batches: compare-and-sets, encoding the WAL record (per
-    /// batch).
-    pub decide_ns: AtomicU64,
-    /// The WAL `write` of a group (per group).
-    pub wal_write_ns: AtomicU64,
-    /// The WAL fsync of a group, the synced-end slot's write included (per
-    /// group; 0 unless the policy syncs each group).
-    pub wal_sync_ns: AtomicU64,
-    /// Applying a group to the index and publishing its LSN (per group).
-    pub apply_ns: AtomicU64,
-    /// Sending the group's answers, which wakes the callers (per group).
-    pub complete_ns: AtomicU64,
-    /// Whole `write` calls, from submit to the answer in the caller's hands.
-    pub call_ns: AtomicU64,
-    /// `write` calls that got an answer.
-    pub calls: AtomicU64,
-}
-
 /// Answers every batch of `group` with the WAL's failure (after a failed
 /// fsync: the outcome of each is unknown).
 fn answer_failed(group: &mut Vec<Pending>, failed: &Arc<StoreError>) {
@@ -187,59 +137,9 @@ fn answer_failed(group: &mut Vec<Pending>, failed: &Arc<StoreError>) {
     }
 }
 
-/// Folds `ops` into `overlay`, later writes over earlier ones.
-fn fold_into(overlay: &mut HashMap<Key, Option<Uuid>, ahash::RandomState>, ops: &[Op]) {
-    for op in ops {
-        match *op {
-            Op::Put { key, value } => overlay.insert(key, Some(value)),
-            Op::Delete { key } => overlay.insert(key, None),
-        };
-    }
-}
-
-/// Adds the time since `since` to `counter`.
-fn add_elapsed(counter: &AtomicU64, since: Instant) {
-    counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
-}
-
-/// A caller's batch and where to send its answer.
-pub(super) struct Request {
-    pub(super) ops: Vec<WriteOp>,
-    pub(super) reply: oneshot::Sender<Result<WriteOutcome, WriteError>>,
-    /// When the caller submitted it.
-    pub(super) submitted: Instant,
-}
-
-/// What a [`WriteHandle`] sends its writer thread.
-pub(super) enum Message {
-    Write(Request),
-    /// Make the WAL durable through this LSN (which must be committed).
-    Sync(u64, oneshot::Sender<Result<(), Arc<StoreError>>>),
-    /// Finish what is queued, sync, and stop.
-    Stop,
-}
-
-/// The cloneable sending side: submit batches, wait for their LSN.
-#[derive(Clone)]
-pub struct WriteHandle {
-    tx: mpsc::Sender<Message>,
-    closed: Arc<AtomicBool>,
-    max_batch_ops: usize,
-    stats: Arc<PipelineStats>,
-}
-
-/// What the thread hands back when it stops.
-pub struct PipelineExit {
-    /// The index writer, for a caller that goes on in-process.
-    pub writer: IndexWriter,
-    /// The LSN the next batch would have taken.
-    pub next_lsn: u64,
-}
-
 /// The running pipeline thread.
 pub struct Pipeline {
-    handle: WriteHandle,
-    thread: Option<JoinHandle<PipelineExit>>,
+    running: RunningWriter,
     failure: PipelineFailure,
 }
 
@@ -256,7 +156,7 @@ impl Pipeline {
         ask_for_snapshot: Option<Box<dyn FnMut() + Send>>,
     ) -> std::io::Result<Pipeline> {
         let (handle, rx) = WriteHandle::new(&config);
-        let stats = handle.stats.clone();
+        let stats = handle.stats_arc();
         stats.synced_lsn.store(wal.synced_lsn(), Ordering::Relaxed);
         let (failed_tx, failure) = watch::channel(None);
         let next_lsn = wal.next_lsn();
@@ -265,37 +165,26 @@ impl Pipeline {
         } else {
             None
         };
-        let state = WriterThread {
-            writer,
+        let state = GroupCommit {
+            core: WriterCore::new(writer, watermark, stats.clone()),
             wal,
-            watermark,
             policy: config.policy,
             max_group_ops: config.max_group_ops,
             snapshot_every_bytes: config.snapshot_every_bytes,
             ask_for_snapshot,
             next_lsn,
-            overlay: HashMap::default(),
-            overlay_upto: 0,
-            overlay_has_in_flight: false,
             group: Vec::new(),
             ops: Vec::new(),
             sync_thread,
             in_flight: None,
             unsynced_since: None,
             wal_bytes_at_nudge: 0,
-            stats,
             failed: None,
             failed_tx,
             idle_since: None,
         };
-        let thread = std::thread::Builder::new()
-            .name("uuidmap-writer".into())
-            .spawn(move || state.run(rx))?;
-        Ok(Pipeline {
-            handle,
-            thread: Some(thread),
-            failure,
-        })
+        let running = RunningWriter::spawn("uuidmap-writer", handle, move || state.run(rx))?;
+        Ok(Pipeline { running, failure })
     }
 
     /// Watches for a failure of the WAL (see the module docs).
@@ -305,170 +194,14 @@ impl Pipeline {
 
     /// A handle for submitting writes.
     pub fn handle(&self) -> WriteHandle {
-        self.handle.clone()
+        self.running.handle().clone()
     }
 
     /// Stops accepting writes, finishes every batch already queued, syncs
     /// the WAL, and returns the writer. Later writes get
     /// [`WriteError::ShuttingDown`].
     pub fn stop(mut self) -> Option<PipelineExit> {
-        self.stop_thread()
-    }
-
-    fn stop_thread(&mut self) -> Option<PipelineExit> {
-        let thread = self.thread.take()?;
-        Some(self.handle.stop_and_join(thread))
-    }
-}
-
-impl Drop for Pipeline {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            self.stop_thread();
-        }
-    }
-}
-
-impl WriteHandle {
-    /// A handle and the receiving end its writer thread reads.
-    pub(super) fn new(config: &PipelineConfig) -> (WriteHandle, mpsc::Receiver<Message>) {
-        let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
-        let handle = WriteHandle {
-            tx,
-            closed: Arc::new(AtomicBool::new(false)),
-            max_batch_ops: config.max_batch_ops,
-            stats: Arc::new(PipelineStats::default()),
-        };
-        (handle, rx)
-    }
-
-    /// Asks `thread` (this handle's writer thread) to stop and waits for
-    /// it; a panic on it is resumed here.
-    pub(super) fn stop_and_join(&self, thread: JoinHandle<PipelineExit>) -> PipelineExit {
-        // If the thread is gone already, the send fails and join says why.
-        self.send_stop();
-        match thread.join() {
-            Ok(exit) => exit,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    }
-
-    /// Refuses later writes and asks the thread to stop (retrying while
-    /// the queue is full). Not `blocking_send`: an owner may stop from
-    /// inside its async runtime, where that panics.
-    pub(super) fn send_stop(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        let mut stop = Message::Stop;
-        while let Err(mpsc::error::TrySendError::Full(back)) = self.tx.try_send(stop) {
-            stop = back;
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
-    /// Submits a batch and waits until it is applied (and durable as the
-    /// policy says). A full queue makes this wait for room.
-    pub async fn write(&self, ops: Vec<WriteOp>) -> Result<WriteOutcome, WriteError> {
-        let (request, answer) = self.request(ops)?;
-        let submitted = request.submitted;
-        self.stats.queued.fetch_add(1, Ordering::Relaxed);
-        let sent = self.tx.send(Message::Write(request)).await;
-        if sent.is_err() {
-            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-            return Err(WriteError::ShuttingDown);
-        }
-        let outcome = answer.await.unwrap_or(Err(WriteError::Unanswered));
-        self.count_call(submitted);
-        outcome
-    }
-
-    fn count_call(&self, submitted: Instant) {
-        add_elapsed(&self.stats.steps.call_ns, submitted);
-        self.stats.steps.calls.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// [`WriteHandle::write`] for threads outside an async runtime.
-    pub fn write_blocking(&self, ops: Vec<WriteOp>) -> Result<WriteOutcome, WriteError> {
-        let (request, answer) = self.request(ops)?;
-        let submitted = request.submitted;
-        self.stats.queued.fetch_add(1, Ordering::Relaxed);
-        if self.tx.blocking_send(Message::Write(request)).is_err() {
-            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-            return Err(WriteError::ShuttingDown);
-        }
-        let outcome = answer
-            .blocking_recv()
-            .unwrap_or(Err(WriteError::Unanswered));
-        self.count_call(submitted);
-        outcome
-    }
-
-    /// Makes the WAL durable through `lsn`, which must be committed (for
-    /// snapshots; blocking, from a thread outside the async runtime). Fast
-    /// when it already is. After the pipeline stopped, only what its final
-    /// sync covered is durable.
-    pub fn make_durable_blocking(&self, lsn: u64) -> Result<(), Arc<StoreError>> {
-        if self.stats.synced_lsn.load(Ordering::Acquire) >= lsn {
-            return Ok(());
-        }
-        let (reply, answer) = oneshot::channel();
-        let not_durable = || {
-            Arc::new(StoreError::io(
-                "making the WAL durable for a snapshot",
-                "the WAL",
-                std::io::Error::other(format!("the writer stopped before LSN {lsn} was durable")),
-            ))
-        };
-        if self.tx.blocking_send(Message::Sync(lsn, reply)).is_err() {
-            // Stopped: its final sync is all there is.
-            return if self.stats.synced_lsn.load(Ordering::Acquire) >= lsn {
-                Ok(())
-            } else {
-                Err(not_durable())
-            };
-        }
-        answer
-            .blocking_recv()
-            .unwrap_or_else(|_| Err(not_durable()))
-    }
-
-    /// The pipeline's counters.
-    pub fn stats(&self) -> &PipelineStats {
-        &self.stats
-    }
-
-    /// The pipeline's counters, shared with its writer thread.
-    pub(super) fn stats_arc(&self) -> Arc<PipelineStats> {
-        self.stats.clone()
-    }
-
-    /// Checks what can be checked without the index, and makes the request.
-    #[allow(clippy::type_complexity)]
-    fn request(
-        &self,
-        ops: Vec<WriteOp>,
-    ) -> Result<(Request, oneshot::Receiver<Result<WriteOutcome, WriteError>>), WriteError> {
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(WriteError::ShuttingDown);
-        }
-        if ops.is_empty() {
-            return Err(WriteError::Empty);
-        }
-        if ops.len() > self.max_batch_ops {
-            return Err(WriteError::TooLarge {
-                len: ops.len(),
-                max: self.max_batch_ops,
-            });
-        }
-        let (reply, answer) = oneshot::channel();
-        let submitted = Instant::now();
-        Ok((
-            Request {
-                ops,
-                reply,
-                submitted,
-            },
-            answer,
-        ))
+        self.running.stop()
     }
 }
 
@@ -487,25 +220,16 @@ struct InFlight {
     ops: Vec<Op>,
 }
 
-/// The state of the writer thread.
-struct WriterThread {
-    writer: IndexWriter,
+/// The state of the writer thread: the core, over the WAL's group commit.
+struct GroupCommit {
+    core: WriterCore,
     wal: WalWriter,
-    watermark: Arc<LsnWatermark>,
     policy: FsyncPolicy,
     max_group_ops: usize,
     snapshot_every_bytes: u64,
     ask_for_snapshot: Option<Box<dyn FnMut() + Send>>,
     /// The LSN the next accepted batch takes.
     next_lsn: u64,
-    /// Values as the in-flight group's writes (once
-    /// `overlay_has_in_flight`) and then `ops[..overlay_upto]` left them
-    /// (`None`: removed).
-    overlay: HashMap<Key, Option<Uuid>, ahash::RandomState>,
-    /// How many of `ops` the overlay has folded in.
-    overlay_upto: usize,
-    /// Whether the overlay has folded in the in-flight group's writes.
-    overlay_has_in_flight: bool,
     /// Runs a group's fsync while the next is written (`None`: every
     /// group is synced inline).
     sync_thread: Option<SyncThread>,
@@ -518,7 +242,6 @@ struct WriterThread {
     /// Under `interval`: when the oldest unsynced write was made.
     unsynced_since: Option<Instant>,
     wal_bytes_at_nudge: u64,
-    stats: Arc<PipelineStats>,
     /// Set once a WAL fsync failed: every later batch gets it.
     failed: Option<Arc<StoreError>>,
     /// Tells the owner about `failed`.
@@ -527,7 +250,7 @@ struct WriterThread {
     idle_since: Option<Instant>,
 }
 
-impl WriterThread {
+impl GroupCommit {
     fn run(mut self, mut rx: mpsc::Receiver<Message>) -> PipelineExit {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -605,7 +328,7 @@ impl WriterThread {
             }
         }
         PipelineExit {
-            writer: self.writer,
+            writer: self.core.writer,
             next_lsn: self.next_lsn,
         }
     }
@@ -679,7 +402,8 @@ impl WriterThread {
     }
 
     fn note_synced(&self) {
-        self.stats
+        self.core
+            .stats
             .synced_lsn
             .store(self.wal.synced_lsn(), Ordering::Release);
     }
@@ -722,50 +446,21 @@ impl WriterThread {
     /// Step 1: checks a batch's compare-and-sets, turns it into blind
     /// writes and gives it an LSN, or refuses it.
     fn decide(&mut self, request: Request) {
-        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+        self.core.stats.queued.fetch_sub(1, Ordering::Relaxed);
         let taken = Instant::now();
-        self.stats.steps.queue_ns.fetch_add(
+        self.core.stats.steps.queue_ns.fetch_add(
             taken.duration_since(request.submitted).as_nanos() as u64,
             Ordering::Relaxed,
         );
         let start = self.ops.len();
-        let mut refused = None;
-        for (index, op) in request.ops.iter().enumerate() {
-            match *op {
-                WriteOp::Put { key, value } => self.ops.push(Op::Put { key, value }),
-                WriteOp::Delete { key } => self.ops.push(Op::Delete { key }),
-                WriteOp::CompareAndSet { key, expected, new } => {
-                    let current = self.current(key);
-                    if current != expected {
-                        refused = Some(WriteError::CasMismatch {
-                            index,
-                            key,
-                            expected,
-                            current,
-                        });
-                        break;
-                    }
-                    self.ops.push(match new {
-                        Some(value) => Op::Put { key, value },
-                        None => Op::Delete { key },
-                    });
-                }
-            }
-        }
-        let decided = match refused {
-            Some(e) => {
-                self.ops.truncate(start);
-                if self.overlay_upto > start {
-                    // The overlay saw some of the refused batch's writes:
-                    // rebuild it from the accepted ones when next needed.
-                    self.clear_overlay();
-                }
-                Err(e)
-            }
-            None => {
+        let decided = match self.core.decide(&request.ops, &mut self.ops) {
+            Err(e) => Err(e),
+            Ok(()) => {
                 let lsn = self.next_lsn;
                 self.next_lsn += 1;
-                self.wal.append(lsn, &self.ops[start..]);
+                let ops = &self.ops[start..];
+                self.wal.append(lsn, ops);
+                self.core.record(ops, lsn);
                 Ok((lsn, start..self.ops.len()))
             }
         };
@@ -773,37 +468,7 @@ impl WriterThread {
             reply: request.reply,
             decided,
         });
-        add_elapsed(&self.stats.steps.decide_ns, taken);
-    }
-
-    /// The value of `key` as the writes decided so far (the group in
-    /// flight's, the current batch's included) leave it. The overlay is only built once a group holds a
-    /// compare-and-set, so plain writes do not pay for it.
-    fn current(&mut self, key: Key) -> Option<Uuid> {
-        if !self.overlay_has_in_flight {
-            debug_assert!(
-                self.in_flight.is_none() || self.overlay_upto == 0,
-                "the in-flight group's writes come first"
-            );
-            if let Some(in_flight) = &self.in_flight {
-                fold_into(&mut self.overlay, &in_flight.ops);
-            }
-            self.overlay_has_in_flight = true;
-        }
-        fold_into(&mut self.overlay, &self.ops[self.overlay_upto..]);
-        self.overlay_upto = self.ops.len();
-        match self.overlay.get(&key) {
-            Some(v) => *v,
-            None => self.writer.get(key.as_uuid()),
-        }
-    }
-
-    /// Forgets the overlay: the next compare-and-set rebuilds it from the
-    /// writes decided and not applied.
-    fn clear_overlay(&mut self) {
-        self.overlay.clear();
-        self.overlay_upto = 0;
-        self.overlay_has_in_flight = false;
+        add_elapsed(&self.core.stats.steps.decide_ns, taken);
     }
 
     /// Steps 2 to 6 for the decided group: inline, or with its fsync on the
@@ -818,8 +483,6 @@ impl WriterThread {
         } else {
             self.commit_inline();
         }
-        self.clear_overlay();
-        self.writer.reclaim();
     }
 
     /// The LSN of the group's first accepted batch, if any.
@@ -859,7 +522,7 @@ impl WriterThread {
         let (write_ns, sync_ns) = self.wal.io_nanos();
         let committed = self.wal.commit(sync);
         let (write_after, sync_after) = self.wal.io_nanos();
-        let steps = &self.stats.steps;
+        let steps = &self.core.stats.steps;
         steps
             .wal_write_ns
             .fetch_add(write_after - write_ns, Ordering::Relaxed);
@@ -868,7 +531,10 @@ impl WriterThread {
             .fetch_add(sync_after - sync_ns, Ordering::Relaxed);
         committed?;
         let written = self.wal.total_bytes() - before;
-        self.stats.wal_bytes.fetch_add(written, Ordering::Relaxed);
+        self.core
+            .stats
+            .wal_bytes
+            .fetch_add(written, Ordering::Relaxed);
         self.maybe_ask_for_snapshot();
         Ok(())
     }
@@ -924,7 +590,10 @@ impl WriterThread {
                 if let Some(thread) = &mut self.sync_thread {
                     thread.start(file);
                 }
-                self.stats.overlapped_groups.fetch_add(1, Ordering::Relaxed);
+                self.core
+                    .stats
+                    .overlapped_groups
+                    .fetch_add(1, Ordering::Relaxed);
                 self.in_flight = Some(InFlight { group, ops });
             }
             Ok(None) => {
@@ -963,7 +632,8 @@ impl WriterThread {
             return true;
         }
         let (result, nanos) = thread.finish();
-        self.stats
+        self.core
+            .stats
             .steps
             .wal_sync_ns
             .fetch_add(nanos, Ordering::Relaxed);
@@ -992,17 +662,18 @@ impl WriterThread {
             let failed = self.failed.clone().expect("a failed fsync fails the WAL");
             answer_failed(&mut in_flight.group, &failed);
             self.next_lsn = self.wal.next_lsn();
+            // Nothing after a failed fsync is applied.
+            self.core.forget_decided();
         }
-        self.clear_overlay();
-        self.writer.reclaim();
     }
 
     /// The current group was written but the fsync before its own failed:
     /// its callers learn that the WAL failed.
     fn fail_written_group(&mut self) {
-        self.stats.wal_failures.fetch_add(1, Ordering::Relaxed);
+        self.core.stats.wal_failures.fetch_add(1, Ordering::Relaxed);
         let failed = self.failed.clone().expect("a failed fsync fails the WAL");
         self.next_lsn = self.wal.next_lsn();
+        self.core.forget_decided();
         self.ops.clear();
         answer_failed(&mut self.group, &failed);
     }
@@ -1017,25 +688,18 @@ impl WriterThread {
             let Ok((lsn, range)) = &pending.decided else {
                 continue;
             };
-            self.writer.set_stamp(*lsn);
-            for op in &ops[range.clone()] {
-                match *op {
-                    Op::Put { key, value } => {
-                        self.writer.insert_key(key, value);
-                    }
-                    Op::Delete { key } => {
-                        self.writer.remove_key(key);
-                    }
-                }
-            }
+            self.core.apply(*lsn, &ops[range.clone()], Some(*lsn));
             last = Some(*lsn);
             batches += 1;
         }
         if let Some(lsn) = last {
-            self.watermark.publish(lsn);
-            self.stats.groups.fetch_add(1, Ordering::Relaxed);
-            self.stats.batches.fetch_add(batches, Ordering::Relaxed);
-            add_elapsed(&self.stats.steps.apply_ns, applying);
+            self.core.publish(lsn);
+            self.core.stats.groups.fetch_add(1, Ordering::Relaxed);
+            self.core
+                .stats
+                .batches
+                .fetch_add(batches, Ordering::Relaxed);
+            add_elapsed(&self.core.stats.steps.apply_ns, applying);
         }
         let completing = Instant::now();
         for pending in group.drain(..) {
@@ -1044,13 +708,13 @@ impl WriterThread {
                 .reply
                 .send(pending.decided.map(|(lsn, _)| WriteOutcome { lsn }));
         }
-        add_elapsed(&self.stats.steps.complete_ns, completing);
+        add_elapsed(&self.core.stats.steps.complete_ns, completing);
     }
 
     /// The WAL refused the group: nothing is applied, the LSNs are reused,
     /// every caller learns why.
     fn fail_group(&mut self, first_lsn: u64, error: StoreError) {
-        self.stats.wal_failures.fetch_add(1, Ordering::Relaxed);
+        self.core.stats.wal_failures.fetch_add(1, Ordering::Relaxed);
         self.check_wal_failed();
         let make_error: Box<dyn Fn() -> WriteError> = match &self.failed {
             Some(failed) => {
@@ -1073,7 +737,7 @@ impl WriterThread {
                 Box::new(move || WriteError::Wal(error.clone()))
             }
         };
-        self.clear_overlay();
+        self.core.forget_decided();
         self.ops.clear();
         for pending in self.group.drain(..) {
             let _ = pending.reply.send(Err(make_error()));
@@ -1084,7 +748,7 @@ impl WriterThread {
         let Some(ask) = &mut self.ask_for_snapshot else {
             return;
         };
-        let total = self.stats.wal_bytes.load(Ordering::Relaxed);
+        let total = self.core.stats.wal_bytes.load(Ordering::Relaxed);
         if self.snapshot_every_bytes > 0
             && total - self.wal_bytes_at_nudge >= self.snapshot_every_bytes
         {

@@ -83,22 +83,23 @@
 //! **Architecture Invariant:** only this thread mutates the index, and it
 //! applies only entries the group committed, in log order.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
-use uuid::Uuid;
 
-use super::pipeline::{Message, PipelineConfig, PipelineExit, Request, WriteHandle};
+use super::core::{WriterCore, add_elapsed};
+use super::handle::{Message, PipelineExit, Request, WriteHandle};
+use super::pipeline::PipelineConfig;
 use super::read_lease::ReadLease;
-use super::request::{LeaderHint, WriteError, WriteOp, WriteOutcome};
+use super::request::{LeaderHint, WriteError, WriteOutcome};
+use super::running::RunningWriter;
 use crate::store::{Op, StoreError};
 use arc_swap::ArcSwap;
 use uuidmap_index::sync::LsnWatermark;
-use uuidmap_index::{Index, IndexWriter, Key};
+use uuidmap_index::{Index, IndexWriter};
 
 /// Where a caller's answer goes.
 pub type WriteReply = oneshot::Sender<Result<WriteOutcome, WriteError>>;
@@ -292,9 +293,8 @@ impl ReplicaControl {
 
 /// The running writer thread of a replica.
 pub struct ReplicaPipeline {
-    handle: WriteHandle,
+    running: RunningWriter,
     control: ReplicaControl,
-    thread: Option<JoinHandle<PipelineExit>>,
 }
 
 /// The index a replica's writer starts over.
@@ -332,18 +332,14 @@ impl ReplicaPipeline {
         } = index;
         let (handle, rx) = WriteHandle::new(config);
         let (control_tx, control_rx) = mpsc::unbounded_channel();
-        let state = ReplicaThread {
-            writer,
+        let state = ReplicaWriter {
+            core: WriterCore::new(writer, watermark, handle.stats_arc()),
             slot,
-            watermark,
             proposer,
             on_stall,
             lease,
             deferred: VecDeque::new(),
-            stats: handle.stats_arc(),
             role: Role::Following(None),
-            overlay: HashMap::default(),
-            batch_overlay: HashMap::default(),
             epoch: 0,
             next_seq: 1,
             chain,
@@ -357,19 +353,18 @@ impl ReplicaPipeline {
             inputs_since_wanted: 0,
             ops: Vec::new(),
         };
-        let thread = std::thread::Builder::new()
-            .name("uuidmap-replica-writer".into())
-            .spawn(move || state.run(rx, control_rx))?;
+        let running = RunningWriter::spawn("uuidmap-replica-writer", handle, move || {
+            state.run(rx, control_rx)
+        })?;
         Ok(ReplicaPipeline {
-            handle,
+            running,
             control: ReplicaControl { tx: control_tx },
-            thread: Some(thread),
         })
     }
 
     /// A handle for submitting writes.
     pub fn handle(&self) -> WriteHandle {
-        self.handle.clone()
+        self.running.handle().clone()
     }
 
     /// The handle the replicated log drives the writer with.
@@ -380,20 +375,7 @@ impl ReplicaPipeline {
     /// Stops accepting writes, decides what is queued, and returns the
     /// writer.
     pub fn stop(mut self) -> Option<PipelineExit> {
-        self.stop_thread()
-    }
-
-    fn stop_thread(&mut self) -> Option<PipelineExit> {
-        let thread = self.thread.take()?;
-        Some(self.handle.stop_and_join(thread))
-    }
-}
-
-impl Drop for ReplicaPipeline {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            self.stop_thread();
-        }
+        self.running.stop()
     }
 }
 
@@ -418,25 +400,20 @@ struct Refusal {
     error: WriteError,
 }
 
-struct ReplicaThread {
-    writer: IndexWriter,
-    /// Where readers find the index `writer` writes.
+/// The state of a member's writer thread: the core, over the Raft log.
+/// The core's overlay holds this leader's pending proposals, tagged with
+/// their proposal numbers.
+struct ReplicaWriter {
+    core: WriterCore,
+    /// Where readers find the index the core writes.
     slot: Arc<ArcSwap<Index>>,
-    watermark: Arc<LsnWatermark>,
     proposer: Box<dyn Proposer>,
     on_stall: Box<dyn Fn() + Send>,
     /// Told when the gate is passed, and when the writer stops deciding.
     lease: Arc<ReadLease>,
     /// Batches that arrived while the gate was pending.
     deferred: VecDeque<Request>,
-    stats: Arc<super::PipelineStats>,
     role: Role,
-    /// Each key this leader's pending proposals write: its value after
-    /// them (`None`: removed) and the last proposal that set it.
-    overlay: HashMap<Key, (Option<Uuid>, u64), ahash::RandomState>,
-    /// The batch being decided: its writes so far, for its own later
-    /// compare-and-sets.
-    batch_overlay: HashMap<Key, Option<Uuid>, ahash::RandomState>,
     /// The epoch of the current leadership (module docs).
     epoch: u64,
     /// The proposal number the next accepted batch takes.
@@ -463,7 +440,7 @@ enum Input {
     Client(Option<Message>),
 }
 
-impl ReplicaThread {
+impl ReplicaWriter {
     fn run(
         mut self,
         mut rx: mpsc::Receiver<Message>,
@@ -519,9 +496,9 @@ impl ReplicaThread {
         for request in self.deferred.drain(..) {
             let _ = request.reply.send(Err(WriteError::ShuttingDown));
         }
-        let next_lsn = self.watermark.current() + 1;
+        let next_lsn = self.core.watermark.current() + 1;
         PipelineExit {
-            writer: self.writer,
+            writer: self.core.writer,
             next_lsn,
         }
     }
@@ -598,16 +575,16 @@ impl ReplicaThread {
         self.role = Role::Following(leader);
         // The restored tables are stamped with their segments' capture
         // LSNs, so a later snapshot of them claims no more than they hold.
-        self.writer = restored.writer;
+        self.core.writer = restored.writer;
         self.slot.store(Arc::new(restored.index));
         self.chain = chain;
-        self.watermark.publish(lsn);
+        self.core.publish(lsn);
     }
 
     /// Forgets this leader's pending proposals (the leadership changed)
     /// and answers the refusals that waited on them: nothing was logged.
     fn drop_pending(&mut self, leader: Option<LeaderHint>) {
-        self.overlay.clear();
+        self.core.forget_decided();
         self.confirm_wanted = None;
         for refusal in self.refusals.drain(..) {
             let _ = refusal.reply.send(Err(WriteError::NotLeader {
@@ -682,33 +659,18 @@ impl ReplicaThread {
                 }
                 continue;
             }
-            self.writer.set_stamp(entry.lsn);
-            for op in ops {
-                match *op {
-                    Op::Put { key, value } => {
-                        self.writer.insert_key(key, value);
-                    }
-                    Op::Delete { key } => {
-                        self.writer.remove_key(key);
-                    }
-                }
-            }
+            // This leader's own proposal leaves its overlay.
+            let own = leading == Some(entry.term);
+            self.core.apply(entry.lsn, ops, own.then_some(*seq));
             batches += 1;
-            if leading == Some(entry.term) {
-                for op in ops {
-                    let key = op.key();
-                    if self.overlay.get(&key).is_some_and(|(_, s)| s == seq) {
-                        self.overlay.remove(&key);
-                    }
-                }
+            if own {
                 self.applied_own = self.applied_own.max(*seq);
             }
         }
         if let Some(last) = entries.last() {
-            self.watermark.publish(last.lsn);
+            self.core.publish(last.lsn);
         }
         outcome.chain = self.chain;
-        self.writer.reclaim();
         while self
             .refusals
             .front()
@@ -717,13 +679,10 @@ impl ReplicaThread {
             let refusal = self.refusals.pop_front().expect("checked");
             let _ = refusal.reply.send(Err(refusal.error));
         }
-        let stats = &self.stats;
+        let stats = &self.core.stats;
         stats.groups.fetch_add(1, Ordering::Relaxed);
         stats.batches.fetch_add(batches, Ordering::Relaxed);
-        stats
-            .steps
-            .apply_ns
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        add_elapsed(&stats.steps.apply_ns, started);
         if gated {
             // Entries after the gate in this call were logged after it and
             // before any proposal of the new epoch: decide only now.
@@ -767,35 +726,7 @@ impl ReplicaThread {
             }
         };
         self.ops.clear();
-        self.batch_overlay.clear();
-        let mut refused = None;
-        for (index, op) in request.ops.iter().enumerate() {
-            let op = match *op {
-                WriteOp::Put { key, value } => Op::Put { key, value },
-                WriteOp::Delete { key } => Op::Delete { key },
-                WriteOp::CompareAndSet { key, expected, new } => {
-                    let current = self.current(key);
-                    if current != expected {
-                        refused = Some(WriteError::CasMismatch {
-                            index,
-                            key,
-                            expected,
-                            current,
-                        });
-                        break;
-                    }
-                    match new {
-                        Some(value) => Op::Put { key, value },
-                        None => Op::Delete { key },
-                    }
-                }
-            };
-            if request.ops.len() > 1 {
-                // A lone op's compare-and-set comes before any write.
-                self.batch_overlay.insert(op.key(), op.value());
-            }
-            self.ops.push(op);
-        }
+        let refused = self.core.decide(&request.ops, &mut self.ops).err();
         if let Some(error) = refused {
             // A confirmation proposed from now on covers it; one proposed
             // earlier does not (it may be logged before the decision's
@@ -816,9 +747,7 @@ impl ReplicaThread {
             let seq = self.next_seq;
             self.next_seq += 1;
             self.last_proposed = seq;
-            for op in &self.ops {
-                self.overlay.insert(op.key(), (op.value(), seq));
-            }
+            self.core.record(&self.ops, seq);
             let batch = DecidedBatch {
                 term,
                 seq,
@@ -826,10 +755,7 @@ impl ReplicaThread {
             };
             self.proposer.propose(batch, request.reply);
         }
-        self.stats
-            .steps
-            .decide_ns
-            .fetch_add(taken.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        add_elapsed(&self.core.stats.steps.decide_ns, taken);
     }
 
     /// Proposes the confirmation refusals wait for, if one is wanted and
@@ -861,23 +787,12 @@ impl ReplicaThread {
 
     /// Takes a caller's batch from the queue.
     fn take(&mut self, request: Request) {
-        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-        self.stats.steps.queue_ns.fetch_add(
+        let stats = &self.core.stats;
+        stats.queued.fetch_sub(1, Ordering::Relaxed);
+        stats.steps.queue_ns.fetch_add(
             request.submitted.elapsed().as_nanos() as u64,
             Ordering::Relaxed,
         );
         self.decide(request);
-    }
-
-    /// The value of `key` after this batch's earlier writes, this leader's
-    /// pending proposals, and the applied index, in that order.
-    fn current(&self, key: Key) -> Option<Uuid> {
-        if let Some(v) = self.batch_overlay.get(&key) {
-            return *v;
-        }
-        if let Some(&(v, _)) = self.overlay.get(&key) {
-            return v;
-        }
-        self.writer.get(key.as_uuid())
     }
 }
