@@ -41,6 +41,13 @@
 //!   at once, so clients are told "not the leader" and move on. It stays
 //!   openraft's leader (reported as `stepping-down`) until it hears of a
 //!   newer term.
+//!   While the lease holds, the task looks again only when half of it is
+//!   left (or the state, leader or membership changes), not at every
+//!   change of openraft's metrics, which change at every write: a look
+//!   then finds a newer acknowledgement under load and extends the lease
+//!   from it. A lease with less than half left, lapsed, or not yet granted
+//!   is looked at on every change, so that it is extended or granted as
+//!   soon as an acknowledgement arrives.
 //! - The proposals not yet answered are bounded (`max_proposals`): the
 //!   writer asks [`Proposer::admit`] before it decides a caller's batch,
 //!   and a batch over the bound is refused, nothing logged
@@ -63,8 +70,8 @@ use openraft::impls::ProgressResponder;
 use openraft::storage::RaftStateMachine;
 use tokio::sync::{Notify, mpsc};
 use uuidmap_engine::writer::{
-    DecidedBatch, LeaderHint, LeaseAck, Proposer, ReadLease, ReplicaControl, WriteError,
-    WriteOutcome, WriteReply,
+    DecidedBatch, LeaderHint, LeaseAck, MemberLogSteps, Proposer, ReadLease, ReplicaControl,
+    WriteError, WriteOutcome, WriteReply,
 };
 
 use crate::counters::RaftCounters;
@@ -110,6 +117,8 @@ impl Proposer for RaftProposer {
 pub struct ProposalQueue {
     rx: mpsc::UnboundedReceiver<(DecidedBatch, WriteReply)>,
     in_flight: Arc<AtomicUsize>,
+    /// Where the time from a proposal to its answer is counted.
+    steps: Arc<MemberLogSteps>,
 }
 
 /// Answers one proposal's caller, which leaves the bound.
@@ -128,6 +137,7 @@ fn answer_caller(
 pub fn proposal_channel(
     bound: usize,
     counters: Arc<RaftCounters>,
+    steps: Arc<MemberLogSteps>,
 ) -> (RaftProposer, ProposalQueue) {
     let (tx, rx) = mpsc::unbounded_channel();
     let in_flight = Arc::new(AtomicUsize::new(0));
@@ -138,7 +148,11 @@ pub fn proposal_channel(
             bound: bound.max(1),
             counters,
         },
-        ProposalQueue { rx, in_flight },
+        ProposalQueue {
+            rx,
+            in_flight,
+            steps,
+        },
     )
 }
 
@@ -196,7 +210,12 @@ pub async fn run_proposals<SM>(
     loop {
         tokio::select! {
             biased;
-            Some((n, seq, answer)) = waiting.next(), if !waiting.is_empty() => {
+            Some((n, seq, answer, proposed)) = waiting.next(), if !waiting.is_empty() => {
+                let elapsed = Instant::now().saturating_duration_since(proposed);
+                queue
+                    .steps
+                    .replicate_ns
+                    .fetch_add(elapsed.as_nanos() as u64, Relaxed);
                 let outcome = outcome(answer, seq, &raft, &control);
                 if let Some(reply) = callers.remove(&n) {
                     answer_caller(&in_flight, reply, outcome);
@@ -209,6 +228,7 @@ pub async fn run_proposals<SM>(
             proposal = queue.rx.recv() => {
                 let Some((batch, reply)) = proposal else { break };
                 let (responder, answer) = ProgressResponder::complete_only();
+                let proposed = Instant::now();
                 let seq = batch.seq;
                 let entry = RaftBatch::new(seq, &batch.ops);
                 let sent = raft
@@ -224,7 +244,7 @@ pub async fn run_proposals<SM>(
                 next += 1;
                 let n = next;
                 callers.insert(n, reply);
-                waiting.push(async move { (n, seq, answer.await) });
+                waiting.push(async move { (n, seq, answer.await, proposed) });
             }
             _ = checks.tick(), if !callers.is_empty() => {
                 lapsed_checks = if lease.lapsed() { lapsed_checks + 1 } else { 0 };
@@ -245,7 +265,7 @@ pub async fn run_proposals<SM>(
         }
     }
     // The writer is gone: answer what is still waiting.
-    while let Some((n, seq, answer)) = waiting.next().await {
+    while let Some((n, seq, answer, _)) = waiting.next().await {
         let outcome = outcome(answer, seq, &raft, &control);
         if let Some(reply) = callers.remove(&n) {
             answer_caller(&in_flight, reply, outcome);
@@ -359,7 +379,10 @@ pub async fn watch_leadership<SM>(
     SM: RaftStateMachine<UuidmapRaft>,
 {
     let id = *raft.node_id();
-    let mut metrics = raft.metrics();
+    // The server metrics change with the state, the leader, the vote or
+    // the membership, which is all this task reads; openraft's whole
+    // metrics change at every write.
+    let mut metrics = raft.server_metrics();
     // The term the writer was told it leads, and the leader it was last
     // told of while following (its URL included: a follower may hear of
     // the leader before it has the membership that names its URL).
@@ -371,9 +394,11 @@ pub async fn watch_leadership<SM>(
     loop {
         let (leading, current) = {
             let m = metrics.borrow_watched();
+            let term =
+                openraft::vote::RaftLeaderId::term(openraft::vote::RaftVote::leader_id(&m.vote));
             let leads = m.state == openraft::ServerState::Leader && m.current_leader == Some(id);
-            let current = m.current_leader.map(|l| (m.current_term, l));
-            (leads.then_some(m.current_term), current)
+            let current = m.current_leader.map(|l| (term, l));
+            (leads.then_some(term), current)
         };
         if current.is_some() && current != seen {
             seen = current;
@@ -430,8 +455,13 @@ pub struct LeaseTiming {
 enum LeaseStep {
     /// Nothing until the metrics change.
     Wait,
-    /// Look again at this time (the lease's end, or the step-down's).
+    /// Look again at this time (the lease's end, or the step-down's), or
+    /// when the metrics change.
     WakeAt(Instant),
+    /// The lease holds with more than half of it left: look again at this
+    /// time (when half is left), or when the state, the leader or the
+    /// membership changes, not at every write (module docs).
+    RefreshAt(Instant),
     /// Step down from `term`, handing over to `to`.
     StepDown { term: u64, to: Option<u64> },
 }
@@ -445,7 +475,9 @@ pub async fn watch_lease<SM>(
     SM: RaftStateMachine<UuidmapRaft>,
 {
     let id = *raft.node_id();
-    let mut metrics = raft.metrics();
+    let metrics = raft.metrics();
+    let mut server = raft.server_metrics();
+    let mut data = raft.data_metrics();
     // Whether the lease held at the last look (for `lease_lapses`), and
     // since when this member leads its current term.
     let mut held = false;
@@ -510,6 +542,8 @@ pub async fn watch_lease<SM>(
                         LeaseStep::StepDown { term, to }
                     } else if lapsed {
                         LeaseStep::WakeAt(step_at)
+                    } else if Instant::now() < last + timing.lease / 2 {
+                        LeaseStep::RefreshAt(last + timing.lease / 2)
                     } else {
                         LeaseStep::WakeAt((last + timing.lease).min(step_at))
                     }
@@ -521,9 +555,16 @@ pub async fn watch_lease<SM>(
                 LeaseStep::Wait
             }
         };
+        // Whether a change of the data metrics (an acknowledgement) wakes
+        // the task too.
+        let mut on_data = true;
         let wake = match step {
             LeaseStep::Wait => None,
             LeaseStep::WakeAt(at) => Some(at),
+            LeaseStep::RefreshAt(at) => {
+                on_data = false;
+                Some(at)
+            }
             LeaseStep::StepDown { term, to } => {
                 RaftCounters::bump(&shared.counters.step_downs);
                 tracing::warn!(
@@ -543,7 +584,11 @@ pub async fn watch_lease<SM>(
             }
         };
         tokio::select! {
-            changed = metrics.changed() => if changed.is_err() {
+            changed = server.changed() => if changed.is_err() {
+                shared.lease.follow();
+                return;
+            },
+            changed = data.changed(), if on_data => if changed.is_err() {
                 shared.lease.follow();
                 return;
             },

@@ -193,7 +193,8 @@ impl Replica {
         remove_incoming(&config);
         let start = open_newest_snapshot(&config, purged)?;
         let counters = Arc::new(RaftCounters::default());
-        let (proposer, proposals) = proposal_channel(config.max_proposals, counters.clone());
+        let (proposer, proposals) =
+            proposal_channel(config.max_proposals, counters.clone(), log.steps.clone());
         let stalled = Arc::new(Notify::new());
         let on_stall = {
             let stalled = stalled.clone();
@@ -228,6 +229,7 @@ impl Replica {
                 snapshot_file::chain_point_at_or_before(&*io, &dir, after)
             }),
             written_bytes: log.bytes.clone(),
+            steps: log.steps.clone(),
         };
         let (durable, control) = DurableIndex::open_replica(
             durable,

@@ -353,14 +353,23 @@ async fn refuse_a_forgotten_member(
 /// Resolves when openraft has stopped on a fatal error (its log could
 /// not be written, say), with the error; never while it runs, nor after
 /// a clean stop.
+///
+/// It watches openraft's server metrics, which change with the state, the
+/// leader or the membership, not its whole metrics, which change (and
+/// would wake this task, on the main thread) at every write. openraft
+/// drops their sender when its core stops, after it recorded why in the
+/// whole metrics' `running_state`.
 pub(crate) async fn failed(raft: IndexRaft) -> String {
-    let mut metrics = raft.metrics();
+    let mut server = raft.server_metrics();
+    let mut stopped = false;
     loop {
-        if let Err(e) = &metrics.borrow_watched().running_state {
+        if let Err(e) = &raft.metrics().borrow_watched().running_state {
             return e.to_string();
         }
-        if metrics.changed().await.is_err() {
+        if stopped {
+            // A clean stop.
             std::future::pending::<()>().await;
         }
+        stopped = server.changed().await.is_err();
     }
 }

@@ -18,7 +18,7 @@
 //! | `uuidmap_write_batches` | counter | | write batches applied |
 //! | `uuidmap_write_overlapped_groups` | counter | | groups whose fsync overlapped writing the next group |
 //! | `uuidmap_write_calls` | counter | | write calls answered |
-//! | `uuidmap_write_step_seconds_total` | counter | `step` | where writes' time went: `queue`, `decide` (per batch), `wal_write`, `wal_sync`, `apply`, `complete` (per group), `call` (whole calls) |
+//! | `uuidmap_write_step_seconds_total` | counter | `step` | where writes' time went: `queue`, `decide` (per batch), `wal_write`, `wal_sync`, `apply`, `complete` (per group; on a member `wal_write` and `wal_sync` are its Raft log's), `replicate` (a leader's proposals: openraft taking one to its answer), `call` (whole calls) |
 //! | `uuidmap_snapshot_age_seconds` | gauge | | since the newest snapshot this process wrote (absent: none yet) |
 //! | `uuidmap_snapshot_duration_seconds` | gauge | | how long that snapshot took (absent: none yet) |
 //! | `uuidmap_recovery_phase_seconds` | gauge | `phase` | this start's recovery: `map`, `verify`, `restore`, `estimate`, `presize`, `replay` |
@@ -498,7 +498,9 @@ pub fn render(
     let _ = write!(
         out,
         "# HELP uuidmap_write_step_seconds_total Where writes' time went: queue and decide are \
-         per batch, wal_write, wal_sync, apply and complete per group, call is whole write \
+         per batch, wal_write, wal_sync, apply and complete per group (on a member, wal_write \
+         and wal_sync are its Raft log's, per log group), replicate per proposal (a leader: \
+         from openraft taking it to its answer), call is whole write \
          calls.\n# TYPE uuidmap_write_step_seconds_total counter\n"
     );
     for (step, ns) in s.write_step_ns {

@@ -23,7 +23,7 @@ use uuidmap_engine::store::raft_state::{RaftHardState, RaftStateFile};
 use uuidmap_engine::store::wal::WalWriter;
 use uuidmap_engine::store::wal::remove_covered;
 use uuidmap_engine::store::{Io, StoreError};
-use uuidmap_engine::writer::VOUCH_AFTER_IDLE;
+use uuidmap_engine::writer::{MemberLogSteps, VOUCH_AFTER_IDLE};
 
 use super::records::entry_record;
 use super::tail::Tail;
@@ -78,6 +78,9 @@ pub struct LogStats {
     pub groups: AtomicU64,
     /// WAL bytes written since the store opened (headers included).
     pub bytes: Arc<AtomicU64>,
+    /// The time its writes and fsyncs took, and the leader's replication
+    /// (the member's per-step figures).
+    pub steps: Arc<MemberLogSteps>,
 }
 
 fn io_error(e: StoreError) -> std::io::Error {
@@ -210,7 +213,17 @@ impl LogThread {
     }
 
     fn commit(&mut self) -> std::io::Result<()> {
-        self.wal.commit(self.sync).map_err(io_error)?;
+        let (write_ns, sync_ns) = self.wal.io_nanos();
+        let committed = self.wal.commit(self.sync).map_err(io_error);
+        let (write_after, sync_after) = self.wal.io_nanos();
+        let steps = &self.stats.steps;
+        steps
+            .log_write_ns
+            .fetch_add(write_after - write_ns, Ordering::Relaxed);
+        steps
+            .log_sync_ns
+            .fetch_add(sync_after - sync_ns, Ordering::Relaxed);
+        committed?;
         self.stats.groups.fetch_add(1, Ordering::Relaxed);
         self.stats
             .bytes

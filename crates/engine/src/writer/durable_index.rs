@@ -144,6 +144,25 @@ pub struct MemberLog {
     pub follow: MemberFollowStart,
     /// The bytes the log store has written (the figures' `wal_bytes`).
     pub written_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// Where a replicated write's time goes in the log (the figures'
+    /// `write_step_ns`).
+    pub steps: Arc<MemberLogSteps>,
+}
+
+/// Where a member's replicated writes spend their time in the log, in
+/// nanoseconds summed since the start (`/metrics`:
+/// `uuidmap_write_step_seconds_total`, the steps `wal_write`, `wal_sync`
+/// and `replicate`).
+#[derive(Debug, Default)]
+pub struct MemberLogSteps {
+    /// The log store's WAL writes (per log group).
+    pub log_write_ns: std::sync::atomic::AtomicU64,
+    /// The log store's fsyncs (per log group).
+    pub log_sync_ns: std::sync::atomic::AtomicU64,
+    /// From a proposal handed to openraft to its answer: the leader's
+    /// append, the replication to a majority, the commit and the apply
+    /// (per proposal, on the leader).
+    pub replicate_ns: std::sync::atomic::AtomicU64,
 }
 
 /// Where a member's change streams start reading its log: given the LSN
@@ -239,8 +258,10 @@ pub struct DurableStats {
     /// Groups whose fsync overlapped writing the next group.
     pub overlapped_groups: u64,
     /// Where writes' time went since start: (step, nanoseconds), see
-    /// `pipeline::WriteSteps`; `call` is whole write calls.
-    pub write_step_ns: [(&'static str, u64); 7],
+    /// `pipeline::WriteSteps`; `call` is whole write calls. On a member,
+    /// `wal_write` and `wal_sync` are its Raft log's, and `replicate` is
+    /// [`MemberLogSteps::replicate_ns`] (0 on a single node).
+    pub write_step_ns: [(&'static str, u64); 8],
     /// Write calls answered.
     pub write_calls: u64,
 }
@@ -574,14 +595,31 @@ impl DurableIndex {
     pub fn stats(&self) -> DurableStats {
         let p: &PipelineStats = self.writes.stats();
         let s: &SnapshotStats = &self.snapshot_stats;
-        let (wal_bytes, budget, snapshot_trigger_bytes) = match &self.mode {
-            Mode::Single {
-                budget,
-                snapshot_trigger_bytes,
-                ..
-            } => (&p.wal_bytes, *budget, *snapshot_trigger_bytes),
-            Mode::Member { log, .. } => (&*log.written_bytes, None, 0),
-        };
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let t = &p.steps;
+        let (wal_bytes, budget, snapshot_trigger_bytes, wal_write, wal_sync, replicate) =
+            match &self.mode {
+                Mode::Single {
+                    budget,
+                    snapshot_trigger_bytes,
+                    ..
+                } => (
+                    &p.wal_bytes,
+                    *budget,
+                    *snapshot_trigger_bytes,
+                    get(&t.wal_write_ns),
+                    get(&t.wal_sync_ns),
+                    0,
+                ),
+                Mode::Member { log, .. } => (
+                    &*log.written_bytes,
+                    None,
+                    0,
+                    get(&log.steps.log_write_ns),
+                    get(&log.steps.log_sync_ns),
+                    get(&log.steps.replicate_ns),
+                ),
+            };
         DurableStats {
             entries: self.index().len() as u64,
             table_bytes: self.index().table_bytes() as u64,
@@ -600,19 +638,16 @@ impl DurableIndex {
             groups: p.groups.load(Ordering::Relaxed),
             batches: p.batches.load(Ordering::Relaxed),
             overlapped_groups: p.overlapped_groups.load(Ordering::Relaxed),
-            write_step_ns: {
-                let t = &p.steps;
-                let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-                [
-                    ("queue", get(&t.queue_ns)),
-                    ("decide", get(&t.decide_ns)),
-                    ("wal_write", get(&t.wal_write_ns)),
-                    ("wal_sync", get(&t.wal_sync_ns)),
-                    ("apply", get(&t.apply_ns)),
-                    ("complete", get(&t.complete_ns)),
-                    ("call", get(&t.call_ns)),
-                ]
-            },
+            write_step_ns: [
+                ("queue", get(&t.queue_ns)),
+                ("decide", get(&t.decide_ns)),
+                ("wal_write", wal_write),
+                ("wal_sync", wal_sync),
+                ("replicate", replicate),
+                ("apply", get(&t.apply_ns)),
+                ("complete", get(&t.complete_ns)),
+                ("call", get(&t.call_ns)),
+            ],
             write_calls: p.steps.calls.load(Ordering::Relaxed),
         }
     }

@@ -36,7 +36,7 @@ mod sync_thread;
 pub use changes::ChangeReader;
 pub use durable_index::{
     DEFAULT_MAX_REPLAY, DurableConfig, DurableIndex, DurableStats, IndexRef, MemberFollowStart,
-    MemberLog, ReplicaStart, SnapshotRequests,
+    MemberLog, MemberLogSteps, ReplicaStart, SnapshotRequests,
 };
 pub use handle::{PipelineExit, PipelineStats, WriteHandle, WriteSteps};
 pub use pipeline::{Pipeline, PipelineConfig, PipelineFailure, VOUCH_AFTER_IDLE};
