@@ -80,9 +80,10 @@ steps() { # metrics-port -> "step seconds" lines
   curl -s "http://127.0.0.1:$1/metrics" |
     sed -n 's/^uuidmap_write_step_seconds_total{step="\([a-z_]*\)"} \(.*\)$/\1 \2/p'
 }
-threads() { # pid -> "comm ticks" per thread
+threads() { # pid -> "comm ticks switches" per thread
   for t in /proc/"$1"/task/*; do
-    printf '%s %s\n' "$(tr ' ' '_' <"$t/comm")" "$(awk '{print $14 + $15}' "$t/stat")"
+    printf '%s %s %s\n' "$(tr ' ' '_' <"$t/comm")" "$(awk '{print $14 + $15}' "$t/stat")" \
+      "$(awk '/ctxt_switches/ {n += $2} END {print n}' "$t/status")"
   done
 }
 
@@ -91,30 +92,27 @@ h2load -D "$SECS" -c "$CONNS" -m "$STREAMS" -d "$work/write.bin" \
   -H 'content-type: application/grpc' -H 'te: trailers' \
   "$leader/uuidmap.v1.UuidMap/Write" >"$work/h2load.out" 2>&1 &
 hpid=$!
+look() { # n: each member's threads and step counters, into $work/<side>.{cpu,steps}<n>
+  threads "$lpid" >"$work/leader.cpu$1"
+  steps $((lport + 1)) >"$work/leader.steps$1"
+  threads "$fpid" >"$work/follower.cpu$1"
+  steps $((fport + 1)) >"$work/follower.steps$1"
+}
 sleep $(((SECS - WINDOW) / 2))
-for side in leader follower; do
-  pid=$lpid; port=$lport
-  [ $side = follower ] && pid=$fpid && port=$fport
-  threads "$pid" >"$work/$side.cpu0"
-  steps $((port + 1)) >"$work/$side.steps0"
-done
+look 0
 a0=$(applied "$leader")
 if [ "$PERF" = on ]; then
   perf record -q -F 499 --call-graph dwarf,16384 -o "$work/leader.perf" -p "$lpid" \
     -- sleep "$WINDOW" 2>/dev/null &
+  perf_pid=$!
   perf record -q -F 499 --call-graph dwarf,16384 -o "$work/follower.perf" -p "$fpid" \
     -- sleep "$WINDOW" 2>/dev/null
-  wait %2 2>/dev/null || true
+  wait "$perf_pid" 2>/dev/null || true
 else
   sleep "$WINDOW"
 fi
 a1=$(applied "$leader")
-for side in leader follower; do
-  pid=$lpid; port=$lport
-  [ $side = follower ] && pid=$fpid && port=$fport
-  threads "$pid" >"$work/$side.cpu1"
-  steps $((port + 1)) >"$work/$side.steps1"
-done
+look 1
 wait "$hpid" || true
 writes=$((a1 - a0))
 rate=$(awk '/^finished in/ {gsub(",", "", $4); print $4}' "$work/h2load.out")
@@ -133,12 +131,12 @@ import re, sys
 work, writes, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 us = lambda ticks: ticks * 1e6 / hz / writes
 
-def cpu(side):
+def cpu(side, col=1):
     def load(name):
         d = {}
         for line in open(f"{work}/{side}.{name}"):
-            comm, t = line.split()
-            d[comm] = d.get(comm, 0) + int(t)
+            fields = line.split()
+            d[fields[0]] = d.get(fields[0], 0) + int(fields[col])
         return d
     a, b = load("cpu0"), load("cpu1")
     return {k: b[k] - a.get(k, 0) for k in b if b[k] - a.get(k, 0) > 0}
@@ -170,28 +168,33 @@ def shares(side):
     return out
 
 print()
-print("| thread | leader µs CPU/write | follower µs CPU/write |")
-print("| --- | --- | --- |")
+print("| thread | leader µs CPU/write | follower µs CPU/write | leader switches/write | follower switches/write |")
+print("| --- | --- | --- | --- | --- |")
 cl, cf = cpu("leader"), cpu("follower")
+xl, xf = cpu("leader", 2), cpu("follower", 2)
 for comm in sorted(set(cl) | set(cf)):
-    print(f"| {comm} | {us(cl.get(comm, 0)):.1f} | {us(cf.get(comm, 0)):.1f} |")
+    print(f"| {comm} | {us(cl.get(comm, 0)):.1f} | {us(cf.get(comm, 0)):.1f} "
+          f"| {xl.get(comm, 0) / writes:.2f} | {xf.get(comm, 0) / writes:.2f} |")
 tl, tf = us(sum(cl.values())), us(sum(cf.values()))
-print(f"| **all** | **{tl:.1f}** | **{tf:.1f}** |")
+print(f"| **all** | **{tl:.1f}** | **{tf:.1f}** | **{sum(xl.values()) / writes:.2f}** "
+      f"| **{sum(xf.values()) / writes:.2f}** |")
 
 sl, sf = shares("leader"), shares("follower")
 if sl or sf:
     print()
     print("| step (perf: samples under its frames) | leader µs CPU/write | follower µs CPU/write |")
     print("| --- | --- | --- |")
+    rest_l = rest_f = 100.0
     for name, pats in STEPS:
         def pick(s):
-            best = 0.0
-            for pat in pats:
-                best_pat = sum(v for k, v in s.items() if re.match(pat, k))
-                best += best_pat
-            return best
+            return sum(v for pat in pats for k, v in s.items() if re.match(pat, k))
         pl, pf = pick(sl), pick(sf)
+        if not name.startswith(" "):
+            rest_l -= pl
+            rest_f -= pf
         print(f"| {name} | {pl * tl / 100:.1f} ({pl:.0f} %) | {pf * tf / 100:.1f} ({pf:.0f} %) |")
+    print(f"| the rest: tokio's scheduler and parking, other tasks | {rest_l * tl / 100:.1f} ({rest_l:.0f} %) "
+          f"| {rest_f * tf / 100:.1f} ({rest_f:.0f} %) |")
     kl = sum(v for k, v in sl.items() if k == "entry_SYSCALL_64_after_hwframe")
     kf = sum(v for k, v in sf.items() if k == "entry_SYSCALL_64_after_hwframe")
     print(f"| (across the steps: system calls) | {kl * tl / 100:.1f} ({kl:.0f} %) | {kf * tf / 100:.1f} ({kf:.0f} %) |")
@@ -202,6 +205,9 @@ def steps(side):
     a, b = load("steps0"), load("steps1")
     return {k: (b[k] - a.get(k, 0)) * 1e6 / writes for k in b}
 
+print()
+print("(wall time: queue, decide, replicate and call are each one's mean; wal_write, wal_sync,")
+print(" apply and complete are per group, shown as the group's time over its writes)")
 print()
 print("| wall-time step (members' counters) | leader µs/write | follower µs/write |")
 print("| --- | --- | --- |")

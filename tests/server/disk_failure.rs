@@ -7,6 +7,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tonic::Code;
 use tonic::transport::Channel;
@@ -15,7 +16,7 @@ use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_admin_client::UuidMapAdminClient;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 use uuidmap_testkit::SimIo;
-use uuidmap_testkit::server::{TestServer, b, config, put_op, u};
+use uuidmap_testkit::server::{TestServer, b, config, member_config, put_op, u};
 
 type Client = UuidMapClient<Channel>;
 
@@ -227,4 +228,56 @@ async fn a_start_on_a_full_disk_says_to_free_space_and_start_again() {
     );
     // The process exits: nothing resumes by itself.
     assert!(!message.contains("resume"), "{message}");
+}
+
+/// A member's Raft log on a full disk: openraft stops on the storage
+/// error, and the server stops by itself and says why, instead of serving
+/// on with a log it cannot write (a supervisor starts it again once there
+/// is room, and it catches up from its group).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_raft_log_cannot_be_written_stops_and_says_why() {
+    let io = SimIo::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let raft = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (a, ra) = (listener.local_addr().unwrap(), raft.local_addr().unwrap());
+    let mut c = member_config(Path::new("/data"), 1, a, ra, vec![], true);
+    c.wal_preallocate = uuidmap::store::wal::Preallocate::Off;
+    let server = TestServer::start_member_on(c, listener, raft, Some(Arc::new(io.clone()))).await;
+    let mut client = server.client().await;
+    // The group of one takes writes once it has elected itself.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(e) = put(&mut client, 1).await {
+        assert!(
+            Instant::now() < deadline,
+            "the member never took a write: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    io.set_capacity(Some(io.used_bytes()));
+    let refused = tokio::time::timeout(Duration::from_secs(10), put(&mut client, 2))
+        .await
+        .expect("a write on a full disk is answered");
+    assert!(
+        refused.is_err(),
+        "a write the log could not hold was acknowledged"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the member went on serving with a Raft log it cannot write"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(client);
+    let e = server
+        .stop()
+        .await
+        .expect_err("the member stopped on an error");
+    let message = e.to_string();
+    assert!(matches!(e, ServeError::RaftFailed(_)), "{message}");
+    assert!(
+        message.contains("space") || message.contains("full"),
+        "{message}"
+    );
 }

@@ -213,17 +213,10 @@ impl LogThread {
     }
 
     fn commit(&mut self) -> std::io::Result<()> {
-        let (write_ns, sync_ns) = self.wal.io_nanos();
-        let committed = self.wal.commit(self.sync).map_err(io_error);
-        let (write_after, sync_after) = self.wal.io_nanos();
         let steps = &self.stats.steps;
-        steps
-            .log_write_ns
-            .fetch_add(write_after - write_ns, Ordering::Relaxed);
-        steps
-            .log_sync_ns
-            .fetch_add(sync_after - sync_ns, Ordering::Relaxed);
-        committed?;
+        self.wal
+            .commit_timed(self.sync, &steps.log_write_ns, &steps.log_sync_ns)
+            .map_err(io_error)?;
         self.stats.groups.fetch_add(1, Ordering::Relaxed);
         self.stats
             .bytes

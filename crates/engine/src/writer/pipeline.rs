@@ -519,17 +519,9 @@ impl GroupCommit {
     /// fsync if `sync`, counted in the per-step figures.
     fn write_group(&mut self, sync: bool) -> Result<(), StoreError> {
         let before = self.wal.total_bytes();
-        let (write_ns, sync_ns) = self.wal.io_nanos();
-        let committed = self.wal.commit(sync);
-        let (write_after, sync_after) = self.wal.io_nanos();
         let steps = &self.core.stats.steps;
-        steps
-            .wal_write_ns
-            .fetch_add(write_after - write_ns, Ordering::Relaxed);
-        steps
-            .wal_sync_ns
-            .fetch_add(sync_after - sync_ns, Ordering::Relaxed);
-        committed?;
+        self.wal
+            .commit_timed(sync, &steps.wal_write_ns, &steps.wal_sync_ns)?;
         let written = self.wal.total_bytes() - before;
         self.core
             .stats

@@ -89,6 +89,17 @@ impl TestServer {
         listener: TcpListener,
         raft: TcpListener,
     ) -> TestServer {
+        TestServer::start_member_on(config, listener, raft, None).await
+    }
+
+    /// [`TestServer::start_member`], with the data directory on `io` (a
+    /// simulated disk) when given.
+    pub async fn start_member_on(
+        config: ServeConfig,
+        listener: TcpListener,
+        raft: TcpListener,
+        io: Option<Arc<dyn Io>>,
+    ) -> TestServer {
         let addr = listener.local_addr().unwrap();
         let metrics = match config.metrics_listen {
             Some(a) => Some(TcpListener::bind(a).await.unwrap()),
@@ -96,9 +107,12 @@ impl TestServer {
         };
         let metrics_addr = metrics.as_ref().map(|m| m.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let parts = ServerParts::new(listener, config)
+        let mut parts = ServerParts::new(listener, config)
             .raft(raft)
             .metrics(metrics);
+        if let Some(io) = io {
+            parts = parts.io(io);
+        }
         let task = tokio::spawn(parts.serve(async {
             let _ = stopped.await;
         }));

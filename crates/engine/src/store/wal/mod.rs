@@ -34,6 +34,7 @@
 //! - `follow`: [`WalFollower`], reading a live log as it grows (change
 //!   streams).
 
+mod commit_timing;
 mod files;
 mod follow;
 mod reader;
