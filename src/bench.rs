@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 use uuidmap_client::Client;
 
-use crate::cli::{CliError, ConnectArgs, ConsistencyArgs};
+use crate::cli_common::{CliError, ConnectArgs, ConsistencyArgs};
 
 /// What `uuidmap bench` calls.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,9 +188,9 @@ pub async fn run(args: BenchArgs) -> Result<i32, CliError> {
         total.misses
     );
     Ok(if total.wrong > 0 {
-        crate::cli::EXIT_ERROR
+        crate::cli_common::EXIT_ERROR
     } else {
-        crate::cli::EXIT_OK
+        crate::cli_common::EXIT_OK
     })
 }
 

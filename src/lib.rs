@@ -31,3 +31,7 @@ pub use index::{CasError, Index, IndexBuilder, IndexWriter, Key, KeyError};
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The workspace keeps no circle of files (a test).
+#[cfg(test)]
+mod file_circles;

@@ -19,6 +19,7 @@
 
 mod bench;
 mod cli;
+mod cli_common;
 
 use std::time::Instant;
 
@@ -68,7 +69,7 @@ enum Command {
     /// running server.
     Check {
         /// The data directory.
-        #[arg(long, env = "UUIDMAP_DATA_DIR", default_value = "uuidmap-data")]
+        #[arg(long, env = "UUIDMAP_DATA_DIR", default_value = uuidmap::server::config::DEFAULT_DATA_DIR)]
         data_dir: std::path::PathBuf,
         /// Skip the snapshot checksum pass (faster; trusts the segment bytes).
         #[arg(long)]
@@ -82,7 +83,7 @@ enum Command {
     /// must be stopped.
     Repair {
         /// The data directory.
-        #[arg(long, env = "UUIDMAP_DATA_DIR", default_value = "uuidmap-data")]
+        #[arg(long, env = "UUIDMAP_DATA_DIR", default_value = uuidmap::server::config::DEFAULT_DATA_DIR)]
         data_dir: std::path::PathBuf,
         /// Change nothing; report what a repair would cut and lose.
         #[arg(long)]

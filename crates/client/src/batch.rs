@@ -25,7 +25,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use uuid::Uuid;
 use uuidmap_proto::v1 as pb;
 
-use crate::client::{Failure, endpoint_failure, request, unpack_values};
+use crate::call::{Failure, endpoint_failure, request, unpack_values};
 use crate::endpoints::{Endpoint, Endpoints};
 use crate::error::ClientError;
 use crate::pool::Lease;

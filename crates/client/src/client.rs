@@ -34,7 +34,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use prost::bytes::Bytes;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 use uuid::Uuid;
@@ -43,14 +42,13 @@ use uuidmap_proto::v1 as pb;
 
 use crate::batch::Lanes;
 use crate::budget::RetryBudget;
-use crate::endpoints::{Endpoint, Endpoints};
+use crate::call::{Failure, bytes_of, endpoint_failure, request, unpack_values, uuid_of};
+use crate::endpoints::Endpoints;
 use crate::error::{ClientError, RetryClass};
 use crate::retry::RetryPolicy;
-use crate::scan::{ScanOptions, ScanStream};
-use crate::watch::{FollowStream, WatchStream};
+use crate::write_op::WriteOp;
 use pb::uuid_map_admin_client::UuidMapAdminClient;
 use pb::uuid_map_client::UuidMapClient;
-use pb::uuid_map_cluster_client::UuidMapClusterClient;
 
 /// What every clone of a client shares.
 #[derive(Debug)]
@@ -149,15 +147,6 @@ pub struct Client {
     idempotent: bool,
     /// The consistency of its reads.
     consistency: crate::ReadConsistency,
-}
-
-/// A failed attempt, and the endpoint it failed on.
-pub(crate) struct Failure {
-    pub(crate) error: ClientError,
-    pub(crate) endpoint: Option<usize>,
-    /// The endpoint named another member as its group's leader, and the
-    /// client has an endpoint for it: the retry goes there at once.
-    pub(crate) redirected: bool,
 }
 
 /// Which endpoint an attempt goes to.
@@ -477,7 +466,7 @@ impl Client {
 
     /// [`Client::run`] for a unary call on an endpoint's channel:
     /// `call` gets the channel and the time left.
-    async fn unary<T, F, Fut>(
+    pub(crate) async fn unary<T, F, Fut>(
         &self,
         rpc: &'static str,
         idempotent: bool,
@@ -492,7 +481,7 @@ impl Client {
 
     /// [`Client::unary`] for a write: to the replica group's leader first,
     /// when the client knows it (module docs of `endpoints`).
-    async fn unary_write<T, F, Fut>(
+    pub(crate) async fn unary_write<T, F, Fut>(
         &self,
         rpc: &'static str,
         idempotent: bool,
@@ -774,85 +763,6 @@ impl Client {
             .into_inner())
     }
 
-    /// A replica group member's view of its group (the member this call
-    /// reaches: give one endpoint to ask a given member).
-    pub async fn cluster_status(&self) -> Result<pb::ClusterStats, ClientError> {
-        Ok(self
-            .unary("cluster.Status", true, |channel, remaining| {
-                let r = self.request(pb::ClusterStatusRequest {}, remaining);
-                async move { UuidMapClusterClient::new(channel).status(r).await }
-            })
-            .await?
-            .into_inner())
-    }
-
-    /// Adds node `id` to the replica group as a learner (its Raft address
-    /// and its clients' URL), on the leader; answers once it has caught up.
-    pub async fn add_learner(
-        &self,
-        id: u64,
-        raft_addr: &str,
-        client_url: &str,
-    ) -> Result<pb::MembershipResponse, ClientError> {
-        let message = pb::AddLearnerRequest {
-            node_id: id,
-            raft_addr: raft_addr.to_string(),
-            client_url: client_url.to_string(),
-        };
-        Ok(self
-            .unary_write("cluster.AddLearner", false, |channel, remaining| {
-                let r = self.request(message.clone(), remaining);
-                async move { UuidMapClusterClient::new(channel).add_learner(r).await }
-            })
-            .await?
-            .into_inner())
-    }
-
-    /// Makes the learners `ids` voters, on the leader.
-    pub async fn promote(&self, ids: &[u64]) -> Result<pb::MembershipResponse, ClientError> {
-        let message = pb::PromoteRequest {
-            node_ids: ids.to_vec(),
-        };
-        Ok(self
-            .unary_write("cluster.Promote", false, |channel, remaining| {
-                let r = self.request(message.clone(), remaining);
-                async move { UuidMapClusterClient::new(channel).promote(r).await }
-            })
-            .await?
-            .into_inner())
-    }
-
-    /// Removes the members `ids` from the replica group, on the leader.
-    pub async fn remove_members(&self, ids: &[u64]) -> Result<pb::MembershipResponse, ClientError> {
-        let message = pb::RemoveRequest {
-            node_ids: ids.to_vec(),
-        };
-        Ok(self
-            .unary_write("cluster.Remove", false, |channel, remaining| {
-                let r = self.request(message.clone(), remaining);
-                async move { UuidMapClusterClient::new(channel).remove(r).await }
-            })
-            .await?
-            .into_inner())
-    }
-
-    /// Hands the group's leadership to voter `id`, on the leader; answers
-    /// who leads once it took over. Not resent after an unknown outcome
-    /// (a second transfer would be asked of the new leader).
-    pub async fn transfer_leader(
-        &self,
-        id: u64,
-    ) -> Result<pb::TransferLeaderResponse, ClientError> {
-        let message = pb::TransferLeaderRequest { node_id: id };
-        Ok(self
-            .unary_write("cluster.TransferLeader", false, |channel, remaining| {
-                let r = self.request(message, remaining);
-                async move { UuidMapClusterClient::new(channel).transfer_leader(r).await }
-            })
-            .await?
-            .into_inner())
-    }
-
     /// Does nothing on the server: a round trip.
     pub async fn ping(&self) -> Result<(), ClientError> {
         self.unary("Ping", true, |channel, remaining| {
@@ -863,142 +773,8 @@ impl Client {
         Ok(())
     }
 
-    /// The entries, page by page; resumed from the last cursor after a
-    /// transient failure (on another endpoint if need be), so no entry is
-    /// given twice and none is skipped. Each page has the call's deadline;
-    /// the whole scan has none.
-    pub fn scan(&self, options: ScanOptions) -> ScanStream {
-        ScanStream::new(self.clone(), options)
-    }
-
-    /// Every write batch after `after_lsn`, in LSN order, resumed after
-    /// the last one delivered when the stream breaks.
-    pub fn watch(&self, after_lsn: u64) -> WatchStream {
-        WatchStream::new(self.clone(), after_lsn)
-    }
-
-    /// A scan then a watch from the scan's applied LSN, started over when
-    /// the server no longer keeps the changes the watch needs: what a
-    /// process that mirrors the index (or the part of it `options`
-    /// selects) needs, in one stream.
-    pub fn scan_then_watch(&self, options: ScanOptions) -> FollowStream {
-        FollowStream::new(self.clone(), options)
-    }
-
     pub(crate) fn endpoints(&self) -> &Arc<Endpoints> {
         &self.shared.endpoints
-    }
-}
-
-/// One operation of a [`Client::write`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteOp {
-    /// Sets `key` to `value`.
-    Put {
-        /// The key.
-        key: Uuid,
-        /// Its new value.
-        value: Uuid,
-    },
-    /// Removes `key` (whether or not present).
-    Delete {
-        /// The key.
-        key: Uuid,
-    },
-    /// Sets `key` to `new` (`None`: removes it) only if it is `expected`
-    /// (`None`: no entry); sees the effect of the earlier operations.
-    CompareAndSet {
-        /// The key.
-        key: Uuid,
-        /// The value it must have.
-        expected: Option<Uuid>,
-        /// The value to set.
-        new: Option<Uuid>,
-    },
-}
-
-impl WriteOp {
-    fn to_proto(self) -> pb::WriteOp {
-        use pb::write_op::Op;
-        let op = match self {
-            WriteOp::Put { key, value } => Op::Put(pb::PutOp {
-                key: bytes_of(key),
-                value: bytes_of(value),
-            }),
-            WriteOp::Delete { key } => Op::Delete(pb::DeleteOp { key: bytes_of(key) }),
-            WriteOp::CompareAndSet { key, expected, new } => {
-                Op::CompareAndSet(pb::CompareAndSetOp {
-                    key: bytes_of(key),
-                    expected: expected.map(bytes_of),
-                    new_value: new.map(bytes_of),
-                })
-            }
-        };
-        pb::WriteOp { op: Some(op) }
-    }
-}
-
-/// A request with `token` and `remaining` (if any) as its deadline.
-pub(crate) fn request<T>(
-    token: &Option<MetadataValue<Ascii>>,
-    message: T,
-    remaining: Option<Duration>,
-) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(message);
-    if let Some(remaining) = remaining {
-        r.set_timeout(remaining);
-    }
-    if let Some(token) = token {
-        r.metadata_mut().insert("authorization", token.clone());
-    }
-    r
-}
-
-/// A failed call on endpoint `e`, noted on the endpoint.
-pub(crate) fn endpoint_failure(
-    endpoints: &Endpoints,
-    e: &Endpoint,
-    rpc: &'static str,
-    status: tonic::Status,
-) -> Failure {
-    if crate::error::is_local_timeout(&status) {
-        // tonic's own enforcement of the deadline sent: no answer in time,
-        // which says nothing about whether the endpoint is reachable.
-        return Failure {
-            error: ClientError::DeadlineExceeded {
-                rpc,
-                timeout: Duration::ZERO,
-                attempts: 1,
-                last: None,
-            },
-            endpoint: Some(e.id),
-            redirected: false,
-        };
-    }
-    let from_transport = std::error::Error::source(&status).is_some();
-    // A member of a replica group that does not lead names the leader.
-    let redirected = status.code() == tonic::Code::Unavailable
-        && status
-            .metadata()
-            .get(uuidmap_proto::LEADER_METADATA)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|url| {
-                url.trim_end_matches('/') != e.url.trim_end_matches('/')
-                    && endpoints.leader_named(url)
-            });
-    let error = if crate::error::is_connect_failure(&status) {
-        // The connection was not made: say to what, and why.
-        crate::error::connect_error(&e.url, &status)
-    } else {
-        ClientError::Status { rpc, status }
-    };
-    if !redirected {
-        endpoints.failed(e, error.retry_class(), from_transport);
-    }
-    Failure {
-        error,
-        endpoint: Some(e.id),
-        redirected,
     }
 }
 
@@ -1008,66 +784,5 @@ fn class_label(class: RetryClass) -> &'static str {
         RetryClass::Slow => "slow",
         RetryClass::Conditional => "conditional",
         RetryClass::Final => "final",
-    }
-}
-
-pub(crate) fn bytes_of(u: Uuid) -> Bytes {
-    Bytes::copy_from_slice(u.as_bytes())
-}
-
-pub(crate) fn uuid_of(rpc: &'static str, bytes: &[u8]) -> Result<Uuid, ClientError> {
-    <[u8; 16]>::try_from(bytes)
-        .map(Uuid::from_bytes)
-        .map_err(|_| ClientError::BadResponse {
-            rpc,
-            why: format!("a UUID of {} bytes", bytes.len()),
-        })
-}
-
-/// `n` packed values and their found bits as options.
-pub(crate) fn unpack_values(
-    rpc: &'static str,
-    n: usize,
-    values: &[u8],
-    found: &[u8],
-) -> Result<Vec<Option<Uuid>>, ClientError> {
-    if values.len() != n * 16 || found.len() != n.div_ceil(8) {
-        return Err(ClientError::BadResponse {
-            rpc,
-            why: format!(
-                "{n} keys were asked for, but the answer has {} bytes of values and {} of \
-                 found bits",
-                values.len(),
-                found.len()
-            ),
-        });
-    }
-    Ok(values
-        .chunks_exact(16)
-        .enumerate()
-        .map(|(i, v)| {
-            (found[i / 8] >> (i % 8) & 1 == 1)
-                .then(|| Uuid::from_bytes(v.try_into().expect("16 bytes")))
-        })
-        .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn values_unpack_by_their_found_bits_and_a_short_answer_is_an_error() {
-        let mut values = Vec::new();
-        for v in [5u128, 0, 7] {
-            values.extend_from_slice(Uuid::from_u128(v).as_bytes());
-        }
-        let got = unpack_values("BatchGet", 3, &values, &[0b101]).unwrap();
-        assert_eq!(
-            got,
-            [Some(Uuid::from_u128(5)), None, Some(Uuid::from_u128(7))]
-        );
-        let e = unpack_values("BatchGet", 4, &values, &[0b101]).unwrap_err();
-        assert!(e.to_string().contains("4 keys"), "{e}");
     }
 }

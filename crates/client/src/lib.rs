@@ -75,28 +75,32 @@
 mod batch;
 mod budget;
 mod builder;
+mod call;
 mod client;
 mod consistency;
 mod endpoints;
 pub mod error;
+mod membership_calls;
 mod pool;
 mod resolve;
 mod retry;
 mod scan;
 mod watch;
+mod write_op;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use budget::{RetryBudget, RetryBudgetConfig};
 pub use builder::ClientBuilder;
-pub use client::{Client, ClientCounters, WriteOp};
+pub use client::{Client, ClientCounters};
 pub use consistency::ReadConsistency;
 pub use error::{ClientError, RetryClass};
 pub use pool::PoolConfig;
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use scan::{ScanOptions, ScanPage, ScanStream, unpack_entries};
 pub use watch::{Follow, FollowStream, WatchBatch, WatchStream};
+pub use write_op::WriteOp;
 
 /// The default server address.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";

@@ -16,7 +16,8 @@ use prost::bytes::Bytes;
 use uuid::Uuid;
 use uuidmap_proto::v1 as pb;
 
-use crate::client::{Client, endpoint_failure, uuid_of};
+use crate::call::{endpoint_failure, uuid_of};
+use crate::client::Client;
 use crate::endpoints::Endpoint;
 use crate::error::ClientError;
 use crate::pool::Lease;
@@ -247,6 +248,16 @@ pub fn unpack_entries(packed: &[u8]) -> Result<Vec<(Uuid, Uuid)>, ClientError> {
         .chunks_exact(32)
         .map(|e| Ok((uuid_of("Scan", &e[..16])?, uuid_of("Scan", &e[16..])?)))
         .collect()
+}
+
+impl Client {
+    /// The entries, page by page; resumed from the last cursor after a
+    /// transient failure (on another endpoint if need be), so no entry is
+    /// given twice and none is skipped. Each page has the call's deadline;
+    /// the whole scan has none.
+    pub fn scan(&self, options: ScanOptions) -> ScanStream {
+        ScanStream::new(self.clone(), options)
+    }
 }
 
 #[cfg(test)]

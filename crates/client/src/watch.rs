@@ -22,7 +22,8 @@ use std::collections::VecDeque;
 use uuid::Uuid;
 use uuidmap_proto::v1 as pb;
 
-use crate::client::{Client, endpoint_failure, uuid_of};
+use crate::call::{endpoint_failure, uuid_of};
+use crate::client::Client;
 use crate::endpoints::Endpoint;
 use crate::error::ClientError;
 use crate::pool::Lease;
@@ -244,5 +245,21 @@ impl FollowStream {
                 Err(e) => Err(e),
             },
         }
+    }
+}
+
+impl Client {
+    /// Every write batch after `after_lsn`, in LSN order, resumed after
+    /// the last one delivered when the stream breaks.
+    pub fn watch(&self, after_lsn: u64) -> WatchStream {
+        WatchStream::new(self.clone(), after_lsn)
+    }
+
+    /// A scan then a watch from the scan's applied LSN, started over when
+    /// the server no longer keeps the changes the watch needs: what a
+    /// process that mirrors the index (or the part of it `options`
+    /// selects) needs, in one stream.
+    pub fn scan_then_watch(&self, options: ScanOptions) -> FollowStream {
+        FollowStream::new(self.clone(), options)
     }
 }

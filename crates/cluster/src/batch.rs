@@ -19,7 +19,7 @@ use uuidmap_engine::store::Op;
 use uuidmap_engine::store::op_bytes::{count_ops, decode_ops, encode_ops};
 use uuidmap_engine::store::wal::MAX_OPS_LEN;
 
-use crate::wire::WireError;
+use crate::wire_error::WireError;
 
 /// A decided client batch: the leader's proposal number and the blind ops.
 #[derive(Clone, PartialEq, Eq)]

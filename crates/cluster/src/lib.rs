@@ -74,6 +74,7 @@ pub mod transfer;
 pub mod types;
 pub mod vote_guard;
 pub mod wire;
+pub mod wire_error;
 
 pub use batch::{Applied, RaftBatch};
 pub use node::ClusterNode;

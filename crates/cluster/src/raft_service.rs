@@ -43,6 +43,7 @@ use uuidmap_proto::raft::v1 as pb;
 
 use crate::counters::RaftCounters;
 use crate::identity::{INCARNATION_HEADER, MemberIdentity};
+use crate::raft_tls::RaftTls;
 use crate::read_index::{ReadIndexError, leader_read_index};
 use crate::rejoin::{Promotions, RejoinError, VoteTrust};
 use crate::snapshot_file::SnapshotFile;
@@ -311,12 +312,19 @@ fn stopping(e: impl std::fmt::Display) -> Status {
 
 /// The tonic server to serve the Raft service with: HTTP/2 windows sized
 /// for snapshot transfers (the defaults, 64 KiB, cap a stream at 64 KiB
-/// per round trip: a 400 MB snapshot would crawl), and no Nagle delay.
-pub fn raft_server() -> tonic::transport::Server {
-    tonic::transport::Server::builder()
+/// per round trip: a 400 MB snapshot would crawl), no Nagle delay, and
+/// this member's TLS, when it has any.
+pub fn raft_server(
+    tls: Option<&RaftTls>,
+) -> Result<tonic::transport::Server, tonic::transport::Error> {
+    let server = tonic::transport::Server::builder()
         .initial_stream_window_size(8 << 20)
         .initial_connection_window_size(16 << 20)
-        .tcp_nodelay(true)
+        .tcp_nodelay(true);
+    match tls {
+        Some(tls) => server.tls_config(tls.server_config()),
+        None => Ok(server),
+    }
 }
 
 /// How the names of snapshot files being received start.

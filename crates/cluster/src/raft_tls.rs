@@ -204,18 +204,6 @@ impl std::fmt::Debug for RaftTls {
     }
 }
 
-/// The Raft server builder ([`crate::raft_service::raft_server`]) with
-/// this member's TLS, when it has any.
-pub fn raft_server(
-    tls: Option<&RaftTls>,
-) -> Result<tonic::transport::Server, tonic::transport::Error> {
-    let server = crate::raft_service::raft_server();
-    match tls {
-        Some(tls) => server.tls_config(tls.server_config()),
-        None => Ok(server),
-    }
-}
-
 /// The node id the caller's certificate proves, or the refusal. With TLS
 /// on, the handshake already refused a caller without a certificate of
 /// the CA; one that still has none here is refused all the same.

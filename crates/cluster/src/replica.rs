@@ -37,7 +37,6 @@ use uuidmap_engine::writer::{
 };
 use uuidmap_index::sync::LsnWatermark;
 
-use crate::UuidmapRaft;
 use crate::counters::RaftCounters;
 use crate::identity::{self, IdentityError, MemberIdentity};
 use crate::leadership::{
@@ -58,8 +57,8 @@ use crate::timing::{RaftTiming, raft_config};
 use crate::transfer::LeaderTransfer;
 use crate::vote_guard::{VoteGuard, start_hold};
 
-/// openraft over the index.
-pub type IndexRaft = Raft<UuidmapRaft, IndexStateMachine>;
+/// The member's openraft (defined beside its state machine).
+pub use crate::state_machine::IndexRaft;
 
 /// What a member needs to start.
 #[derive(Clone)]

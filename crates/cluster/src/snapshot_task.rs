@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuidmap_engine::store::StoreError;
 use uuidmap_engine::writer::SnapshotResult;
 
-use crate::replica::IndexRaft;
+use crate::state_machine::IndexRaft;
 use crate::state_machine::SnapshotStore;
 
 /// When a member takes a snapshot, and how much log it keeps (module

@@ -68,6 +68,9 @@ use crate::snapshot_file::{self, MemberSnapshot, SnapshotFile};
 use crate::types::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership};
 use crate::{Applied, ClusterNode, UuidmapRaft};
 
+/// openraft over the index.
+pub type IndexRaft = openraft::Raft<UuidmapRaft, IndexStateMachine>;
+
 /// A snapshot of the index, as a file.
 pub type IndexSnapshot = Snapshot<CommittedLeaderId, u64, ClusterNode, SnapshotFile>;
 

@@ -25,7 +25,7 @@ use openraft::async_runtime::WatchReceiver;
 use uuidmap_engine::writer::LeaderHint;
 
 use crate::leadership::LeadershipShared;
-use crate::replica::IndexRaft;
+use crate::state_machine::IndexRaft;
 
 /// Why a leader transfer was not made.
 #[derive(Debug, thiserror::Error)]

@@ -107,7 +107,7 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
             Some(view) => view(),
             None => uuidmap_cluster::status::status_of(raft),
         };
-        Ok(Response::new(crate::metrics::cluster_stats(&status)))
+        Ok(Response::new(crate::stats_answer::cluster_stats(&status)))
     }
 
     async fn add_learner(

@@ -81,7 +81,7 @@ pub(crate) async fn start(
     }
     let (stop_raft, stopped) = oneshot::channel::<()>();
     let service = replica.raft_service();
-    let mut builder = match uuidmap_cluster::raft_tls::raft_server(raft_tls.as_ref()) {
+    let mut builder = match uuidmap_cluster::raft_service::raft_server(raft_tls.as_ref()) {
         Ok(b) => b,
         Err(e) => {
             replica.shutdown().await;

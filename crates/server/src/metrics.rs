@@ -66,22 +66,17 @@
 
 use std::fmt::Write as _;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::methods::{self, METHODS};
-use super::proto::v1 as pb;
 use super::scan::ScanCounters;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use uuidmap_cluster::status::{ClusterStatus, Role};
 use uuidmap_engine::writer::{DurableIndex, DurableStats};
-
-/// The default `--metrics-listen`.
-pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:7879";
 
 /// The series counting calls by method and status.
 pub const RPC_REQUESTS: &str = "uuidmap_rpc_requests_total";
@@ -652,39 +647,6 @@ fn render_cluster(out: &mut String, c: &ClusterStatus) {
     }
 }
 
-/// The `Stats` answer's view of the replica group.
-pub fn cluster_stats(c: &ClusterStatus) -> pb::ClusterStats {
-    pb::ClusterStats {
-        node_id: c.node_id,
-        role: c.role.as_str().to_string(),
-        term: c.term,
-        leader_id: c.leader_id,
-        leader_url: c.leader_url.clone(),
-        commit_index: c.commit_index,
-        applied_index: c.applied_index,
-        last_log_index: c.last_log_index,
-        voters: c.voters.clone(),
-        learners: c.learners.clone(),
-        members: c
-            .member_urls
-            .iter()
-            .map(|(id, url)| pb::ClusterMember {
-                node_id: *id,
-                client_url: url.clone(),
-            })
-            .collect(),
-        followers: c
-            .followers
-            .iter()
-            .map(|f| pb::FollowerStats {
-                node_id: f.id,
-                matched_index: f.matched,
-                lag: f.lag,
-            })
-            .collect(),
-    }
-}
-
 /// The recovery phases and the restart budget (see the table above).
 fn render_restart(out: &mut String, durable: &DurableIndex, s: &DurableStats) {
     let report = durable.recovery_report();
@@ -768,58 +730,6 @@ fn render_restart(out: &mut String, durable: &DurableIndex, s: &DurableStats) {
         "WAL bytes after which a snapshot is taken.",
         s.snapshot_trigger_bytes,
     );
-}
-
-/// `Stats`' view of the recovery and the restart budget.
-pub fn restart_stats(durable: &DurableIndex) -> pb::RestartStats {
-    let report = durable.recovery_report();
-    let s = durable.stats();
-    let p = &report.phases;
-    let us = |d: std::time::Duration| d.as_micros() as u64;
-    pb::RestartStats {
-        snapshot_used: report.snapshot.is_some(),
-        snapshot_lsn: report.snapshot_lsn,
-        map_us: us(p.map),
-        verify_us: us(p.verify),
-        restore_us: us(p.restore),
-        estimate_us: us(p.estimate),
-        presize_us: us(p.presize),
-        presized_for: p.presized_for,
-        replay_us: us(p.replay),
-        records_replayed: report.records_replayed,
-        bytes_replayed: report.bytes_replayed,
-        ops_replayed: report.ops_replayed,
-        workers: p
-            .workers
-            .iter()
-            .map(|w| pb::ReplayWorkerStats {
-                segments: w.segments as u32,
-                ops: w.ops,
-                presize_us: us(w.presize),
-                apply_us: us(w.apply),
-                wall_us: us(w.wall),
-            })
-            .collect(),
-        max_replay_ms: s.max_replay_ms,
-        replay_bytes_per_sec: s.replay_bytes_per_sec,
-        snapshot_trigger_bytes: s.snapshot_trigger_bytes,
-    }
-}
-
-/// The value of `--metrics-listen`: an address, or `off`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MetricsListen(pub Option<SocketAddr>);
-
-impl std::str::FromStr for MetricsListen {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s.eq_ignore_ascii_case("off") {
-            return Ok(MetricsListen(None));
-        }
-        s.parse().map(|a| MetricsListen(Some(a))).map_err(|_| {
-            format!("{s:?} is neither an address like {DEFAULT_METRICS_LISTEN} nor `off`")
-        })
-    }
 }
 
 #[cfg(test)]
@@ -916,17 +826,6 @@ mod tests {
         );
         assert_eq!(rpc_label(rpc_index("/uuidmap.v1.UuidMap/Nope")), "unknown");
         assert_eq!(rpc_label(rpc_index("")), "unknown");
-    }
-
-    #[test]
-    fn metrics_listen_is_an_address_or_off() {
-        assert_eq!("off".parse(), Ok(MetricsListen(None)));
-        assert_eq!(
-            "127.0.0.1:0".parse(),
-            Ok(MetricsListen(Some("127.0.0.1:0".parse().unwrap())))
-        );
-        let e = "localhost".parse::<MetricsListen>().unwrap_err();
-        assert!(e.contains("off") && e.contains("7879"), "{e}");
     }
 
     #[test]

@@ -320,11 +320,11 @@ impl UuidMap for DataService {
             last_snapshot_duration_us: s.last_snapshot_duration_us,
             wal_failures: s.wal_failures,
             queued_batches: s.queued_batches,
-            restart: Some(super::metrics::restart_stats(&self.durable)),
+            restart: Some(super::stats_answer::restart_stats(&self.durable)),
             cluster: self
                 .cluster
                 .as_ref()
-                .map(|view| super::metrics::cluster_stats(&view())),
+                .map(|view| super::stats_answer::cluster_stats(&view())),
         }))
     }
 

@@ -9,7 +9,7 @@
 //! - [`DirLock`] is the proof of holding it; dropping it releases it.
 //!   `DurableIndex::open` takes it before recovery reads (and may repair)
 //!   anything, and keeps it for the life of the `DurableIndex`. Any other
-//!   command that writes the directory takes it through [`lock_data_dir`]
+//!   command that writes the directory takes it through [`lock_data_dir`](super::lock_data_dir)
 //!   and holds the returned guard while it works; a second taker gets
 //!   [`StoreError::DirInUse`], naming the directory and, when recorded, the
 //!   holder's PID.
@@ -32,7 +32,6 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::error::StoreError;
-use super::io::Io;
 
 /// The name of the lock file in a data directory.
 pub const LOCK_FILE: &str = "LOCK";
@@ -48,7 +47,7 @@ pub struct DirLock {
 
 impl DirLock {
     /// A guard for `dir` whose lock lasts as long as `held` lives (for
-    /// [`Io`] implementations).
+    /// [`Io`](super::Io) implementations).
     pub fn new(dir: impl Into<PathBuf>, held: impl Any + Send + Sync) -> DirLock {
         DirLock {
             dir: dir.into(),
@@ -66,13 +65,6 @@ impl fmt::Debug for DirLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DirLock").field("dir", &self.dir).finish()
     }
-}
-
-/// Takes the exclusive lock on the data directory `dir` (which must
-/// exist) through `io`, or says who holds it. Hold the guard for as long as
-/// you write the directory.
-pub fn lock_data_dir(io: &dyn Io, dir: &Path) -> Result<DirLock, StoreError> {
-    io.lock_dir(dir)
 }
 
 /// The lock on the real file system: `flock` on `<dir>/LOCK`, then this

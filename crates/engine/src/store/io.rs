@@ -83,6 +83,13 @@ pub trait Io: Send + Sync + 'static {
     }
 }
 
+/// Takes the exclusive lock on the data directory `dir` (which must
+/// exist) through `io`, or says who holds it. Hold the guard for as long as
+/// you write the directory.
+pub fn lock_data_dir(io: &dyn Io, dir: &Path) -> Result<DirLock, StoreError> {
+    io.lock_dir(dir)
+}
+
 /// A file open for appending.
 pub trait IoFile: Send {
     /// Appends all of `buf` at the end of the file.

@@ -31,9 +31,9 @@ pub mod replay_apply;
 pub mod snapshot;
 pub mod wal;
 
-pub use dir_lock::{DirLock, lock_data_dir};
+pub use dir_lock::DirLock;
 pub use error::StoreError;
-pub use io::{FileSync, Io, IoFile, MappedFile, OsIo};
+pub use io::{FileSync, Io, IoFile, MappedFile, OsIo, lock_data_dir};
 pub use op::Op;
 pub use snapshot::{
     OpenedSnapshot, RestoredIndex, SnapshotInfo, list_snapshots, open_snapshot, write_snapshot,

@@ -28,8 +28,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use uuid::Uuid;
 
@@ -149,11 +147,6 @@ impl WriterCore {
         self.watermark.publish(lsn);
         self.writer.reclaim();
     }
-}
-
-/// Adds the time since `since` to `counter`.
-pub(super) fn add_elapsed(counter: &AtomicU64, since: Instant) {
-    counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }
 
 #[cfg(test)]

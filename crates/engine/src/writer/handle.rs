@@ -11,8 +11,6 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::core::add_elapsed;
-use super::pipeline::PipelineConfig;
 use super::request::{WriteError, WriteOp, WriteOutcome};
 use crate::store::StoreError;
 use uuidmap_index::IndexWriter;
@@ -103,12 +101,17 @@ pub struct PipelineExit {
 
 impl WriteHandle {
     /// A handle and the receiving end its writer thread reads.
-    pub(super) fn new(config: &PipelineConfig) -> (WriteHandle, mpsc::Receiver<Message>) {
-        let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
+    /// `queue_depth` batches may wait; a batch holds at most
+    /// `max_batch_ops` operations.
+    pub(super) fn new(
+        queue_depth: usize,
+        max_batch_ops: usize,
+    ) -> (WriteHandle, mpsc::Receiver<Message>) {
+        let (tx, rx) = mpsc::channel(queue_depth.max(1));
         let handle = WriteHandle {
             tx,
             closed: Arc::new(AtomicBool::new(false)),
-            max_batch_ops: config.max_batch_ops,
+            max_batch_ops,
             stats: Arc::new(PipelineStats::default()),
         };
         (handle, rx)
@@ -242,4 +245,9 @@ impl WriteHandle {
             answer,
         ))
     }
+}
+
+/// Adds the time since `since` to `counter`.
+pub(super) fn add_elapsed(counter: &AtomicU64, since: Instant) {
+    counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }

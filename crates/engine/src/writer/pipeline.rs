@@ -73,8 +73,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::core::{WriterCore, add_elapsed};
-use super::handle::{Message, PipelineExit, Request, WriteHandle};
+use super::core::WriterCore;
+use super::handle::{Message, PipelineExit, Request, WriteHandle, add_elapsed};
 use super::policy::FsyncPolicy;
 use super::request::{WriteError, WriteOutcome};
 use super::running::RunningWriter;
@@ -155,7 +155,7 @@ impl Pipeline {
         watermark: Arc<LsnWatermark>,
         ask_for_snapshot: Option<Box<dyn FnMut() + Send>>,
     ) -> std::io::Result<Pipeline> {
-        let (handle, rx) = WriteHandle::new(&config);
+        let (handle, rx) = WriteHandle::new(config.queue_depth, config.max_batch_ops);
         let stats = handle.stats_arc();
         stats.synced_lsn.store(wal.synced_lsn(), Ordering::Relaxed);
         let (failed_tx, failure) = watch::channel(None);

@@ -90,8 +90,8 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::core::{WriterCore, add_elapsed};
-use super::handle::{Message, PipelineExit, Request, WriteHandle};
+use super::core::WriterCore;
+use super::handle::{Message, PipelineExit, Request, WriteHandle, add_elapsed};
 use super::pipeline::PipelineConfig;
 use super::read_lease::ReadLease;
 use super::request::{LeaderHint, WriteError, WriteOutcome};
@@ -330,7 +330,7 @@ impl ReplicaPipeline {
             watermark,
             chain,
         } = index;
-        let (handle, rx) = WriteHandle::new(config);
+        let (handle, rx) = WriteHandle::new(config.queue_depth, config.max_batch_ops);
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let state = ReplicaWriter {
             core: WriterCore::new(writer, watermark, handle.stats_arc()),

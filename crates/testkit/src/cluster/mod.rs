@@ -35,7 +35,7 @@ where
     S::Future: Send + 'static,
 {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let builder = uuidmap_cluster::raft_tls::raft_server(tls).expect("the Raft TLS is usable");
+    let builder = uuidmap_cluster::raft_service::raft_server(tls).expect("the Raft TLS is usable");
     let server = tokio::spawn(async move {
         let mut builder = builder;
         builder

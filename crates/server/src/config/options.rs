@@ -1,0 +1,252 @@
+//! Every option of `uuidmap serve`, declared once.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::values::{
+    MaxReplay, MetricsListen, OnOff, Peers, RaftDial, SnapshotInterval, as_flag_text,
+};
+use uuidmap_engine::store::replay_apply::ReplayWorkers;
+use uuidmap_engine::store::wal::Preallocate;
+use uuidmap_engine::writer::FsyncPolicy;
+
+/// Declares the options of `uuidmap serve` once. Each field becomes a flag
+/// (`--read-permits`), an environment variable (`UUIDMAP_READ_PERMITS`,
+/// through clap's `env`) and a key of the TOML file (`read_permits`); a test
+/// checks that the three spellings follow that rule, which is how error
+/// messages name them. Every field is optional, so that a set of options can
+/// be laid over another ([`ServeOptions::or`]) and the defaults come last,
+/// in [`ServeOptions::into_config`].
+macro_rules! serve_options {
+    ($( $(#[$attr:meta])* $field:ident : $ty:ty, )*) => {
+        /// The options of `uuidmap serve`, as flags and environment
+        /// variables (clap) or as the keys of the TOML file (serde). A TOML
+        /// value is read as the flag's text is, so `snapshot_interval = 30`
+        /// and `snapshot_interval = "30s"` mean the same.
+        #[derive(clap::Args, Deserialize, Clone, Debug, Default)]
+        #[serde(deny_unknown_fields)]
+        pub struct ServeOptions {
+            $(
+                $(#[$attr])*
+                #[serde(default, deserialize_with = "as_flag_text")]
+                pub $field: Option<$ty>,
+            )*
+        }
+
+        impl ServeOptions {
+            /// Each option of `self`, else of `lower`.
+            pub fn or(self, lower: ServeOptions) -> ServeOptions {
+                ServeOptions {
+                    $( $field: self.$field.or(lower.$field), )*
+                }
+            }
+        }
+    };
+}
+
+serve_options! {
+    /// Address to listen on [default: 127.0.0.1:7878]. Without TLS and
+    /// auth, only loopback addresses are accepted unless --insecure.
+    #[arg(long, env = "UUIDMAP_LISTEN")]
+    listen: SocketAddr,
+    /// The data directory [default: ./uuidmap-data].
+    #[arg(long, env = "UUIDMAP_DATA_DIR")]
+    data_dir: PathBuf,
+    /// WAL fsync policy: `always`, `never` or `interval=<ms>` [default: always].
+    #[arg(long, env = "UUIDMAP_FSYNC")]
+    fsync: FsyncPolicy,
+    /// Listen on a non-loopback address without TLS or auth: anyone who can
+    /// reach the port can read and change every entry.
+    #[arg(
+        long,
+        env = "UUIDMAP_INSECURE",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    insecure: bool,
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "UUIDMAP_TLS_CERT")]
+    tls_cert: PathBuf,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "UUIDMAP_TLS_KEY")]
+    tls_key: PathBuf,
+    /// Require client certificates signed by this CA (PEM): mTLS.
+    #[arg(long, env = "UUIDMAP_TLS_CLIENT_CA")]
+    tls_client_ca: PathBuf,
+    /// Require bearer tokens: a file of `read <token>` / `write <token>`
+    /// lines (see the README).
+    #[arg(long, env = "UUIDMAP_TOKENS_FILE")]
+    tokens_file: PathBuf,
+    /// Most keys in one BatchGet [default: 65536].
+    #[arg(long, env = "UUIDMAP_MAX_BATCH_KEYS")]
+    max_batch_keys: usize,
+    /// Most operations in one Write [default: 100000].
+    #[arg(long, env = "UUIDMAP_MAX_WRITE_OPS")]
+    max_write_ops: usize,
+    /// Longest wait for min_lsn or WaitFor, in ms [default: 60000].
+    #[arg(long, env = "UUIDMAP_MAX_WAIT_MS")]
+    max_wait_ms: u64,
+    /// Most values in one Scan filter [default: 65536].
+    #[arg(long, env = "UUIDMAP_MAX_FILTER_VALUES")]
+    max_filter_values: usize,
+    /// Reads (Get, BatchGet, Stats, Ping) running at once [default: 1024].
+    #[arg(long, env = "UUIDMAP_READ_PERMITS")]
+    read_permits: usize,
+    /// Reads waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 512].
+    #[arg(long, env = "UUIDMAP_READ_QUEUE")]
+    read_queue: usize,
+    /// Writes (Put, Delete, CompareAndSet, Write, Snapshot) running at once
+    /// [default: 256].
+    #[arg(long, env = "UUIDMAP_WRITE_PERMITS")]
+    write_permits: usize,
+    /// Writes waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 512].
+    #[arg(long, env = "UUIDMAP_WRITE_QUEUE")]
+    write_queue: usize,
+    /// Scans streaming at once [default: 4].
+    #[arg(long, env = "UUIDMAP_SCAN_PERMITS")]
+    scan_permits: usize,
+    /// Scans waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 64].
+    #[arg(long, env = "UUIDMAP_SCAN_QUEUE")]
+    scan_queue: usize,
+    /// WaitFor and Watch calls open at once; beyond, RESOURCE_EXHAUSTED
+    /// [default: 100000].
+    #[arg(long, env = "UUIDMAP_MAX_LONG_POLLS")]
+    max_long_polls: usize,
+    /// Serve Prometheus metrics (plain HTTP, GET /metrics) on this address,
+    /// or `off` [default: 127.0.0.1:7879]. Only loopback unless --insecure.
+    #[arg(long, env = "UUIDMAP_METRICS_LISTEN")]
+    metrics_listen: MetricsListen,
+    /// Start a new WAL file when the current one reaches this many bytes;
+    /// at least 1 MiB [default: 67108864 (64 MiB)]. A snapshot lets the
+    /// files it covers be removed, and Watch can start only as far back as
+    /// the oldest file kept.
+    #[arg(long, env = "UUIDMAP_WAL_FILE_BYTES")]
+    wal_file_bytes: u64,
+    /// Take a snapshot each time this many bytes were written to the WAL;
+    /// at least 1 MiB [default: 268435456 (256 MiB)]. Bounds the WAL a
+    /// restart replays; each snapshot writes the whole index.
+    #[arg(long, env = "UUIDMAP_SNAPSHOT_WAL_BYTES")]
+    snapshot_wal_bytes: u64,
+    /// Take a snapshot this long after the previous one: seconds (600), or
+    /// with a unit (90s, 10m, 1h), at least 1 s; or `off` for snapshots
+    /// only on WAL growth, on request and at shutdown [default: 600].
+    #[arg(long, env = "UUIDMAP_SNAPSHOT_INTERVAL")]
+    snapshot_interval: SnapshotInterval,
+    /// The restart budget in milliseconds, at least 1, or `off`: take a
+    /// snapshot before the WAL a restart would replay takes longer than
+    /// this to replay (at the replay rate the last recovery measured, or a
+    /// conservative default), and right after a recovery whose replay took
+    /// longer. --snapshot-wal-bytes and --snapshot-interval stay as caps
+    /// [default: 500].
+    #[arg(long, env = "UUIDMAP_MAX_REPLAY_MS")]
+    max_replay_ms: MaxReplay,
+    /// Milliseconds a stop (SIGTERM, Ctrl-C) waits for the calls in
+    /// flight to finish before it closes them: a stream whose client
+    /// stopped reading would otherwise hold the stop forever. Writes
+    /// already queued are drained and synced either way [default: 10000].
+    #[arg(long, env = "UUIDMAP_STOP_GRACE_MS")]
+    stop_grace_ms: u64,
+    /// Threads that replay the WAL at start: `auto` (one per core),
+    /// `serial` (on the starting thread), or a count [default: auto].
+    #[arg(long, env = "UUIDMAP_REPLAY_WORKERS")]
+    replay_workers: ReplayWorkers,
+    /// `on`: make each next WAL file ahead of need, on a background
+    /// thread, as a file of written zeros (one --wal-file-bytes of disk
+    /// beyond the WAL), so that a WAL fsync is a data-only flush and
+    /// cheaper; `off`: WAL files grow as they are written [default: on].
+    #[arg(long, env = "UUIDMAP_WAL_PREALLOCATE")]
+    wal_preallocate: Preallocate,
+    /// Under --fsync always: `on` overlaps the fsync of one write group
+    /// with writing the next while writes keep coming (a second thread
+    /// runs the fsync; a lone writer is still synced inline), `off` syncs
+    /// every group on the writer thread. Off by default: on a 2-core
+    /// machine shared with its clients it cost throughput (BENCHMARKS.md)
+    /// [default: off].
+    #[arg(long, env = "UUIDMAP_WAL_OVERLAP_SYNCS")]
+    wal_overlap_syncs: OnOff,
+    /// Serve as member N (at least 1) of a replica group, replicated with
+    /// Raft, instead of as a single node; needs --raft-listen. The data
+    /// directory then holds the member's Raft log (README, "Replica
+    /// groups").
+    #[arg(long, env = "UUIDMAP_NODE_ID")]
+    node_id: u64,
+    /// Where a member listens for the other members' Raft calls. Only
+    /// loopback, unless with --raft-tls-cert/key/ca, or --raft-insecure.
+    #[arg(long, env = "UUIDMAP_RAFT_LISTEN")]
+    raft_listen: SocketAddr,
+    /// The address (host:port) the other members dial for this one
+    /// [default: --raft-listen].
+    #[arg(long, env = "UUIDMAP_RAFT_ADVERTISE")]
+    raft_advertise: String,
+    /// The URL clients are sent to when this member leads [default:
+    /// http:// (https:// with TLS) and --listen].
+    #[arg(long, env = "UUIDMAP_ADVERTISE_URL")]
+    advertise_url: String,
+    /// The other members: ID=RAFT_ADDR@CLIENT_URL, separated by commas.
+    #[arg(long, env = "UUIDMAP_PEERS")]
+    peers: Peers,
+    /// On one member, once: make the replica group of this member and
+    /// --peers, all voters. Ignored (with a note in the log) when the
+    /// group is made already, so it may stay set.
+    #[arg(
+        long,
+        env = "UUIDMAP_CLUSTER_INIT",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    cluster_init: bool,
+    /// A member takes a snapshot once this many Raft log entries were
+    /// applied since its last one (0: only on --snapshot-interval)
+    /// [default: 100000].
+    #[arg(long, env = "UUIDMAP_RAFT_SNAPSHOT_ENTRIES")]
+    raft_snapshot_entries: u64,
+    /// Raft log entries a member keeps behind its newest snapshot: a
+    /// member further behind is sent the snapshot instead [default:
+    /// 10000].
+    #[arg(long, env = "UUIDMAP_RAFT_KEEP_ENTRIES")]
+    raft_keep_entries: u64,
+    /// The address this member dials for member ID's Raft service instead
+    /// of the one in the membership (a proxy, a NAT'd address):
+    /// ID=HOST:PORT, separated by commas.
+    #[arg(long, env = "UUIDMAP_RAFT_DIAL")]
+    raft_dial: RaftDial,
+    /// The member's Raft certificate (PEM, leaf first): SAN DNS name
+    /// `node-<ID>.raft.uuidmap`, usable for serverAuth and clientAuth. With
+    /// --raft-tls-key and --raft-tls-ca: mTLS on the Raft port.
+    #[arg(long, env = "UUIDMAP_RAFT_TLS_CERT")]
+    raft_tls_cert: PathBuf,
+    /// The private key (PEM) of --raft-tls-cert.
+    #[arg(long, env = "UUIDMAP_RAFT_TLS_KEY")]
+    raft_tls_key: PathBuf,
+    /// The Raft CA (PEM): the members' certificates must chain to it.
+    #[arg(long, env = "UUIDMAP_RAFT_TLS_CA")]
+    raft_tls_ca: PathBuf,
+    /// Serve Raft on a non-loopback --raft-listen without TLS: plaintext
+    /// and unauthenticated, so anyone who can reach the port can rewrite
+    /// the group's log. Only on a network the members alone share.
+    #[arg(
+        long,
+        env = "UUIDMAP_RAFT_INSECURE",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    raft_insecure: bool,
+}
+
+/// The command line of `uuidmap serve`: where the TOML file is, and the
+/// options, which override the file's.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ServeArgs {
+    /// A TOML file with any of the options below (flags and environment
+    /// variables override it).
+    #[arg(long, env = "UUIDMAP_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The options given as flags or environment variables.
+    #[command(flatten)]
+    pub options: ServeOptions,
+}

@@ -1,0 +1,358 @@
+//! The options over the config file over the defaults, each checked
+//! against its minimum, and the replica group's options against each
+//! other.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::values::{check_host_port, check_url};
+use super::{
+    ClusterOptions, ConfigError, DEFAULT_DATA_DIR, DEFAULT_METRICS_LISTEN, MIN_SNAPSHOT_INTERVAL,
+    MIN_SNAPSHOT_WAL_BYTES, MIN_WAL_FILE_BYTES, MaxReplay, OnOff, ServeArgs, ServeConfig,
+    ServeOptions, SnapshotInterval,
+};
+use crate::tls::{RaftTlsFiles, TlsFiles};
+
+impl ServeArgs {
+    /// The options: the flags (and environment) over the file over the
+    /// defaults, checked.
+    pub fn resolve(&self) -> Result<ServeConfig, ConfigError> {
+        let file = match &self.config {
+            Some(path) => read_file(path)?,
+            None => ServeOptions::default(),
+        };
+        self.options.clone().or(file).into_config()
+    }
+}
+
+impl ServeOptions {
+    /// A server configuration: these options over the defaults, each
+    /// checked against its minimum.
+    pub fn into_config(self) -> Result<ServeConfig, ConfigError> {
+        // Checked last, against the listen address and TLS.
+        let cluster = ServeOptions {
+            node_id: self.node_id,
+            raft_listen: self.raft_listen,
+            raft_advertise: self.raft_advertise.clone(),
+            advertise_url: self.advertise_url.clone(),
+            peers: self.peers.clone(),
+            cluster_init: self.cluster_init,
+            raft_snapshot_entries: self.raft_snapshot_entries,
+            raft_keep_entries: self.raft_keep_entries,
+            raft_dial: self.raft_dial.clone(),
+            raft_tls_cert: self.raft_tls_cert.clone(),
+            raft_tls_key: self.raft_tls_key.clone(),
+            raft_tls_ca: self.raft_tls_ca.clone(),
+            raft_insecure: self.raft_insecure,
+            ..ServeOptions::default()
+        };
+        let mut c = ServeConfig::new(self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
+        let or = |value: Option<usize>, default: usize| value.unwrap_or(default);
+        c.listen = self.listen.unwrap_or(c.listen);
+        c.fsync = self.fsync.unwrap_or(c.fsync);
+        c.insecure = self.insecure.unwrap_or(false);
+        c.tls = tls_files(self.tls_cert, self.tls_key, self.tls_client_ca)?;
+        c.tokens_file = self.tokens_file;
+        c.metrics_listen = self
+            .metrics_listen
+            .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.parse().expect("the default parses"))
+            .0;
+
+        let l = &mut c.limits;
+        l.max_batch_keys = at_least_1(
+            "max_batch_keys",
+            or(self.max_batch_keys, l.max_batch_keys),
+            "no BatchGet could hold a key",
+        )?;
+        l.max_write_ops = at_least_1(
+            "max_write_ops",
+            or(self.max_write_ops, l.max_write_ops),
+            "no Write could hold an operation",
+        )?;
+        l.max_filter_values = at_least_1(
+            "max_filter_values",
+            or(self.max_filter_values, l.max_filter_values),
+            "no Scan filter could hold a value",
+        )?;
+        if let Some(ms) = self.max_wait_ms {
+            l.max_wait = Duration::from_millis(ms);
+        }
+
+        let a = &mut c.admission;
+        a.read_permits = at_least_1(
+            "read_permits",
+            or(self.read_permits, a.read_permits),
+            "no read could ever run",
+        )?;
+        a.read_queue = at_least_1(
+            "read_queue",
+            or(self.read_queue, a.read_queue),
+            "no read could wait for a permit",
+        )?;
+        a.write_permits = at_least_1(
+            "write_permits",
+            or(self.write_permits, a.write_permits),
+            "no write could ever run",
+        )?;
+        a.write_queue = at_least_1(
+            "write_queue",
+            or(self.write_queue, a.write_queue),
+            "no write could wait for a permit",
+        )?;
+        a.scan_permits = at_least_1(
+            "scan_permits",
+            or(self.scan_permits, a.scan_permits),
+            "no scan could ever run",
+        )?;
+        a.scan_queue = at_least_1(
+            "scan_queue",
+            or(self.scan_queue, a.scan_queue),
+            "no scan could wait for a permit",
+        )?;
+        a.max_long_polls = at_least_1(
+            "max_long_polls",
+            or(self.max_long_polls, a.max_long_polls),
+            "every WaitFor and Watch would be refused",
+        )?;
+
+        c.wal_file_bytes = self.wal_file_bytes.unwrap_or(c.wal_file_bytes);
+        if c.wal_file_bytes < MIN_WAL_FILE_BYTES {
+            return Err(ConfigError::TooSmall {
+                option: "wal_file_bytes",
+                min: format!("{MIN_WAL_FILE_BYTES} (1 MiB)"),
+                value: c.wal_file_bytes.to_string(),
+                why: "smaller files would mean a new file every few writes",
+            });
+        }
+        c.snapshot_wal_bytes = self.snapshot_wal_bytes.unwrap_or(c.snapshot_wal_bytes);
+        if c.snapshot_wal_bytes < MIN_SNAPSHOT_WAL_BYTES {
+            return Err(ConfigError::TooSmall {
+                option: "snapshot_wal_bytes",
+                min: format!("{MIN_SNAPSHOT_WAL_BYTES} (1 MiB)"),
+                value: c.snapshot_wal_bytes.to_string(),
+                why: "each snapshot writes the whole index, so not every few writes",
+            });
+        }
+        if let Some(SnapshotInterval(every)) = self.snapshot_interval {
+            c.snapshot_interval = every;
+        }
+        if let Some(every) = c.snapshot_interval
+            && every < MIN_SNAPSHOT_INTERVAL
+        {
+            return Err(ConfigError::TooSmall {
+                option: "snapshot_interval",
+                min: "1 second".into(),
+                value: format!("{} s", every.as_secs()),
+                why: "each snapshot writes the whole index; use `off` to turn timed \
+                      snapshots off",
+            });
+        }
+        if let Some(MaxReplay(budget)) = self.max_replay_ms {
+            c.max_replay = budget;
+        }
+        if c.max_replay.is_some_and(|b| b.is_zero()) {
+            return Err(ConfigError::TooSmall {
+                option: "max_replay_ms",
+                min: "1".into(),
+                value: "0".into(),
+                why: "no restart replays in no time; use `off` to size snapshots by \
+                      --snapshot-wal-bytes alone",
+            });
+        }
+        c.replay_workers = self.replay_workers.unwrap_or(c.replay_workers);
+        if let Some(ms) = self.stop_grace_ms {
+            c.stop_grace = Duration::from_millis(ms);
+        }
+        c.wal_preallocate = self.wal_preallocate.unwrap_or(c.wal_preallocate);
+        c.wal_overlap_syncs = self
+            .wal_overlap_syncs
+            .map_or(c.wal_overlap_syncs, |OnOff(on)| on);
+        c.cluster = cluster.cluster_options(&c)?;
+        Ok(c)
+    }
+
+    /// The replica group options, checked (`None`: a single node).
+    fn cluster_options(&self, c: &ServeConfig) -> Result<Option<ClusterOptions>, ConfigError> {
+        let err = |m: String| Err(ConfigError::Cluster(m));
+        let Some(node_id) = self.node_id else {
+            let given = [
+                ("--raft-listen", self.raft_listen.is_some()),
+                ("--raft-advertise", self.raft_advertise.is_some()),
+                ("--advertise-url", self.advertise_url.is_some()),
+                ("--peers", self.peers.is_some()),
+                ("--cluster-init", self.cluster_init == Some(true)),
+                (
+                    "--raft-snapshot-entries",
+                    self.raft_snapshot_entries.is_some(),
+                ),
+                ("--raft-keep-entries", self.raft_keep_entries.is_some()),
+                ("--raft-dial", self.raft_dial.is_some()),
+                ("--raft-tls-cert", self.raft_tls_cert.is_some()),
+                ("--raft-tls-key", self.raft_tls_key.is_some()),
+                ("--raft-tls-ca", self.raft_tls_ca.is_some()),
+                ("--raft-insecure", self.raft_insecure == Some(true)),
+            ];
+            return match given.iter().find(|(_, on)| *on) {
+                Some((flag, _)) => err(format!(
+                    "{flag} is an option of a replica group member: give --node-id too, or \
+                     leave it out to serve a single node"
+                )),
+                None => Ok(None),
+            };
+        };
+        if node_id == 0 {
+            return err("--node-id must be at least 1".into());
+        }
+        let Some(raft_listen) = self.raft_listen else {
+            return err(format!(
+                "member {node_id} needs --raft-listen: the address the other members' Raft \
+                 calls reach it on (another port than --listen)"
+            ));
+        };
+        if raft_listen == c.listen {
+            return err(format!(
+                "--raft-listen and --listen are both {raft_listen}: give the Raft traffic its own \
+                 port"
+            ));
+        }
+        let raft_advertise = match &self.raft_advertise {
+            Some(a) => {
+                check_host_port(a)
+                    .map_err(|why| ConfigError::Cluster(format!("--raft-advertise: {why}")))?;
+                a.clone()
+            }
+            None if raft_listen.ip().is_unspecified() => {
+                return err(format!(
+                    "--raft-listen {raft_listen} is every interface: give --raft-advertise, the \
+                     address the other members dial for this one"
+                ));
+            }
+            None => raft_listen.to_string(),
+        };
+        let advertise_url = match &self.advertise_url {
+            Some(u) => {
+                check_url(u)
+                    .map_err(|why| ConfigError::Cluster(format!("--advertise-url: {why}")))?;
+                u.clone()
+            }
+            None if c.listen.ip().is_unspecified() => {
+                return err(format!(
+                    "--listen {} is every interface: give --advertise-url, the URL clients are \
+                     sent to when this member leads",
+                    c.listen
+                ));
+            }
+            None => format!(
+                "{}://{}",
+                if c.tls.is_some() { "https" } else { "http" },
+                c.listen
+            ),
+        };
+        let peers = self.peers.clone().unwrap_or_default().0;
+        if peers.iter().any(|p| p.id == node_id) {
+            return err(format!(
+                "--peers names node {node_id}, which is this member (--node-id): list only the \
+                 others"
+            ));
+        }
+        let dial = self.raft_dial.clone().unwrap_or_default().0;
+        if dial.iter().any(|(id, _)| *id == node_id) {
+            return err(format!(
+                "--raft-dial names node {node_id}, which is this member (--node-id): a member \
+                 does not dial itself"
+            ));
+        }
+        Ok(Some(ClusterOptions {
+            node_id,
+            raft_listen,
+            raft_advertise,
+            advertise_url,
+            peers,
+            init: self.cluster_init.unwrap_or(false),
+            snapshot_entries: self
+                .raft_snapshot_entries
+                .unwrap_or(uuidmap_cluster::replica::SNAPSHOT_ENTRIES),
+            keep_entries: self
+                .raft_keep_entries
+                .unwrap_or(uuidmap_cluster::replica::LOGS_TO_KEEP),
+            dial: dial.into_iter().collect(),
+            tls: self.raft_tls_files()?,
+            raft_insecure: self.raft_insecure.unwrap_or(false),
+        }))
+    }
+
+    /// The Raft TLS files: all three or none.
+    fn raft_tls_files(&self) -> Result<Option<RaftTlsFiles>, ConfigError> {
+        match (&self.raft_tls_cert, &self.raft_tls_key, &self.raft_tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(RaftTlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            })),
+            (None, None, None) => Ok(None),
+            given => {
+                let missing: Vec<&str> = [
+                    ("--raft-tls-cert", given.0.is_none()),
+                    ("--raft-tls-key", given.1.is_none()),
+                    ("--raft-tls-ca", given.2.is_none()),
+                ]
+                .into_iter()
+                .filter_map(|(flag, missing)| missing.then_some(flag))
+                .collect();
+                Err(ConfigError::Cluster(format!(
+                    "--raft-tls-cert, --raft-tls-key and --raft-tls-ca go together (the member's \
+                     certificate, its key, and the Raft CA, PEM): give all three or none; \
+                     missing {}",
+                    missing.join(" and ")
+                )))
+            }
+        }
+    }
+}
+
+/// `value`, unless it is 0: then the error naming `option`.
+fn at_least_1(option: &'static str, value: usize, why: &'static str) -> Result<usize, ConfigError> {
+    match value {
+        0 => Err(ConfigError::TooSmall {
+            option,
+            min: "1".into(),
+            value: "0".into(),
+            why,
+        }),
+        n => Ok(n),
+    }
+}
+
+/// The TLS files, when the combination makes sense.
+fn tls_files(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+) -> Result<Option<TlsFiles>, ConfigError> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert,
+            key,
+            client_ca,
+        })),
+        (None, None) if client_ca.is_some() => Err(ConfigError::Tls(
+            "--tls-client-ca needs TLS on: give --tls-cert and --tls-key too",
+        )),
+        (None, None) => Ok(None),
+        _ => Err(ConfigError::Tls(
+            "--tls-cert and --tls-key go together: give both (the certificate chain and its \
+             private key, PEM) or neither",
+        )),
+    }
+}
+
+fn read_file(path: &Path) -> Result<ServeOptions, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}

@@ -1,0 +1,78 @@
+//! The `Stats` answer's parts built from the engine's and the cluster's
+//! figures: the replica group's view, and the recovery and the restart
+//! budget. Used by the `Stats` call (`service`) and the cluster service's
+//! `Status`; `/metrics` renders the same figures (`metrics`).
+
+use uuidmap_cluster::status::ClusterStatus;
+use uuidmap_engine::writer::DurableIndex;
+
+use crate::proto::v1 as pb;
+
+/// The `Stats` answer's view of the replica group.
+pub fn cluster_stats(c: &ClusterStatus) -> pb::ClusterStats {
+    pb::ClusterStats {
+        node_id: c.node_id,
+        role: c.role.as_str().to_string(),
+        term: c.term,
+        leader_id: c.leader_id,
+        leader_url: c.leader_url.clone(),
+        commit_index: c.commit_index,
+        applied_index: c.applied_index,
+        last_log_index: c.last_log_index,
+        voters: c.voters.clone(),
+        learners: c.learners.clone(),
+        members: c
+            .member_urls
+            .iter()
+            .map(|(id, url)| pb::ClusterMember {
+                node_id: *id,
+                client_url: url.clone(),
+            })
+            .collect(),
+        followers: c
+            .followers
+            .iter()
+            .map(|f| pb::FollowerStats {
+                node_id: f.id,
+                matched_index: f.matched,
+                lag: f.lag,
+            })
+            .collect(),
+    }
+}
+
+/// `Stats`' view of the recovery and the restart budget.
+pub fn restart_stats(durable: &DurableIndex) -> pb::RestartStats {
+    let report = durable.recovery_report();
+    let s = durable.stats();
+    let p = &report.phases;
+    let us = |d: std::time::Duration| d.as_micros() as u64;
+    pb::RestartStats {
+        snapshot_used: report.snapshot.is_some(),
+        snapshot_lsn: report.snapshot_lsn,
+        map_us: us(p.map),
+        verify_us: us(p.verify),
+        restore_us: us(p.restore),
+        estimate_us: us(p.estimate),
+        presize_us: us(p.presize),
+        presized_for: p.presized_for,
+        replay_us: us(p.replay),
+        records_replayed: report.records_replayed,
+        bytes_replayed: report.bytes_replayed,
+        ops_replayed: report.ops_replayed,
+        workers: p
+            .workers
+            .iter()
+            .map(|w| pb::ReplayWorkerStats {
+                segments: w.segments as u32,
+                ops: w.ops,
+                presize_us: us(w.presize),
+                apply_us: us(w.apply),
+                wall_us: us(w.wall),
+            })
+            .collect(),
+        max_replay_ms: s.max_replay_ms,
+        replay_bytes_per_sec: s.replay_bytes_per_sec,
+        snapshot_trigger_bytes: s.snapshot_trigger_bytes,
+    }
+}
