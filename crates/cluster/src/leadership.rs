@@ -47,7 +47,8 @@
 //!   then finds a newer acknowledgement under load and extends the lease
 //!   from it. A lease with less than half left, lapsed, or not yet granted
 //!   is looked at on every change, so that it is extended or granted as
-//!   soon as an acknowledgement arrives.
+//!   soon as an acknowledgement arrives. A follower's lease task wakes only
+//!   when the state, the leader or the membership changes.
 //! - The proposals not yet answered are bounded (`max_proposals`): the
 //!   writer asks [`Proposer::admit`] before it decides a caller's batch,
 //!   and a batch over the bound is refused, nothing logged
@@ -556,16 +557,19 @@ pub async fn watch_lease<SM>(
             }
         };
         // Whether a change of the data metrics (an acknowledgement) wakes
-        // the task too.
-        let mut on_data = true;
+        // the task too: only while a lease waits to be granted or
+        // extended. A follower, a leader alone or one that handed over
+        // wait for the state, the leader or the membership to change.
+        let mut on_data = false;
         let wake = match step {
             LeaseStep::Wait => None,
-            LeaseStep::WakeAt(at) => Some(at),
-            LeaseStep::RefreshAt(at) => {
-                on_data = false;
+            LeaseStep::WakeAt(at) => {
+                on_data = true;
                 Some(at)
             }
+            LeaseStep::RefreshAt(at) => Some(at),
             LeaseStep::StepDown { term, to } => {
+                on_data = true;
                 RaftCounters::bump(&shared.counters.step_downs);
                 tracing::warn!(
                     term,

@@ -25,6 +25,15 @@ impl ServeArgs {
     }
 }
 
+/// Sets `$target` from the option `$field` (else keeps the default it
+/// holds), refusing 0 with an error that names the option (its key is the
+/// field's name).
+macro_rules! at_least_1 {
+    ($options:ident . $field:ident => $target:expr, $why:literal) => {
+        $target = at_least_1(stringify!($field), $options.$field.unwrap_or($target), $why)?
+    };
+}
+
 impl ServeOptions {
     /// A server configuration: these options over the defaults, each
     /// checked against its minimum.
@@ -47,7 +56,6 @@ impl ServeOptions {
             ..ServeOptions::default()
         };
         let mut c = ServeConfig::new(self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
-        let or = |value: Option<usize>, default: usize| value.unwrap_or(default);
         c.listen = self.listen.unwrap_or(c.listen);
         c.fsync = self.fsync.unwrap_or(c.fsync);
         c.insecure = self.insecure.unwrap_or(false);
@@ -59,61 +67,27 @@ impl ServeOptions {
             .0;
 
         let l = &mut c.limits;
-        l.max_batch_keys = at_least_1(
-            "max_batch_keys",
-            or(self.max_batch_keys, l.max_batch_keys),
-            "no BatchGet could hold a key",
-        )?;
-        l.max_write_ops = at_least_1(
-            "max_write_ops",
-            or(self.max_write_ops, l.max_write_ops),
-            "no Write could hold an operation",
-        )?;
-        l.max_filter_values = at_least_1(
-            "max_filter_values",
-            or(self.max_filter_values, l.max_filter_values),
-            "no Scan filter could hold a value",
-        )?;
+        at_least_1!(self.max_batch_keys => l.max_batch_keys, "no BatchGet could hold a key");
+        at_least_1!(self.max_write_ops => l.max_write_ops, "no Write could hold an operation");
+        at_least_1!(
+            self.max_filter_values => l.max_filter_values,
+            "no Scan filter could hold a value"
+        );
         if let Some(ms) = self.max_wait_ms {
             l.max_wait = Duration::from_millis(ms);
         }
 
         let a = &mut c.admission;
-        a.read_permits = at_least_1(
-            "read_permits",
-            or(self.read_permits, a.read_permits),
-            "no read could ever run",
-        )?;
-        a.read_queue = at_least_1(
-            "read_queue",
-            or(self.read_queue, a.read_queue),
-            "no read could wait for a permit",
-        )?;
-        a.write_permits = at_least_1(
-            "write_permits",
-            or(self.write_permits, a.write_permits),
-            "no write could ever run",
-        )?;
-        a.write_queue = at_least_1(
-            "write_queue",
-            or(self.write_queue, a.write_queue),
-            "no write could wait for a permit",
-        )?;
-        a.scan_permits = at_least_1(
-            "scan_permits",
-            or(self.scan_permits, a.scan_permits),
-            "no scan could ever run",
-        )?;
-        a.scan_queue = at_least_1(
-            "scan_queue",
-            or(self.scan_queue, a.scan_queue),
-            "no scan could wait for a permit",
-        )?;
-        a.max_long_polls = at_least_1(
-            "max_long_polls",
-            or(self.max_long_polls, a.max_long_polls),
-            "every WaitFor and Watch would be refused",
-        )?;
+        at_least_1!(self.read_permits => a.read_permits, "no read could ever run");
+        at_least_1!(self.read_queue => a.read_queue, "no read could wait for a permit");
+        at_least_1!(self.write_permits => a.write_permits, "no write could ever run");
+        at_least_1!(self.write_queue => a.write_queue, "no write could wait for a permit");
+        at_least_1!(self.scan_permits => a.scan_permits, "no scan could ever run");
+        at_least_1!(self.scan_queue => a.scan_queue, "no scan could wait for a permit");
+        at_least_1!(
+            self.max_long_polls => a.max_long_polls,
+            "every WaitFor and Watch would be refused"
+        );
 
         c.wal_file_bytes = self.wal_file_bytes.unwrap_or(c.wal_file_bytes);
         if c.wal_file_bytes < MIN_WAL_FILE_BYTES {
