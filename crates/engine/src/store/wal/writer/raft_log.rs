@@ -19,7 +19,7 @@ impl WalWriter {
     ///
     /// # Panics
     /// If this writer does not write a Raft log, if the body is over
-    /// [`super::MAX_OPS_LEN`], or if a blank or membership entry claims ops.
+    /// [`MAX_OPS_LEN`](crate::store::wal::MAX_OPS_LEN), or if a blank or membership entry claims ops.
     pub fn append_entry(&mut self, lsn: u64, head: EntryHead, count: u32, body: &[u8]) {
         assert_eq!(
             self.options.format,
