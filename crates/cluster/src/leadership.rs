@@ -76,7 +76,7 @@ use uuidmap_engine::writer::{
 };
 
 use crate::counters::RaftCounters;
-use crate::types::CommittedLeaderId;
+use crate::types::{CommittedLeaderId, StoredMembership};
 use crate::vote_guard::VoteGuard;
 use crate::{RaftBatch, UuidmapRaft};
 
@@ -354,17 +354,11 @@ impl LeadershipShared {
     }
 }
 
-/// The hint for member `id`, from `raft`'s membership.
-fn hint_for<SM>(raft: &Raft<UuidmapRaft, SM>, id: u64) -> LeaderHint
-where
-    SM: RaftStateMachine<UuidmapRaft>,
-{
-    let metrics = raft.metrics();
-    let m = metrics.borrow_watched();
+/// The hint for member `id`, from `membership`.
+fn hint_in(membership: &StoredMembership, id: u64) -> LeaderHint {
     LeaderHint {
         id,
-        url: m
-            .membership_config
+        url: membership
             .membership()
             .get_node(&id)
             .map(|n| n.api_url.clone()),
@@ -393,13 +387,16 @@ pub async fn watch_leadership<SM>(
     // The last leader seen, with its term, for `leader_changes`.
     let mut seen: Option<(u64, u64)> = None;
     loop {
-        let (leading, current) = {
+        // Read from the server metrics alone: openraft sends its whole
+        // metrics just after them, so a look at those here could still
+        // see the leader before.
+        let (leading, current, membership) = {
             let m = metrics.borrow_watched();
             let term =
                 openraft::vote::RaftLeaderId::term(openraft::vote::RaftVote::leader_id(&m.vote));
             let leads = m.state == openraft::ServerState::Leader && m.current_leader == Some(id);
             let current = m.current_leader.map(|l| (term, l));
-            (leads.then_some(term), current)
+            (leads.then_some(term), current, m.membership_config.clone())
         };
         if current.is_some() && current != seen {
             seen = current;
@@ -408,8 +405,8 @@ pub async fn watch_leadership<SM>(
         // A leader that handed over follows the member it named.
         let handed = leading.and_then(|term| shared.handed_over_to(term));
         let (leading, hint) = match handed {
-            Some(to) => (None, Some(hint_for(&raft, to))),
-            None => (leading, current_hint(&raft)),
+            Some(to) => (None, Some(hint_in(&membership, to))),
+            None => (leading, current.map(|(_, l)| hint_in(&membership, l))),
         };
         let told_ok = match leading {
             Some(term) if led != Some(term) || again => {
