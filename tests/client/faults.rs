@@ -147,3 +147,44 @@ async fn a_put_whose_answer_is_lost_is_resent_only_when_marked_idempotent() {
     drop(proxy);
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_write_with_a_compare_and_set_whose_answer_is_lost_is_not_sent_again() {
+    use uuidmap_client::WriteOp;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let proxy = FaultProxy::start(server.addr).await;
+    let client = quick([proxy.url()]).build().unwrap();
+    client.put(key(1), key(10)).await.unwrap();
+
+    let before = client.counters();
+    proxy.cut_next_answer();
+    let ops = [
+        WriteOp::CompareAndSet {
+            key: key(1),
+            expected: Some(key(10)),
+            new: Some(key(11)),
+        },
+        WriteOp::Put {
+            key: key(2),
+            value: key(20),
+        },
+    ];
+    let e = client.idempotent().write(&ops).await.unwrap_err();
+    // Unknown, not transient, and sent once: resent after it was applied,
+    // the compare-and-set would answer a mismatch for a write that happened.
+    assert!(e.outcome_unknown() && !e.is_transient(), "{e}");
+    let after = client.counters();
+    assert_eq!(after.attempts - before.attempts, 1, "sent once");
+    // Applied exactly once (the server got it whole) or not at all.
+    let now = (
+        client.get_unary(key(1)).await.unwrap(),
+        client.get_unary(key(2)).await.unwrap(),
+    );
+    assert!(
+        now == (Some(key(11)), Some(key(20))) || now == (Some(key(10)), None),
+        "{now:?}"
+    );
+    drop(proxy);
+    server.stop().await.unwrap();
+}

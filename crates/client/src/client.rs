@@ -199,7 +199,9 @@ impl Client {
     /// This client with its writes marked idempotent: a Put, Delete or
     /// Write whose outcome is unknown (its answer was lost) is sent again.
     /// Right when doing the write twice is the same as doing it once, for
-    /// example when no one else writes these keys meanwhile.
+    /// example when no one else writes these keys meanwhile. A
+    /// compare-and-set, alone or inside a Write, is never sent again after
+    /// an unknown outcome, idempotent or not.
     pub fn idempotent(&self) -> Client {
         Client {
             idempotent: true,
@@ -696,16 +698,27 @@ impl Client {
     /// compare-and-set among them finds another value, nothing is applied
     /// and the answer is [`ClientError::WriteMismatch`]. Retried as
     /// [`Client::put`] is: after a lost answer only when the client is
-    /// [`Client::idempotent`].
+    /// [`Client::idempotent`] and no operation is a compare-and-set (sent
+    /// again after it was applied, it would find its own value and answer
+    /// a mismatch for a write that happened). A failure with an unknown
+    /// outcome ([`ClientError::outcome_unknown`]) is returned as it is:
+    /// read the keys back before deciding again.
     pub async fn write(&self, ops: &[WriteOp]) -> Result<u64, ClientError> {
         let message = pb::WriteRequest {
             ops: ops.iter().copied().map(WriteOp::to_proto).collect(),
         };
+        let has_cas = ops
+            .iter()
+            .any(|op| matches!(op, WriteOp::CompareAndSet { .. }));
         let answer = self
-            .unary_write("Write", self.idempotent, |channel, remaining| {
-                let r = self.request(message.clone(), remaining);
-                async move { UuidMapClient::new(channel).write(r).await }
-            })
+            .unary_write(
+                "Write",
+                self.idempotent && !has_cas,
+                |channel, remaining| {
+                    let r = self.request(message.clone(), remaining);
+                    async move { UuidMapClient::new(channel).write(r).await }
+                },
+            )
             .await?
             .into_inner();
         if answer.applied {

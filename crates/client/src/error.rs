@@ -5,10 +5,16 @@
 //!
 //! | class | failures | retried |
 //! | --- | --- | --- |
-//! | [`RetryClass::Fast`] | connection refused or not made; the stream refused before the server read it (`REFUSED_STREAM`); `UNAVAILABLE` sent by the server (stopping, its disk full, or a member of a replica group that does not lead: nothing was applied) | always, fast backoff (at once to the leader a member named, the first time) |
-//! | [`RetryClass::Slow`] | `RESOURCE_EXHAUSTED` (admission shed the call: it was not run) | always, slow backoff |
-//! | [`RetryClass::Conditional`] | `DEADLINE_EXCEEDED`, a transport failure once the request may have been sent, `UNKNOWN`, `INTERNAL`, `CANCELLED` by the server or the network, `UNAVAILABLE` marked `uuidmap-outcome: unknown` (the server's WAL fsync failed with the write in flight, or a leader lost its leadership after logging it) | only an idempotent call |
+//! | [`RetryClass::Fast`] | connection refused or not made; the stream refused before the server read it (`REFUSED_STREAM`); `UNAVAILABLE` sent by the server (stopping, its disk full, or a member of a replica group that does not lead and names the leader: nothing was applied) | always, fast backoff with equal jitter (at once to the leader a member named, the first time) |
+//! | [`RetryClass::Slow`] | `RESOURCE_EXHAUSTED` (admission shed the call: it was not run); `UNAVAILABLE` marked `uuidmap-election` (a member that knows no leader: the group is electing one, which takes hundreds of milliseconds) | always, slow backoff with equal jitter |
+//! | [`RetryClass::Conditional`] | `DEADLINE_EXCEEDED`, a transport failure once the request may have been sent, `UNKNOWN`, `INTERNAL`, `CANCELLED` by the server or the network, `UNAVAILABLE` marked `uuidmap-outcome: unknown` (the server's WAL fsync failed with the write in flight, or a leader lost its leadership after logging it) | only an idempotent call, and never a compare-and-set |
 //! | [`RetryClass::Final`] | every other code (`INVALID_ARGUMENT`, `UNAUTHENTICATED`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, ...), a compare-and-set that found another value, bad options, a malformed answer | never |
+//!
+//! [`ClientError::is_transient`] is true for the first two classes only,
+//! as in the YDB SDK: after a conditional failure the operation *may have
+//! run*, so code that retries whenever an error is transient must not see
+//! one there. Use [`RetryClass::allows_retry`] with the call's idempotence
+//! to decide.
 //!
 //! A conditional failure of a write leaves its outcome unknown: the write
 //! may or may not have been applied. Only a call marked idempotent (reads
@@ -70,6 +76,15 @@ impl RetryClass {
                     .is_some_and(|v| v == uuidmap_proto::OUTCOME_UNKNOWN) =>
             {
                 RetryClass::Conditional
+            }
+            // A member that knows no leader: wait for the election.
+            Unavailable
+                if status
+                    .metadata()
+                    .get(uuidmap_proto::ELECTION_METADATA)
+                    .is_some() =>
+            {
+                RetryClass::Slow
             }
             Unavailable => RetryClass::Fast,
             DeadlineExceeded | Unknown | Internal | Cancelled => RetryClass::Conditional,
@@ -350,11 +365,20 @@ impl ClientError {
         }
     }
 
-    /// Whether the failure may pass if the call is tried again (any class
-    /// but [`RetryClass::Final`]; a [`RetryClass::Conditional`] one only
-    /// for an idempotent call: see [`RetryClass::allows_retry`]).
+    /// Whether the call was surely not done and may pass if tried again:
+    /// [`RetryClass::Fast`] and [`RetryClass::Slow`]. False for an unknown
+    /// outcome ([`RetryClass::Conditional`]: a write may have been
+    /// applied), as in the YDB SDK; whether such a call may be sent again
+    /// depends on its idempotence ([`RetryClass::allows_retry`]).
     pub fn is_transient(&self) -> bool {
-        self.retry_class() != RetryClass::Final
+        matches!(self.retry_class(), RetryClass::Fast | RetryClass::Slow)
+    }
+
+    /// Whether the call's outcome is unknown: it may or may not have been
+    /// done ([`RetryClass::Conditional`]). A write that failed so should be
+    /// read back before it is decided again.
+    pub fn outcome_unknown(&self) -> bool {
+        self.retry_class() == RetryClass::Conditional
     }
 }
 
@@ -419,7 +443,9 @@ mod tests {
                 status: tonic::Status::new(code, "from the server"),
             };
             assert_eq!(e.retry_class(), class, "{code:?}");
-            assert_eq!(e.is_transient(), class != Final, "{code:?}");
+            // An unknown outcome is never transient (the YDB SDK's rule).
+            assert_eq!(e.is_transient(), matches!(class, Fast | Slow), "{code:?}");
+            assert_eq!(e.outcome_unknown(), class == Conditional, "{code:?}");
             let (idempotent, not) = match class {
                 Fast | Slow => (true, true),
                 Conditional => (true, false),
@@ -475,6 +501,25 @@ mod tests {
         );
         assert_eq!(RetryClass::of_status(&status), RetryClass::Conditional);
         assert!(!RetryClass::of_status(&status).allows_retry(false));
+        // Even from a leader that lost its leadership and knows no other:
+        // the unknown outcome wins over the election.
+        status.metadata_mut().insert(
+            uuidmap_proto::ELECTION_METADATA,
+            tonic::metadata::MetadataValue::from_static(uuidmap_proto::ELECTION_NO_LEADER),
+        );
+        assert_eq!(RetryClass::of_status(&status), RetryClass::Conditional);
+    }
+
+    #[test]
+    fn a_member_that_knows_no_leader_gets_the_slow_backoff() {
+        let mut status = tonic::Status::unavailable("no leader is known yet");
+        status.metadata_mut().insert(
+            uuidmap_proto::ELECTION_METADATA,
+            tonic::metadata::MetadataValue::from_static(uuidmap_proto::ELECTION_NO_LEADER),
+        );
+        let e = ClientError::Status { rpc: "Put", status };
+        assert_eq!(e.retry_class(), RetryClass::Slow);
+        assert!(e.is_transient() && !e.outcome_unknown());
     }
 
     #[test]

@@ -37,9 +37,12 @@
 //!   the hot one first, more under load, idle ones closed.
 //! - **Retries** ([`RetryPolicy`], [`RetryBudget`]): every failure has a
 //!   class ([`ClientError::retry_class`]); reads are retried after any
-//!   transient failure, writes only when nothing was done (or when marked
-//!   [`idempotent`](Client::idempotent)), with full or equal jitter by
-//!   class, within the call's deadline and a retry budget.
+//!   failure that may pass, writes only when nothing was done (or when
+//!   marked [`idempotent`](Client::idempotent), and never a
+//!   compare-and-set after an unknown outcome), with equal jitter, fast for
+//!   network failures and slow for overload or an election, within the
+//!   call's deadline and a retry budget. An unknown outcome is never
+//!   [`transient`](ClientError::is_transient).
 //! - **Replica groups**: give every member's URL. Writes go to the leader
 //!   (the member that took the last write, or the one a member named when
 //!   it refused a write); a write refused by a follower, or by a member

@@ -1,15 +1,21 @@
 //! When to try a failed call again: [`RetryPolicy`] (how many attempts, and
 //! how long to wait before each) and [`Backoff`] (exponential, with jitter).
 //!
-//! Two backoffs, after the distributed-database SDK the brief learns from
+//! The schemes follow the distributed-database SDK the brief learns from
 //! (lesson 4):
-//! - *fast* with **full jitter** (`random(0, min(cap, base·2ⁿ))`), for
-//!   failures that say nothing about load: a refused connection, a server
-//!   that is stopping. Spreading the retries over the whole interval keeps
-//!   callers that failed together from coming back together.
-//! - *slow* with **equal jitter** (`t/2 + random(0, t/2)`, `t = min(cap,
-//!   base·2ⁿ)`), for overload (`RESOURCE_EXHAUSTED`): every caller waits at
-//!   least half the interval, so a shedding server gets real relief.
+//! - **equal jitter** (`t/2 + random(0, t/2)`, `t = min(cap, base·2ⁿ)`)
+//!   for network failures and for overload: every caller waits at least
+//!   half the interval, so a member that is restarting or shedding gets
+//!   real relief, and callers that failed together still spread out.
+//!   Network failures (a refused connection, a server that is stopping)
+//!   get the *fast* backoff ([`Backoff::FAST`], from 5 ms); overload
+//!   (`RESOURCE_EXHAUSTED`) and a group that is electing a leader get the
+//!   *slow* one ([`Backoff::SLOW`], from 50 ms).
+//! - **full jitter** (`random(0, min(cap, base·2ⁿ))`) for conflicts, where
+//!   the fastest retry wins and nothing is down: [`Backoff::CONFLICT`]. No
+//!   failure of the protocol is a conflict the client retries by itself (a
+//!   compare-and-set that found another value is the caller's to decide
+//!   again), so it is offered for the caller's own compare-and-set loops.
 //!
 //! The jitter is written here rather than taken from a backoff crate: the
 //! maintained ones (backon, for one) add a random fraction *on top of* the
@@ -42,13 +48,20 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    /// Full jitter from 5 ms, up to 500 ms.
+    /// Equal jitter from 5 ms, up to 500 ms: network failures.
     pub const FAST: Backoff = Backoff {
+        base: Duration::from_millis(5),
+        cap: Duration::from_millis(500),
+        jitter: Jitter::Equal,
+    };
+    /// Full jitter from 5 ms, up to 500 ms: conflicts (a caller's own
+    /// compare-and-set loop, between a mismatch and its next try).
+    pub const CONFLICT: Backoff = Backoff {
         base: Duration::from_millis(5),
         cap: Duration::from_millis(500),
         jitter: Jitter::Full,
     };
-    /// Equal jitter from 50 ms, up to 5 s.
+    /// Equal jitter from 50 ms, up to 5 s: overload, and an election.
     pub const SLOW: Backoff = Backoff {
         base: Duration::from_millis(50),
         cap: Duration::from_secs(5),
@@ -145,7 +158,7 @@ mod tests {
 
     #[test]
     fn full_jitter_spans_zero_to_the_interval() {
-        let b = Backoff::FAST;
+        let b = Backoff::CONFLICT;
         assert_eq!(b.delay_with(3, 0.0), Duration::ZERO);
         assert_eq!(b.delay_with(3, 0.5), 10 * MS);
         assert!(b.delay_with(3, 0.999_999) < 20 * MS);
@@ -157,6 +170,8 @@ mod tests {
         assert_eq!(b.delay_with(2, 0.0), 50 * MS);
         assert_eq!(b.delay_with(2, 0.5), 75 * MS);
         assert!(b.delay_with(2, 0.999_999) < 100 * MS);
+        // Network failures too: the fast backoff is equal jitter.
+        assert_eq!(Backoff::FAST.delay_with(3, 0.0), 10 * MS);
     }
 
     #[test]

@@ -46,6 +46,16 @@ pub const LEADER_METADATA: &str = "uuidmap-leader";
 /// With [`LEADER_METADATA`]: the leader's node id, in decimal.
 pub const LEADER_ID_METADATA: &str = "uuidmap-leader-id";
 
+/// The metadata key a member adds, instead of [`LEADER_METADATA`], to an
+/// `UNAVAILABLE` refusal when it knows no leader: the group is electing
+/// one (which takes about an election timeout, hundreds of milliseconds),
+/// so a client backs off as for overload rather than retrying at once.
+/// Its value is [`ELECTION_NO_LEADER`].
+pub const ELECTION_METADATA: &str = "uuidmap-election";
+
+/// The value of [`ELECTION_METADATA`].
+pub const ELECTION_NO_LEADER: &str = "no-leader";
+
 /// The encoded `FileDescriptorSet` of the protocol, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/uuidmap_descriptor.bin"));

@@ -109,10 +109,18 @@ pub fn write_error(e: WriteError) -> Status {
     }
 }
 
-/// Names the leader in `status`'s metadata ([`uuidmap_proto::LEADER_METADATA`]).
+/// Names the leader in `status`'s metadata ([`uuidmap_proto::LEADER_METADATA`]),
+/// or, when none is known, says that the group is electing one
+/// ([`uuidmap_proto::ELECTION_METADATA`]).
 fn add_leader(status: &mut Status, leader: Option<&LeaderHint>) {
-    let Some(leader) = leader else { return };
     let metadata = status.metadata_mut();
+    let Some(leader) = leader else {
+        metadata.insert(
+            uuidmap_proto::ELECTION_METADATA,
+            tonic::metadata::MetadataValue::from_static(uuidmap_proto::ELECTION_NO_LEADER),
+        );
+        return;
+    };
     metadata.insert(
         uuidmap_proto::LEADER_ID_METADATA,
         tonic::metadata::MetadataValue::from(leader.id),
@@ -401,12 +409,17 @@ mod tests {
                 .is_none()
         );
 
-        // No leader known: no metadata, and the message says so.
+        // No leader known: no leader in the metadata but the election
+        // marker (the client backs off for it), and the message says so.
         let s = write_error(WriteError::NotLeader { leader: None });
         assert!(
             s.metadata()
                 .get(uuidmap_proto::LEADER_ID_METADATA)
                 .is_none()
+        );
+        assert_eq!(
+            s.metadata().get(uuidmap_proto::ELECTION_METADATA).unwrap(),
+            uuidmap_proto::ELECTION_NO_LEADER
         );
         assert!(
             s.message().contains("no leader is known yet"),
