@@ -26,6 +26,7 @@ mod discovery;
 mod faults;
 mod group;
 mod group_kill;
+mod monotonic;
 mod netns_chaos;
 mod retries;
 #[path = "../serve_child/mod.rs"]

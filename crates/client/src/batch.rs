@@ -36,7 +36,8 @@ struct Pending {
     keys: Vec<Uuid>,
     min_lsn: u64,
     consistency: crate::ReadConsistency,
-    reply: oneshot::Sender<Result<Vec<Option<Uuid>>, Failure>>,
+    /// The caller's values, and the answer's `applied_lsn`.
+    reply: oneshot::Sender<Result<(Vec<Option<Uuid>>, u64), Failure>>,
 }
 
 /// The lanes of one client.
@@ -95,7 +96,7 @@ impl Lanes {
         min_lsn: u64,
         consistency: crate::ReadConsistency,
         remaining: Duration,
-    ) -> Result<Vec<Option<Uuid>>, Failure> {
+    ) -> Result<(Vec<Option<Uuid>>, u64), Failure> {
         let (reply, answer) = oneshot::channel();
         let lane = self.next.fetch_add(1, Relaxed) % self.queues.len();
         let gone = || Failure {
@@ -185,12 +186,12 @@ impl Lane {
                 continue;
             }
             match self.lookup(&batch).await {
-                Ok(values) => {
+                Ok((values, applied_lsn)) => {
                     // Each caller's values, in the order of its keys.
                     let mut rest = values.into_iter();
                     for p in batch.drain(..) {
                         let mine: Vec<Option<Uuid>> = rest.by_ref().take(p.keys.len()).collect();
-                        let _ = p.reply.send(Ok(mine));
+                        let _ = p.reply.send(Ok((mine, applied_lsn)));
                     }
                 }
                 Err((error, endpoint)) => {
@@ -211,7 +212,7 @@ impl Lane {
     async fn lookup(
         &mut self,
         batch: &[Pending],
-    ) -> Result<Vec<Option<Uuid>>, (ClientError, Option<usize>)> {
+    ) -> Result<(Vec<Option<Uuid>>, u64), (ClientError, Option<usize>)> {
         if self.stream.is_none() {
             self.stream = Some(self.open().await?);
         }
@@ -277,6 +278,7 @@ impl Lane {
         }
         self.endpoints.succeeded(&endpoint);
         unpack_values("Lookup", n, &answer.values, &answer.found)
+            .map(|values| (values, answer.applied_lsn))
             .map_err(|e| (e, Some(endpoint.id)))
     }
 

@@ -152,9 +152,12 @@ impl ClientBuilder {
         self
     }
 
-    /// Whether reads wait for this client's own writes (on by default):
-    /// each read carries the highest LSN the client has written as its
-    /// `min_lsn`.
+    /// Whether reads are monotonic and wait for this client's own writes
+    /// (on by default): each read carries the highest LSN the client has
+    /// seen ([`Client::seen_lsn`](crate::Client::seen_lsn): its writes,
+    /// and the `applied_lsn` of every answer) as its `min_lsn`, so that a
+    /// read answered by a member further behind waits for it rather than
+    /// going back in time.
     pub fn read_your_writes(mut self, on: bool) -> Self {
         self.read_your_writes = on;
         self

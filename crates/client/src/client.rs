@@ -42,7 +42,7 @@ use uuidmap_proto::v1 as pb;
 
 use crate::batch::Lanes;
 use crate::budget::RetryBudget;
-use crate::call::{Failure, bytes_of, endpoint_failure, request, unpack_values, uuid_of};
+use crate::call::{Failure, bytes_of, endpoint_failure, request, uuid_of};
 use crate::endpoints::Endpoints;
 use crate::error::{ClientError, RetryClass};
 use crate::retry::RetryPolicy;
@@ -143,6 +143,11 @@ impl Shared {
 #[derive(Clone, Debug)]
 pub struct Client {
     shared: Arc<Shared>,
+    /// The highest LSN this client (or its session) has seen: written, or
+    /// reflected by an answer. Reads send it as `min_lsn`, so that none
+    /// goes back in time, whichever member answers. Clones share it;
+    /// [`Client::session`] starts another.
+    seen: Arc<AtomicU64>,
     timeout: Option<Duration>,
     idempotent: bool,
     /// The consistency of its reads.
@@ -162,6 +167,7 @@ impl Client {
     pub(crate) fn new(shared: Shared) -> Client {
         Client {
             shared: Arc::new(shared),
+            seen: Arc::new(AtomicU64::new(0)),
             timeout: None,
             idempotent: false,
             consistency: crate::ReadConsistency::default(),
@@ -212,6 +218,26 @@ impl Client {
     /// The highest LSN this client has written (0: none yet).
     pub fn written_lsn(&self) -> u64 {
         self.shared.written.load(Relaxed)
+    }
+
+    /// The highest LSN this client's session has seen: its writes' and the
+    /// `applied_lsn` of its reads' answers (0: none yet). Its reads ask
+    /// for at least this much (unless built with
+    /// [`read_your_writes(false)`](crate::ClientBuilder::read_your_writes)).
+    pub fn seen_lsn(&self) -> u64 {
+        self.seen.load(Relaxed)
+    }
+
+    /// This client with a session of its own: its reads are monotonic and
+    /// see its own writes (as the client's are), counting from what the
+    /// client has seen so far, but what it sees from now on no longer
+    /// holds back the client's other clones, nor theirs it. Connections,
+    /// retries and the budget stay shared.
+    pub fn session(&self) -> Client {
+        Client {
+            seen: Arc::new(AtomicU64::new(self.seen_lsn())),
+            ..self.clone()
+        }
     }
 
     /// What this client (and its clones) has done so far.
@@ -281,14 +307,24 @@ impl Client {
     /// The `min_lsn` of a read.
     pub(crate) fn min_lsn(&self) -> u64 {
         if self.shared.read_your_writes {
-            self.shared.written.load(Relaxed)
+            self.seen.load(Relaxed)
         } else {
             0
         }
     }
 
+    /// Notes an answer's `applied_lsn` (or a write's LSN): later reads ask
+    /// for at least that much. A load first, so that the common case (an
+    /// LSN already seen) writes nothing to the shared line.
+    pub(crate) fn observe(&self, lsn: u64) {
+        if lsn > self.seen.load(Relaxed) {
+            self.seen.fetch_max(lsn, Relaxed);
+        }
+    }
+
     fn wrote(&self, lsn: u64) -> u64 {
         self.shared.written.fetch_max(lsn, Relaxed);
+        self.observe(lsn);
         lsn
     }
 
@@ -533,79 +569,6 @@ impl Client {
         .await
     }
 
-    /// The value of `key`, or `None`. Concurrent gets on one client are
-    /// batched: a get goes out at once when a lane is idle, and otherwise
-    /// joins the next batch (one `Lookup` request per batch, on a stream
-    /// per lane).
-    pub async fn get(&self, key: Uuid) -> Result<Option<Uuid>, ClientError> {
-        let min_lsn = self.min_lsn();
-        let lanes = &self.shared.lanes;
-        let mut values = self
-            .run("Lookup", true, |remaining, _| {
-                lanes.get(vec![key], min_lsn, self.consistency, remaining)
-            })
-            .await?;
-        Ok(values.pop().flatten())
-    }
-
-    /// The values of `keys`, in their order (`None`: no entry), through
-    /// the `Lookup` streams: one request (shared with concurrent gets),
-    /// without the per-call cost of a unary `BatchGet`. More keys than the
-    /// server's batch limit (65536 by default) are refused by the server.
-    pub async fn lookup(&self, keys: &[Uuid]) -> Result<Vec<Option<Uuid>>, ClientError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let min_lsn = self.min_lsn();
-        let lanes = &self.shared.lanes;
-        self.run("Lookup", true, |remaining, _| {
-            lanes.get(keys.to_vec(), min_lsn, self.consistency, remaining)
-        })
-        .await
-    }
-
-    /// The value of `key` through one unary `Get` call (no batching).
-    pub async fn get_unary(&self, key: Uuid) -> Result<Option<Uuid>, ClientError> {
-        let (consistency, max_staleness_ms) = self.consistency.to_wire();
-        let message = pb::GetRequest {
-            key: bytes_of(key),
-            min_lsn: self.min_lsn(),
-            consistency,
-            max_staleness_ms,
-        };
-        let answer = self
-            .unary("Get", true, |channel, remaining| {
-                let r = self.request(message.clone(), remaining);
-                async move { UuidMapClient::new(channel).get(r).await }
-            })
-            .await?
-            .into_inner();
-        answer.value.map(|v| uuid_of("Get", &v)).transpose()
-    }
-
-    /// The values of `keys`, in their order (`None`: no entry), in one
-    /// `BatchGet` call.
-    pub async fn get_many(&self, keys: &[Uuid]) -> Result<Vec<Option<Uuid>>, ClientError> {
-        let message = pb::BatchGetRequest {
-            keys: keys
-                .iter()
-                .flat_map(|k| *k.as_bytes())
-                .collect::<Vec<u8>>()
-                .into(),
-            min_lsn: self.min_lsn(),
-            consistency: self.consistency.to_wire().0,
-            max_staleness_ms: self.consistency.to_wire().1,
-        };
-        let answer = self
-            .unary("BatchGet", true, |channel, remaining| {
-                let r = self.request(message.clone(), remaining);
-                async move { UuidMapClient::new(channel).batch_get(r).await }
-            })
-            .await?
-            .into_inner();
-        unpack_values("BatchGet", keys.len(), &answer.values, &answer.found)
-    }
-
     /// Sets `key` to `value`; the write's LSN. Not sent again after an
     /// unknown outcome unless the client is [`Client::idempotent`].
     pub async fn put(&self, key: Uuid, value: Uuid) -> Result<u64, ClientError> {
@@ -743,14 +706,16 @@ impl Client {
 
     /// Waits until the server has applied `lsn`; the applied LSN then.
     pub async fn wait_for(&self, lsn: u64) -> Result<u64, ClientError> {
-        Ok(self
+        let applied_lsn = self
             .unary("WaitFor", true, |channel, remaining| {
                 let r = self.request(pb::WaitForRequest { lsn }, remaining);
                 async move { UuidMapClient::new(channel).wait_for(r).await }
             })
             .await?
             .into_inner()
-            .applied_lsn)
+            .applied_lsn;
+        self.observe(applied_lsn);
+        Ok(applied_lsn)
     }
 
     /// The server's figures.
@@ -788,6 +753,10 @@ impl Client {
 
     pub(crate) fn endpoints(&self) -> &Arc<Endpoints> {
         &self.shared.endpoints
+    }
+
+    pub(crate) fn lanes(&self) -> &Lanes {
+        &self.shared.lanes
     }
 }
 

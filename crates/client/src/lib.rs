@@ -85,6 +85,7 @@ mod endpoints;
 pub mod error;
 mod membership_calls;
 mod pool;
+mod reads;
 mod resolve;
 mod retry;
 mod scan;

@@ -126,6 +126,7 @@ impl ScanStream {
                 return Ok(None);
             };
             self.failures = 0;
+            self.client.observe(message.applied_lsn);
             let applied_lsn = *self.applied_lsn.get_or_insert(message.applied_lsn);
             let entries = unpack_entries(&message.entries)?;
             self.delivered += entries.len() as u64;
@@ -186,7 +187,11 @@ impl ScanStream {
             } else {
                 0
             },
-            min_lsn: self.client.min_lsn(),
+            // Resumed, at least the state the first page showed: a member
+            // further behind would answer the rest from an older state, and
+            // a watch from the scan's applied LSN would miss the changes
+            // between the two.
+            min_lsn: self.client.min_lsn().max(self.applied_lsn.unwrap_or(0)),
             consistency: self.client.consistency().to_wire().0,
             max_staleness_ms: self.client.consistency().to_wire().1,
         };

@@ -72,6 +72,7 @@ impl WatchStream {
         loop {
             if let Some(batch) = self.buffered.pop_front() {
                 self.after = batch.lsn;
+                self.client.observe(batch.lsn);
                 return Ok(batch);
             }
             let (endpoint, mut stream, lease) = match self.open.take() {
