@@ -31,13 +31,16 @@ use crate::error::ClientError;
 use crate::pool::Lease;
 use pb::uuid_map_client::UuidMapClient;
 
+/// A caller's values, in the order of its keys, and the answer's
+/// `applied_lsn`.
+pub(crate) type Answered = (Vec<Option<Uuid>>, u64);
+
 /// A get (or a caller's own batch of keys) waiting in a lane.
 struct Pending {
     keys: Vec<Uuid>,
     min_lsn: u64,
     consistency: crate::ReadConsistency,
-    /// The caller's values, and the answer's `applied_lsn`.
-    reply: oneshot::Sender<Result<(Vec<Option<Uuid>>, u64), Failure>>,
+    reply: oneshot::Sender<Result<Answered, Failure>>,
 }
 
 /// The lanes of one client.
@@ -96,7 +99,7 @@ impl Lanes {
         min_lsn: u64,
         consistency: crate::ReadConsistency,
         remaining: Duration,
-    ) -> Result<(Vec<Option<Uuid>>, u64), Failure> {
+    ) -> Result<Answered, Failure> {
         let (reply, answer) = oneshot::channel();
         let lane = self.next.fetch_add(1, Relaxed) % self.queues.len();
         let gone = || Failure {
@@ -212,7 +215,7 @@ impl Lane {
     async fn lookup(
         &mut self,
         batch: &[Pending],
-    ) -> Result<(Vec<Option<Uuid>>, u64), (ClientError, Option<usize>)> {
+    ) -> Result<Answered, (ClientError, Option<usize>)> {
         if self.stream.is_none() {
             self.stream = Some(self.open().await?);
         }
