@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
 use uuid::Uuid;
-use uuidmap_client::{Client, ClientError, RetryClass};
+use uuidmap_client::{CasOutcome, Client, ClientError, RetryClass};
 
 use super::serve_child::{ServeChild, clear_uuidmap_env};
 use super::{dead_addr, key};
@@ -102,7 +102,7 @@ async fn kill_9_and_restart_under_load_loses_no_acknowledged_write_and_reads_see
                     .compare_and_set(c, Some(counter_value(n)), Some(counter_value(n + 1)))
                     .await
                 {
-                    Ok(_) => n += 1,
+                    Ok(CasOutcome::Applied { .. }) => n += 1,
                     Err(ClientError::Undetermined { current, .. }) => {
                         undetermined += 1;
                         // Applied once, or not at all: never twice.
@@ -112,7 +112,7 @@ async fn kill_9_and_restart_under_load_loses_no_acknowledged_write_and_reads_see
                             assert_eq!(current, Some(counter_value(n)), "the counter moved by itself");
                         }
                     }
-                    Err(ClientError::CasMismatch { current, .. }) => {
+                    Ok(CasOutcome::Mismatch { current }) => {
                         panic!("a compare-and-set was applied behind the writer's back: {current:?} after {n}")
                     }
                     Err(e) => assert_ne!(e.retry_class(), RetryClass::Final, "a compare-and-set failed for good: {e}"),

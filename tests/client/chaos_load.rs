@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
-use uuidmap_client::{Client, ClientError, RetryClass, ScanOptions};
+use uuidmap_client::{CasOutcome, Client, ClientError, RetryClass, ScanOptions};
 use uuidmap_testkit::data::SplitMix64;
 use uuidmap_testkit::linearizability::{Call, Op, Ret};
 
@@ -166,8 +166,8 @@ pub(crate) fn cas_reader(client: Client) -> Reader {
                 .compare_and_set(key, Some(hot_value(NEVER)), None)
                 .await
             {
-                Ok(_) => panic!("a read's compare-and-set matched"),
-                Err(ClientError::CasMismatch { current, .. }) => Ok(current),
+                Ok(CasOutcome::Applied { .. }) => panic!("a read's compare-and-set matched"),
+                Ok(CasOutcome::Mismatch { current }) => Ok(current),
                 Err(e) => Err(e),
             }
         })
@@ -180,6 +180,8 @@ enum Answer {
     Written(u64),
     /// A read's value.
     Read(Option<Uuid>),
+    /// A compare-and-set that found this value.
+    CasFailed(Option<Uuid>),
 }
 
 /// A task on the hot keys until `stop`: puts, compare-and-sets from the
@@ -216,7 +218,10 @@ pub(crate) async fn hot_task(
             Call::Cas { expected, new } => client
                 .compare_and_set(key, expected.map(hot_value), new.map(hot_value))
                 .await
-                .map(Answer::Written),
+                .map(|outcome| match outcome {
+                    CasOutcome::Applied { lsn } => Answer::Written(lsn),
+                    CasOutcome::Mismatch { current } => Answer::CasFailed(current),
+                }),
             _ => read(key).await.map(Answer::Read),
         };
         let returned = now();
@@ -231,7 +236,7 @@ pub(crate) async fn hot_task(
                 seen.insert(key, value);
                 Some((returned, Ret::Value(value)))
             }
-            Err(ClientError::CasMismatch { current, .. }) => {
+            Ok(Answer::CasFailed(current)) => {
                 let current = current.map(value_id);
                 seen.insert(key, current);
                 Some((returned, Ret::CasFailed { current }))

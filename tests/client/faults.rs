@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use uuidmap_client::{ClientError, ScanOptions};
+use uuidmap_client::{CasOutcome, ClientError, ScanOptions};
 use uuidmap_testkit::proxy::FaultProxy;
 use uuidmap_testkit::server::TestServer;
 
@@ -110,13 +110,15 @@ async fn a_compare_and_set_whose_answer_is_lost_is_undetermined_and_not_sent_aga
     );
 
     // A plain mismatch is final and says what is there.
-    let e = client
+    let outcome = client
         .compare_and_set(key(1), Some(key(10)), Some(key(12)))
         .await
-        .unwrap_err();
-    assert!(
-        matches!(e, ClientError::CasMismatch { current: Some(v), .. } if v == key(11)),
-        "{e}"
+        .unwrap();
+    assert_eq!(
+        outcome,
+        CasOutcome::Mismatch {
+            current: Some(key(11))
+        }
     );
     drop(proxy);
     server.stop().await.unwrap();

@@ -34,7 +34,7 @@ async fn read_steps(reader: Client, done: Arc<AtomicBool>) -> Vec<u64> {
     let mut seen = Vec::new();
     let mut i = 0u64;
     while !done.load(SeqCst) {
-        let v = if i % 2 == 0 {
+        let v = if i.is_multiple_of(2) {
             reader.get(key(0)).await
         } else {
             reader.get_unary(key(0)).await

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use uuid::Uuid;
-use uuidmap_client::{Client, ClientError, ScanOptions};
+use uuidmap_client::{CasOutcome, Client, ClientError, ScanOptions};
 
 #[tokio::main]
 async fn main() -> Result<(), ClientError> {
@@ -40,15 +40,15 @@ async fn main() -> Result<(), ClientError> {
 
     // Move one file, only if it is still where we put it.
     let new_shard = Uuid::new_v4();
-    let lsn = client
+    let moved = client
         .compare_and_set(files[0], Some(shard), Some(new_shard))
         .await?;
-    println!("moved {} to {new_shard} at LSN {lsn}", files[0]);
+    println!("moved {} to {new_shard}: {moved:?}", files[0]);
     match client
         .compare_and_set(files[0], Some(shard), Some(Uuid::new_v4()))
         .await
     {
-        Err(ClientError::CasMismatch { current, .. }) => {
+        Ok(CasOutcome::Mismatch { current }) => {
             println!("a second move from {shard} finds {current:?}: nothing changed")
         }
         Err(ClientError::Undetermined { current, .. }) => {

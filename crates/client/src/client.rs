@@ -46,7 +46,7 @@ use crate::call::{Failure, bytes_of, endpoint_failure, request, uuid_of};
 use crate::endpoints::Endpoints;
 use crate::error::{ClientError, RetryClass};
 use crate::retry::RetryPolicy;
-use crate::write_op::WriteOp;
+use crate::write_op::{CasOutcome, WriteOp};
 use pb::uuid_map_admin_client::UuidMapAdminClient;
 use pb::uuid_map_client::UuidMapClient;
 
@@ -603,18 +603,19 @@ impl Client {
     }
 
     /// Sets `key` to `new` (`None`: removes it) only if its value is
-    /// `expected` (`None`: no entry); the change's LSN.
+    /// `expected` (`None`: no entry): [`CasOutcome::Applied`] with the
+    /// change's LSN, or [`CasOutcome::Mismatch`] with the value found (not
+    /// an error: nothing failed).
     ///
-    /// A value other than `expected` is [`ClientError::CasMismatch`], with
-    /// the value found. A compare-and-set is never sent twice after an
-    /// unknown outcome: the client reads the key back (waiting for its own
-    /// writes) and answers [`ClientError::Undetermined`] with what it found.
+    /// A compare-and-set is never sent twice after an unknown outcome: the
+    /// client reads the key back (waiting for its own writes) and answers
+    /// [`ClientError::Undetermined`] with what it found.
     pub async fn compare_and_set(
         &self,
         key: Uuid,
         expected: Option<Uuid>,
         new: Option<Uuid>,
-    ) -> Result<u64, ClientError> {
+    ) -> Result<CasOutcome, ClientError> {
         let message = pb::CompareAndSetRequest {
             key: bytes_of(key),
             expected: expected.map(bytes_of),
@@ -630,10 +631,11 @@ impl Client {
             Ok(answer) => {
                 let answer = answer.into_inner();
                 if answer.applied {
-                    Ok(self.wrote(answer.lsn))
+                    Ok(CasOutcome::Applied {
+                        lsn: self.wrote(answer.lsn),
+                    })
                 } else {
-                    Err(ClientError::CasMismatch {
-                        key,
+                    Ok(CasOutcome::Mismatch {
                         current: answer
                             .current
                             .map(|v| uuid_of("CompareAndSet", &v))

@@ -246,15 +246,6 @@ pub enum ClientError {
         /// The last attempt's failure, if one failed before the deadline.
         last: Option<Box<ClientError>>,
     },
-    /// A compare-and-set found another value, and changed nothing.
-    #[error("compare-and-set of {key} changed nothing: the entry is {}", entry(.current))]
-    CasMismatch {
-        /// The key.
-        key: Uuid,
-        /// Its value when the compare-and-set was decided (`None`: no
-        /// entry).
-        current: Option<Uuid>,
-    },
     /// A `Write` whose compare-and-set number `op` found another value:
     /// nothing of the batch was applied.
     #[error(
@@ -356,7 +347,6 @@ impl ClientError {
             | ClientError::ReadFile { .. }
             | ClientError::BadToken
             | ClientError::BadResponse { .. }
-            | ClientError::CasMismatch { .. }
             | ClientError::WriteMismatch { .. }
             | ClientError::Undetermined { .. }
             | ClientError::NotRetained { .. }
@@ -535,7 +525,8 @@ mod tests {
             last: None,
         };
         assert_eq!(late.retry_class(), RetryClass::Conditional);
-        let mismatch = ClientError::CasMismatch {
+        let mismatch = ClientError::WriteMismatch {
+            op: 0,
             key: Uuid::from_u128(1),
             current: None,
         };

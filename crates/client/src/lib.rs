@@ -16,7 +16,8 @@
 //! client.put(file, shard).await?;
 //! assert_eq!(client.get(file).await?, Some(shard));
 //! // Move the file, only if no one else did.
-//! client.compare_and_set(file, Some(shard), Some(Uuid::new_v4())).await?;
+//! let moved = client.compare_and_set(file, Some(shard), Some(Uuid::new_v4())).await?;
+//! assert!(moved.applied());
 //! // Every entry on `shard`, resumed by itself after a failure.
 //! let mut scan = client.scan(ScanOptions { values: vec![shard], ..Default::default() });
 //! while let Some(page) = scan.next_page().await? {
@@ -104,7 +105,7 @@ pub use pool::PoolConfig;
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use scan::{ScanOptions, ScanPage, ScanStream, unpack_entries};
 pub use watch::{Follow, FollowStream, WatchBatch, WatchStream};
-pub use write_op::WriteOp;
+pub use write_op::{CasOutcome, WriteOp};
 
 /// The default server address.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";

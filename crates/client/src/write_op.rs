@@ -33,6 +33,40 @@ pub enum WriteOp {
     },
 }
 
+/// What a [`Client::compare_and_set`](crate::Client::compare_and_set)
+/// did, when the server answered: a mismatch is an answer, not an error
+/// (as tikv-client's `(previous, swapped)` and etcd's `Txn::succeeded`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a compare-and-set may have changed nothing"]
+pub enum CasOutcome {
+    /// The entry was `expected` and is now the new value, at this LSN.
+    Applied {
+        /// The change's LSN.
+        lsn: u64,
+    },
+    /// The entry was not `expected`: nothing changed.
+    Mismatch {
+        /// Its value when the compare-and-set was decided (`None`: no
+        /// entry).
+        current: Option<Uuid>,
+    },
+}
+
+impl CasOutcome {
+    /// Whether the new value was set.
+    pub fn applied(&self) -> bool {
+        matches!(self, CasOutcome::Applied { .. })
+    }
+
+    /// The change's LSN, if it was applied.
+    pub fn lsn(&self) -> Option<u64> {
+        match self {
+            CasOutcome::Applied { lsn } => Some(*lsn),
+            CasOutcome::Mismatch { .. } => None,
+        }
+    }
+}
+
 impl WriteOp {
     pub(crate) fn to_proto(self) -> pb::WriteOp {
         use pb::write_op::Op;
