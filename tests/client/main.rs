@@ -26,6 +26,7 @@ mod discovery;
 mod faults;
 mod group;
 mod group_kill;
+mod hedging;
 mod monotonic;
 mod netns_chaos;
 mod retries;

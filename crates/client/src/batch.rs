@@ -15,12 +15,21 @@
 //! failed opens a new one for its next batch, on the next healthy
 //! endpoint. A caller that gave up (its deadline passed) is dropped from
 //! the next batch.
+//!
+//! Deadlines: each caller brings the time its attempt may take (what is
+//! left of its call's deadline, cut to the client's attempt timeout), and
+//! the lane waits for an answer (and for a stream to open) until the
+//! latest of its batch's. An endpoint that lets that pass without a word
+//! is pessimized, the stream given up, and every caller of the batch gets
+//! [`ClientError::AttemptTimedOut`]: a read then tries another member.
+//! The stream itself carries no `grpc-timeout` (it outlives every call).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tonic::metadata::{Ascii, MetadataValue};
 use uuid::Uuid;
 use uuidmap_proto::v1 as pb;
@@ -40,6 +49,8 @@ struct Pending {
     keys: Vec<Uuid>,
     min_lsn: u64,
     consistency: crate::ReadConsistency,
+    /// When the caller's attempt gives up.
+    answer_by: Instant,
     reply: oneshot::Sender<Result<Answered, Failure>>,
 }
 
@@ -66,7 +77,6 @@ impl Lanes {
         max_keys: usize,
         endpoints: Arc<Endpoints>,
         token: Option<MetadataValue<Ascii>>,
-        answer_timeout: Duration,
     ) -> Lanes {
         let queues = (0..n)
             .map(|_| {
@@ -76,7 +86,6 @@ impl Lanes {
                     max_keys,
                     endpoints: Arc::clone(&endpoints),
                     token: token.clone(),
-                    answer_timeout,
                     stream: None,
                     next_id: 0,
                     carry: None,
@@ -92,13 +101,15 @@ impl Lanes {
     }
 
     /// The values of `keys` through the next lane, in one request with
-    /// whatever else is queued there; `remaining` bounds the wait.
+    /// whatever else is queued there; `remaining` bounds the wait, and
+    /// `attempt` the lane's wait for the answer.
     pub(crate) async fn get(
         &self,
         keys: Vec<Uuid>,
         min_lsn: u64,
         consistency: crate::ReadConsistency,
         remaining: Duration,
+        attempt: Duration,
     ) -> Result<Answered, Failure> {
         let (reply, answer) = oneshot::channel();
         let lane = self.next.fetch_add(1, Relaxed) % self.queues.len();
@@ -115,6 +126,7 @@ impl Lanes {
                 keys,
                 min_lsn,
                 consistency,
+                answer_by: Instant::now() + attempt.min(remaining),
                 reply,
             })
             .map_err(|_| gone())?;
@@ -149,8 +161,6 @@ struct Lane {
     max_keys: usize,
     endpoints: Arc<Endpoints>,
     token: Option<MetadataValue<Ascii>>,
-    /// How long an answer may take before the stream is given up.
-    answer_timeout: Duration,
     stream: Option<Stream>,
     next_id: u64,
     /// A caller's keys that did not fit in the last batch: the next one
@@ -216,8 +226,14 @@ impl Lane {
         &mut self,
         batch: &[Pending],
     ) -> Result<Answered, (ClientError, Option<usize>)> {
+        // The latest of the callers' attempts bounds the lane's waits.
+        let answer_by = batch
+            .iter()
+            .map(|p| p.answer_by)
+            .max()
+            .unwrap_or_else(Instant::now);
         if self.stream.is_none() {
-            self.stream = Some(self.open().await?);
+            self.stream = Some(self.open(answer_by).await?);
         }
         let stream = self.stream.as_mut().expect("opened");
         let endpoint = stream.endpoint.clone();
@@ -242,9 +258,10 @@ impl Lane {
             consistency: consistency.0,
             max_staleness_ms: consistency.1,
         };
+        let sent_at = Instant::now();
         let sent = stream.requests.send(request).await.is_ok();
         let answer = if sent {
-            tokio::time::timeout(self.answer_timeout, stream.answers.message()).await
+            tokio::time::timeout_at(answer_by, stream.answers.message()).await
         } else {
             Ok(Ok(None))
         };
@@ -255,10 +272,17 @@ impl Lane {
                 self.stream = None;
                 let status = match other {
                     Ok(Err(status)) => status,
-                    Err(_) => tonic::Status::deadline_exceeded(format!(
-                        "no answer to a Lookup request within {:?}",
-                        self.answer_timeout
-                    )),
+                    Err(_) => {
+                        self.endpoints.timed_out(&endpoint);
+                        return Err((
+                            ClientError::AttemptTimedOut {
+                                rpc: "Lookup",
+                                server: endpoint.url.clone(),
+                                after: answer_by.saturating_duration_since(sent_at),
+                            },
+                            Some(endpoint.id),
+                        ));
+                    }
                     Ok(Ok(Some(a))) => tonic::Status::internal(format!(
                         "a Lookup answer for request {} came while {id} was the only one out",
                         a.id
@@ -280,30 +304,37 @@ impl Lane {
             ));
         }
         self.endpoints.succeeded(&endpoint);
+        endpoint.latency.record(sent_at.elapsed());
         unpack_values("Lookup", n, &answer.values, &answer.found)
             .map(|values| (values, answer.applied_lsn))
             .map_err(|e| (e, Some(endpoint.id)))
     }
 
-    async fn open(&mut self) -> Result<Stream, (ClientError, Option<usize>)> {
+    async fn open(&mut self, answer_by: Instant) -> Result<Stream, (ClientError, Option<usize>)> {
         let e = self.endpoints.pick(None);
         let (requests, rx) = mpsc::channel(1);
         // A stream has no deadline: each request's answer is bounded
-        // instead (`answer_timeout`).
+        // instead (by its callers' attempts).
         let r = request(
             &self.token,
             tokio_stream::wrappers::ReceiverStream::new(rx),
             None,
         );
         let (channel, lease) = e.pool.lease();
-        let opened =
-            tokio::time::timeout(self.answer_timeout, UuidMapClient::new(channel).lookup(r))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(tonic::Status::deadline_exceeded(
-                        "the Lookup stream did not open in time",
-                    ))
-                });
+        let started = Instant::now();
+        let Ok(opened) =
+            tokio::time::timeout_at(answer_by, UuidMapClient::new(channel).lookup(r)).await
+        else {
+            self.endpoints.timed_out(&e);
+            return Err((
+                ClientError::AttemptTimedOut {
+                    rpc: "Lookup",
+                    server: e.url.clone(),
+                    after: answer_by.saturating_duration_since(started),
+                },
+                Some(e.id),
+            ));
+        };
         match opened {
             Ok(answers) => Ok(Stream {
                 endpoint: e.clone(),
@@ -349,6 +380,11 @@ fn clone_error(e: &ClientError) -> ClientError {
             timeout: *timeout,
             attempts: *attempts,
             last: last.as_deref().map(clone_error).map(Box::new),
+        },
+        ClientError::AttemptTimedOut { rpc, server, after } => ClientError::AttemptTimedOut {
+            rpc,
+            server: server.clone(),
+            after: *after,
         },
         other => ClientError::BadResponse {
             rpc: "Lookup",

@@ -15,6 +15,7 @@ use crate::client::{Client, Shared};
 use crate::endpoints::{self, Endpoints, MakePool, ProbeSettings};
 use crate::error::{ClientError, connect_error};
 use crate::pool::{Pool, PoolConfig};
+use crate::read_attempt::ReadAttempts;
 use crate::resolve::Source;
 use crate::retry::RetryPolicy;
 
@@ -33,6 +34,7 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     budget: RetryBudgetConfig,
     read_your_writes: bool,
+    read_attempts: ReadAttempts,
     consistency: crate::ReadConsistency,
     health_interval: Duration,
     resolve_interval: Duration,
@@ -57,6 +59,7 @@ impl Default for ClientBuilder {
             retry: RetryPolicy::default(),
             budget: RetryBudgetConfig::default(),
             read_your_writes: true,
+            read_attempts: ReadAttempts::default(),
             consistency: crate::ReadConsistency::Linearizable,
             health_interval: Duration::from_secs(1),
             resolve_interval: Duration::from_secs(30),
@@ -160,6 +163,42 @@ impl ClientBuilder {
     /// going back in time.
     pub fn read_your_writes(mut self, on: bool) -> Self {
         self.read_your_writes = on;
+        self
+    }
+
+    /// The most one attempt of a read (`get`, `lookup`, `get_unary`,
+    /// `get_many`) may take, whatever the call's deadline (still capped by
+    /// it). An endpoint that lets an attempt time out is pessimized and the
+    /// read tried on another. By default an attempt may take a quarter of
+    /// the call's deadline ([`ClientBuilder::attempt_timeout_fraction`]).
+    /// Writes are not cut short: a write's attempt that timed out has an
+    /// unknown outcome.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.read_attempts.fixed = Some(timeout);
+        self
+    }
+
+    /// The part of a call's deadline one attempt of a read may take (0.25;
+    /// 1.0: the whole deadline, so a silent member costs it all). Replaces
+    /// a fixed [`ClientBuilder::attempt_timeout`]. Values outside (0, 1]
+    /// are clamped into it.
+    pub fn attempt_timeout_fraction(mut self, fraction: f64) -> Self {
+        self.read_attempts.fixed = None;
+        self.read_attempts.fraction = if fraction.is_nan() {
+            1.0
+        } else {
+            fraction.clamp(0.01, 1.0)
+        };
+        self
+    }
+
+    /// Whether unary reads (`get_unary`, `get_many`) are hedged (on by
+    /// default): one that has waited longer than 95 % of its endpoint's
+    /// recent answers goes to a second member too, the first answer wins
+    /// and the other is cancelled. Each hedge takes a token from the retry
+    /// budget; with none left, no hedge is sent.
+    pub fn hedging(mut self, on: bool) -> Self {
+        self.read_attempts.hedging = on;
         self
     }
 
@@ -317,6 +356,7 @@ impl ClientBuilder {
             self.retry,
             RetryBudget::new(self.budget),
             self.read_your_writes,
+            self.read_attempts,
             self.batch_lanes,
             self.max_batch_keys,
             uuidmap_index::sync::LifoSemaphore::new(self.max_in_flight, self.max_waiting),

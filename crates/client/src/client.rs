@@ -45,6 +45,7 @@ use crate::budget::RetryBudget;
 use crate::call::{Failure, bytes_of, endpoint_failure, request, uuid_of};
 use crate::endpoints::Endpoints;
 use crate::error::{ClientError, RetryClass};
+use crate::read_attempt::ReadAttempts;
 use crate::retry::RetryPolicy;
 use crate::write_op::{CasOutcome, WriteOp};
 use pb::uuid_map_admin_client::UuidMapAdminClient;
@@ -59,6 +60,8 @@ pub(crate) struct Shared {
     retry: RetryPolicy,
     budget: RetryBudget,
     read_your_writes: bool,
+    /// Reads' attempt timeout and hedging.
+    read_attempts: ReadAttempts,
     /// The highest LSN this client has written.
     written: AtomicU64,
     lanes: Lanes,
@@ -77,6 +80,9 @@ pub struct ClientCounters {
     pub attempts: u64,
     /// Retries refused because the retry budget was spent.
     pub budget_refusals: u64,
+    /// Hedges sent: second attempts of slow reads on another member
+    /// (counted in `attempts` too).
+    pub hedges: u64,
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +90,7 @@ struct Counters {
     calls: AtomicU64,
     attempts: AtomicU64,
     budget_refusals: AtomicU64,
+    hedges: AtomicU64,
 }
 
 impl Shared {
@@ -95,24 +102,20 @@ impl Shared {
         retry: RetryPolicy,
         budget: RetryBudget,
         read_your_writes: bool,
+        read_attempts: ReadAttempts,
         lanes: usize,
         max_batch_keys: usize,
         in_flight: LifoSemaphore,
     ) -> Shared {
         Shared {
-            lanes: Lanes::new(
-                lanes,
-                max_batch_keys,
-                Arc::clone(&endpoints),
-                token.clone(),
-                timeout,
-            ),
+            lanes: Lanes::new(lanes, max_batch_keys, Arc::clone(&endpoints), token.clone()),
             endpoints,
             token,
             timeout,
             retry,
             budget,
             read_your_writes,
+            read_attempts,
             written: AtomicU64::new(0),
             counters: Counters::default(),
             in_flight_limit: in_flight.available(),
@@ -247,6 +250,7 @@ impl Client {
             calls: c.calls.load(Relaxed),
             attempts: c.attempts.load(Relaxed),
             budget_refusals: c.budget_refusals.load(Relaxed),
+            hedges: c.hedges.load(Relaxed),
         }
     }
 
@@ -759,6 +763,20 @@ impl Client {
 
     pub(crate) fn lanes(&self) -> &Lanes {
         &self.shared.lanes
+    }
+
+    pub(crate) fn read_attempts(&self) -> ReadAttempts {
+        self.shared.read_attempts
+    }
+
+    pub(crate) fn budget(&self) -> &RetryBudget {
+        &self.shared.budget
+    }
+
+    /// Counts a hedge, as an attempt too.
+    pub(crate) fn count_hedge(&self) {
+        self.shared.counters.hedges.fetch_add(1, Relaxed);
+        self.shared.counters.attempts.fetch_add(1, Relaxed);
     }
 }
 

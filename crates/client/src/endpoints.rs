@@ -43,6 +43,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::error::{ClientError, RetryClass};
+use crate::latency::Latency;
 use crate::pool::Pool;
 use crate::resolve::Source;
 
@@ -62,6 +63,8 @@ pub(crate) struct Endpoint {
     pessimized: AtomicBool,
     /// Microseconds from the list's start of the last pessimization.
     pessimized_at: AtomicU64,
+    /// Its recent answer times (reads), for hedging.
+    pub(crate) latency: Latency,
 }
 
 /// Makes the pool of a new endpoint: the source, the address it was
@@ -204,6 +207,7 @@ impl Endpoints {
             pool: Arc::new(pool),
             pessimized: AtomicBool::new(false),
             pessimized_at: AtomicU64::new(0),
+            latency: Latency::default(),
         });
         tracing::info!(url, "learned a member of the replica group");
         self.list.rcu(|now| {
@@ -234,6 +238,7 @@ impl Endpoints {
             pool: Arc::new(pool),
             pessimized: AtomicBool::new(false),
             pessimized_at: AtomicU64::new(0),
+            latency: Latency::default(),
         }))
     }
 
@@ -271,6 +276,19 @@ impl Endpoints {
             .min_by_key(|e| e.pessimized_at.load(Relaxed))
             .expect("at least one endpoint")
             .clone()
+    }
+
+    /// A healthy endpoint other than `id` for a hedge (the next one after
+    /// it in the list), without moving the turn of [`Endpoints::pick`], so
+    /// that hedges do not skew which member the next calls go to.
+    pub(crate) fn pick_other(&self, id: usize) -> Option<Arc<Endpoint>> {
+        let list = self.list.load();
+        let n = list.len();
+        let at = list.iter().position(|e| e.id == id).unwrap_or(0);
+        (1..n)
+            .map(|i| &list[(at + i) % n])
+            .find(|e| e.id != id && !e.pessimized.load(Relaxed))
+            .cloned()
     }
 
     /// The endpoint for the next attempt of a write: the leader, when one
@@ -335,6 +353,14 @@ impl Endpoints {
             }
         }
         unreachable
+    }
+
+    /// `e` did not answer an attempt within its timeout: a member that
+    /// accepts connections and never answers costs one attempt timeout,
+    /// not every call's deadline, so it is pessimized as an unreachable
+    /// one is (and probed until it answers again).
+    pub(crate) fn timed_out(&self, e: &Endpoint) {
+        self.failed(e, RetryClass::Fast, true);
     }
 
     /// Whether `e` is pessimized now.

@@ -246,6 +246,18 @@ pub enum ClientError {
         /// The last attempt's failure, if one failed before the deadline.
         last: Option<Box<ClientError>>,
     },
+    /// One attempt of a read got no answer within its own timeout (a part
+    /// of the call's deadline, [`crate::ClientBuilder::attempt_timeout`]):
+    /// the endpoint was pessimized, and the call tried another.
+    #[error("{rpc}: {server} did not answer within the attempt timeout of {after:?}")]
+    AttemptTimedOut {
+        /// The RPC called.
+        rpc: &'static str,
+        /// The endpoint that did not answer.
+        server: String,
+        /// The attempt's timeout.
+        after: Duration,
+    },
     /// A `Write` whose compare-and-set number `op` found another value:
     /// nothing of the batch was applied.
     #[error(
@@ -339,7 +351,9 @@ impl ClientError {
             // Nothing listened or the connection could not be made: the
             // request never left.
             ClientError::Refused { .. } | ClientError::Connect { .. } => RetryClass::Fast,
-            ClientError::DeadlineExceeded { .. } => RetryClass::Conditional,
+            ClientError::DeadlineExceeded { .. } | ClientError::AttemptTimedOut { .. } => {
+                RetryClass::Conditional
+            }
             ClientError::BadServer { .. }
             | ClientError::TlsWithoutHttps { .. }
             | ClientError::NoTlsCa { .. }

@@ -20,9 +20,10 @@ impl Client {
     pub async fn get(&self, key: Uuid) -> Result<Option<Uuid>, ClientError> {
         let min_lsn = self.min_lsn();
         let lanes = self.lanes();
+        let attempt = self.read_attempts().timeout(self.timeout());
         let (mut values, applied_lsn) = self
             .run("Lookup", true, |remaining, _| {
-                lanes.get(vec![key], min_lsn, self.consistency(), remaining)
+                lanes.get(vec![key], min_lsn, self.consistency(), remaining, attempt)
             })
             .await?;
         self.observe(applied_lsn);
@@ -39,9 +40,16 @@ impl Client {
         }
         let min_lsn = self.min_lsn();
         let lanes = self.lanes();
+        let attempt = self.read_attempts().timeout(self.timeout());
         let (values, applied_lsn) = self
             .run("Lookup", true, |remaining, _| {
-                lanes.get(keys.to_vec(), min_lsn, self.consistency(), remaining)
+                lanes.get(
+                    keys.to_vec(),
+                    min_lsn,
+                    self.consistency(),
+                    remaining,
+                    attempt,
+                )
             })
             .await?;
         self.observe(applied_lsn);
@@ -58,7 +66,7 @@ impl Client {
             max_staleness_ms,
         };
         let answer = self
-            .unary("Get", true, |channel, remaining| {
+            .unary_read("Get", |channel, remaining| {
                 let r = self.request(message.clone(), remaining);
                 async move { UuidMapClient::new(channel).get(r).await }
             })
@@ -82,7 +90,7 @@ impl Client {
             max_staleness_ms: self.consistency().to_wire().1,
         };
         let answer = self
-            .unary("BatchGet", true, |channel, remaining| {
+            .unary_read("BatchGet", |channel, remaining| {
                 let r = self.request(message.clone(), remaining);
                 async move { UuidMapClient::new(channel).batch_get(r).await }
             })
