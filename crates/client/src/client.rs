@@ -28,7 +28,8 @@
 //! Counted in the `metrics` crate's recorder, when the application installs
 //! one: `uuidmap_client_calls_total{rpc}`, `uuidmap_client_retries_total{rpc,class}`,
 //! `uuidmap_client_budget_exhausted_total`, `uuidmap_client_pessimized_total`;
-//! each retry is logged at debug (`tracing`).
+//! always in [`ClientCounters`] (calls, attempts, retries); each retry is
+//! logged at debug (`tracing`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -75,6 +76,9 @@ pub struct ClientCounters {
     pub calls: u64,
     /// Attempts of those calls (the first ones included).
     pub attempts: u64,
+    /// Attempts made again after a failure: retries, redirects to the
+    /// leader, streams opened again.
+    pub retries: u64,
     /// Retries refused because the retry budget was spent.
     pub budget_refusals: u64,
 }
@@ -83,6 +87,7 @@ pub struct ClientCounters {
 struct Counters {
     calls: AtomicU64,
     attempts: AtomicU64,
+    retries: AtomicU64,
     budget_refusals: AtomicU64,
 }
 
@@ -218,6 +223,7 @@ impl Client {
         ClientCounters {
             calls: c.calls.load(Relaxed),
             attempts: c.attempts.load(Relaxed),
+            retries: c.retries.load(Relaxed),
             budget_refusals: c.budget_refusals.load(Relaxed),
         }
     }
@@ -310,8 +316,11 @@ impl Client {
             && retry < self.shared.retry.max_attempts
             && (self.shared.budget.withdraw()
                 || self.wait_for_budget(Instant::now() + self.timeout()).await);
-        if allowed && let Some(b) = self.shared.retry.backoff(class) {
-            tokio::time::sleep(b.delay(retry)).await;
+        if allowed {
+            self.shared.counters.retries.fetch_add(1, Relaxed);
+            if let Some(b) = self.shared.retry.backoff(class) {
+                tokio::time::sleep(b.delay(retry)).await;
+            }
         }
         allowed
     }
@@ -414,6 +423,7 @@ impl Client {
                 // and no retry storm to guard against.
                 tracing::debug!(rpc, attempt = attempts, %error, "redirected to the leader");
                 metrics::counter!("uuidmap_client_redirects_total", "rpc" => rpc).increment(1);
+                shared.counters.retries.fetch_add(1, Relaxed);
                 last = Some(error);
                 continue;
             }
@@ -439,6 +449,7 @@ impl Client {
                 "class" => class_label(class)
             )
             .increment(1);
+            shared.counters.retries.fetch_add(1, Relaxed);
             tokio::time::sleep(delay).await;
             last = Some(error);
         }
