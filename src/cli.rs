@@ -5,7 +5,7 @@
 //! (`67e55044-10b1-426f-9247-bb680e5fe0c8`; the simple, braced and URN
 //! forms are read too). Exit codes: 0 done (for `get`: found), 1 `get`
 //! found no entry, 2 any error (bad arguments, no server, a refused call);
-//! errors go to stderr, answers to stdout.
+//! errors go to stderr, answers to stdout. `bench` has exit codes of its own.
 //!
 //! `scan` prints one `key value` line per entry. On a terminal (stderr) it
 //! shows a progress bar; piped or redirected, stderr stays quiet. If the
@@ -101,6 +101,16 @@ pub enum ClientCommand {
     Cluster(ClusterCommand),
     /// Load the server and measure it: calls/s, keys/s, latency
     /// percentiles, every answer checked; the last line is JSON.
+    ///
+    /// Only answered calls make the rates and percentiles; failed calls
+    /// are counted as `errors`, the client's retries as `retries`. A Put
+    /// run reads back up to 1000 of the keys it wrote (`read_back`), each
+    /// of which must hold the value written.
+    ///
+    /// Exit codes: 0 every call answered and every answer right; 1 calls
+    /// failed (errors), no answer wrong; 2 a wrong answer, or the bench
+    /// could not run (bad arguments, no server, a failed --load). When
+    /// not 0, the last line on stderr says why.
     Bench(crate::bench::BenchArgs),
 }
 

@@ -44,6 +44,18 @@
 # through ReadIndex. Rates are Gets/s; the table gives each set-up's
 # median (min-max) and the two ratios.
 #
+# No figure from a run with errors: the script stops, saying why, when
+# `uuidmap bench` exits non-zero (failed calls, wrong answers) or its JSON
+# shows errors, wrong answers or misses, and when an h2load run has failed
+# requests. h2load counts HTTP statuses, and a gRPC error is a 200, so
+# after each h2load run the target's uuidmap_rpc_requests_total (its
+# /metrics; in MODE=scans the single node serves them too) must show at
+# least as many more calls of the RPC answered OK as h2load counted
+# successes, and no more calls ended otherwise than h2load abandoned (its
+# started minus done: the calls cut when its -D time is up, which the
+# server records as CANCELLED or UNKNOWN). Its reads do not move the LSN,
+# so the LSN cannot count them.
+#
 # Knobs (environment): MODE (writes, reads, scans or levels, default writes),
 # ROUNDS (default 3), SECS (seconds per run, default 5), TASKS (default
 # 64), ENTRIES (MODE=reads, default 100000; MODE=scans, default 1000000),
@@ -74,8 +86,38 @@ FILTER=${FILTER:-0}
 . tools/bench-lib.sh
 bench_setup bench-cluster
 
-json_field() { # field: from bench's JSON line on stdin (no wrong answers, no misses)
-  tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['wrong']==0 and d.get('misses',0)==0, d; print(round(d['$1']))"
+json_field() { # field: from bench's JSON line on stdin; fails if it shows errors, wrong answers or misses
+  tail -1 | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+bad = {k: d.get(k) for k in ('errors', 'wrong', 'misses') if d.get(k) != 0}
+if bad:
+    sys.exit(f'uuidmap bench reported {bad}: no figure from this run ({d})')
+print(round(d['$1']))"
+}
+
+rpc_codes() { # metrics-url rpc -> its calls so far: ended OK, and otherwise
+  curl -sf --max-time 10 "$1/metrics" | awk -v rpc="rpc=\"$2\"" '
+    index($1, "uuidmap_rpc_requests_total{") == 1 && index($1, rpc) {
+      if (index($1, "code=\"OK\"")) ok += $2; else bad += $2
+    }
+    END { printf "%d %d\n", ok, bad }'
+}
+
+check_h2load() { # metrics-url rpc codes-before: fails unless h2load's successes were gRPC ones
+  local ok0 bad0 ok1 bad1 succeeded abandoned
+  read -r ok0 bad0 <<<"$3"
+  read -r ok1 bad1 <<<"$(rpc_codes "$1" "$2")"
+  succeeded=$(awk '/^requests:/ {print $8}' "$work/h2load.out")
+  abandoned=$(awk '/^requests:/ {print $4 - $6}' "$work/h2load.out")
+  if ! grep -q " 0 failed, 0 errored" "$work/h2load.out" || [ -z "$succeeded" ] ||
+    [ $((ok1 - ok0)) -lt "$succeeded" ] || [ $((bad1 - bad0)) -gt "$abandoned" ]; then
+    cat "$work/h2load.out" >&2
+    echo "h2load's $2 calls had errors: $succeeded succeeded by HTTP ($abandoned abandoned)," \
+      "but the server ended $((ok1 - ok0)) OK and $((bad1 - bad0)) otherwise ($1/metrics, since its start:)" >&2
+    curl -s --max-time 10 "$1/metrics" | grep "^uuidmap_rpc_requests_total{.*rpc=\"$2\"" >&2
+    return 1
+  fi
 }
 
 grpc() { # url method body-file: one unary call with curl; fails unless grpc-status 0
@@ -86,12 +128,15 @@ grpc() { # url method body-file: one unary call with curl; fails unless grpc-sta
   [ "$status" = 0 ] || { echo "$2 at $1 answered grpc-status '$status'" >&2; return 1; }
 }
 
+# The functions whose answer is read with `$(...)`, where `set -e` does
+# not hold, return at the first failure themselves (`|| return 1`).
+
 scan_rate() { # writer target -> entries scanned (examined) per second on target
-  local s c lsn
+  local s c lsn codes
   for ((s = 0; s < ENTRIES; s += 50000)); do
     c=$((ENTRIES - s < 50000 ? ENTRIES - s : 50000))
     python3 tools/grpc-body.py write "$s" "$c" "$work/w.bin"
-    grpc "$1" Write "$work/w.bin"
+    grpc "$1" Write "$work/w.bin" || return 1
   done
   lsn=$(applied_lsn "$1")
   for _ in $(seq 1 300); do
@@ -102,11 +147,13 @@ scan_rate() { # writer target -> entries scanned (examined) per second on target
   # The readiness probe's entry is there too.
   [ "$c" -ge "$ENTRIES" ] || { echo "a full scan of $2 gave $c entries, not $ENTRIES" >&2; return 1; }
   python3 tools/grpc-body.py scan 0 "$FILTER" "$work/scan.bin"
-  grpc "$2" Scan "$work/scan.bin"
+  grpc "$2" Scan "$work/scan.bin" || return 1
+  codes=$(rpc_codes "$(metrics_of "$2")" Scan)
   h2load -n "$SCANS" -c 1 -m 1 -d "$work/scan.bin" -H 'content-type: application/grpc' \
     -H 'te: trailers' "$2/uuidmap.v1.UuidMap/Scan" >"$work/h2load.out"
-  grep -q "succeeded, 0 failed, 0 errored" "$work/h2load.out" ||
-    { cat "$work/h2load.out" >&2; return 1; }
+  grep -q "$SCANS succeeded, 0 failed, 0 errored" "$work/h2load.out" ||
+    { cat "$work/h2load.out" >&2; echo "h2load: not all $SCANS Scans succeeded" >&2; return 1; }
+  check_h2load "$(metrics_of "$2")" Scan "$codes" || return 1
   awk -v n="$c" '/^finished in/ {gsub(",", "", $4); printf "%.0f\n", $4 * n}' "$work/h2load.out"
 }
 
@@ -115,7 +162,8 @@ bench() { # servers -> writes/s, or (MODE=reads) lookups/s of keys
     scan_rate "$1" "${2:-$1}"
   elif [ "$MODE" = reads ]; then
     "$bin" bench --op put --tasks "$TASKS" --secs 1 --json --entries "$ENTRIES" \
-      --load "$ENTRIES" --server "$1" >/dev/null
+      --load "$ENTRIES" --server "$1" >/dev/null ||
+      { echo "loading $ENTRIES entries into $1 failed" >&2; return 1; }
     local target=$1
     if [ -n "${2:-}" ]; then target=$2; fi
     sleep 1
@@ -139,8 +187,12 @@ run_single() { # round -> sets rate
   local base dir
   base=$(free_base)
   dir=$work/single-$1
+  # Metrics for the scans' check of h2load (on the group's members too);
+  # off otherwise, as the figures were first measured.
+  local metrics=off
+  [ "$MODE" = scans ] && metrics=127.0.0.1:$((base + 1))
   "$bin" serve --fsync always --data-dir "$dir" --listen "127.0.0.1:$base" \
-    --metrics-listen off >"$work/single-$1.log" 2>&1 &
+    --metrics-listen "$metrics" >"$work/single-$1.log" 2>&1 &
   local pid=$!
   pids+=("$pid")
   wait_writable "http://127.0.0.1:$base"
@@ -175,18 +227,24 @@ run_group() { # round -> sets rate
   stop_pids "$pid"
 }
 
+metrics_of() { # a member's client URL -> its metrics URL (the next port, as tools/cluster-3.sh and run_single place it)
+  echo "http://127.0.0.1:$((${1##*:} + 1))"
+}
+
 metric() { # metrics-url name -> its value
   curl -s "$1/metrics" | awk -v n="$2" '$1 == n {print $2}'
 }
 
 get_rate() { # target level(1|2) -> Gets/s at that level, h2load, TASKS in flight
   python3 tools/grpc-body.py get 7 "$work/get-$2.bin" "$2"
-  grpc "$1" Get "$work/get-$2.bin"
+  local codes
+  grpc "$1" Get "$work/get-$2.bin" || return 1
+  codes=$(rpc_codes "$(metrics_of "$1")" Get)
   h2load -D "$SECS" -c 4 -m $((TASKS / 4)) -d "$work/get-$2.bin" \
     -H 'content-type: application/grpc' -H 'te: trailers' "$1/uuidmap.v1.UuidMap/Get" \
     >"$work/h2load.out"
-  grep -q " 0 failed, 0 errored" "$work/h2load.out" || { cat "$work/h2load.out" >&2; return 1; }
-  grpc "$1" Get "$work/get-$2.bin"
+  check_h2load "$(metrics_of "$1")" Get "$codes" || return 1
+  grpc "$1" Get "$work/get-$2.bin" || return 1
   awk '/^finished in/ {gsub(",", "", $4); printf "%.0f\n", $4}' "$work/h2load.out"
 }
 

@@ -144,6 +144,7 @@ async fn a_put_whose_answer_is_lost_is_resent_only_when_marked_idempotent() {
     let lsn = client.idempotent().put(key(1), key(3)).await.unwrap();
     let after = client.counters();
     assert_eq!(after.attempts - before.attempts, 2, "sent twice");
+    assert_eq!(after.retries - before.retries, 1, "one retry counted");
     assert!(client.written_lsn() >= lsn);
     assert_eq!(client.get(key(1)).await.unwrap(), Some(key(3)));
     drop(proxy);

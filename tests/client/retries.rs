@@ -135,6 +135,7 @@ async fn a_final_error_is_not_retried_and_says_what_was_wrong() {
     );
     let c = client.counters();
     assert_eq!(c.attempts, c.calls, "no retry of a final error");
+    assert_eq!(c.retries, 0);
     server.stop().await.unwrap();
 }
 

@@ -553,3 +553,154 @@ async fn watch_prints_each_change_after_an_lsn_and_from_now_by_default() {
     }
     server.stop().await.unwrap();
 }
+
+/// Field `name` of `uuidmap bench`'s JSON line (its last line on stdout).
+fn bench_field(o: &Output, name: &str) -> f64 {
+    let out = stdout(o);
+    let line = out.lines().last().unwrap_or_default();
+    let at = format!("\"{name}\":");
+    let start = line
+        .find(&at)
+        .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+        + at.len();
+    let rest = &line[start..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} in {line:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_bench_exits_0_with_no_errors_and_a_put_run_reads_its_keys_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let url = format!("http://{}", server.addr);
+    let at = [("UUIDMAP_SERVER", url.as_str())];
+    let common = ["--secs", "1", "--tasks", "8", "--entries", "5000"];
+
+    let put = uuidmap(
+        &[&["bench", "--op", "put", "--json"][..], &common].concat(),
+        &at,
+    )
+    .await;
+    assert_eq!(put.status.code(), Some(0), "{}", stderr(&put));
+    assert_eq!(stdout(&put).lines().count(), 1, "{}", stdout(&put));
+    let calls = bench_field(&put, "calls");
+    let read_back = bench_field(&put, "read_back");
+    assert!(calls > 0.0 && bench_field(&put, "calls_per_s") > 0.0);
+    assert!(
+        read_back > 0.0 && read_back <= calls.min(1000.0),
+        "{} read back of {calls} puts",
+        read_back
+    );
+    for zero in ["errors", "wrong", "misses", "retries"] {
+        assert_eq!(bench_field(&put, zero), 0.0, "{zero}: {}", stdout(&put));
+    }
+    assert_eq!(stderr(&put), "");
+
+    // The human form, for a read of what the puts wrote.
+    let get = uuidmap(
+        &[&["bench", "--op", "batch-get", "--keys", "50"][..], &common].concat(),
+        &at,
+    )
+    .await;
+    assert_eq!(get.status.code(), Some(0), "{}", stderr(&get));
+    let out = stdout(&get);
+    for line in [
+        "errors       0 failed calls\n",
+        "wrong        0 answers\n",
+        "retries      0\n",
+    ] {
+        assert!(out.contains(line), "{line:?} in {out}");
+    }
+    assert_eq!(
+        bench_field(&get, "read_back"),
+        0.0,
+        "reads check as they go"
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bench_whose_calls_fail_exits_1_counting_them_apart_and_a_wrong_answer_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "read bench-read-token-01\nwrite bench-write-token-02\n",
+    )
+    .unwrap();
+    let mut c = config(&dir.path().join("data"));
+    c.tokens_file = Some(tokens);
+    let server = TestServer::start_with(c).await;
+    let url = format!("http://{}", server.addr);
+
+    // Puts with a token that may only read: every call is refused.
+    let reader = [
+        ("UUIDMAP_SERVER", url.as_str()),
+        ("UUIDMAP_TOKEN", "bench-read-token-01"),
+    ];
+    let args = [
+        "bench", "--op", "put", "--secs", "1", "--tasks", "4", "--json",
+    ];
+    let refused = uuidmap(&args, &reader).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        bench_field(&refused, "errors") > 0.0,
+        "{}",
+        stdout(&refused)
+    );
+    for zero in ["calls", "calls_per_s", "p50_us", "wrong", "read_back"] {
+        assert_eq!(
+            bench_field(&refused, zero),
+            0.0,
+            "{zero}: {}",
+            stdout(&refused)
+        );
+    }
+    let e = stderr(&refused);
+    assert!(
+        e.starts_with("uuidmap bench: ")
+            && e.contains("calls failed")
+            && e.contains("PERMISSION_DENIED")
+            && e.lines().count() == 1,
+        "{e}"
+    );
+
+    // Key 0 of the bench's sequence, and a value that is not its own
+    // (its own is e4d97177-1b65-2c20-0000-000000000000): every read of
+    // it is a wrong answer.
+    let writer = [
+        ("UUIDMAP_SERVER", url.as_str()),
+        ("UUIDMAP_TOKEN", "bench-write-token-02"),
+    ];
+    let key0 = "e220a839-7b1d-cdaf-8000-000000000000";
+    let put = uuidmap(&["put", key0, VALUE], &writer).await;
+    assert_eq!(put.status.code(), Some(0), "{}", stderr(&put));
+    let args = [
+        "bench",
+        "--op",
+        "get",
+        "--entries",
+        "1",
+        "--secs",
+        "1",
+        "--tasks",
+        "2",
+        "--json",
+    ];
+    let wrong = uuidmap(&args, &reader).await;
+    assert_eq!(wrong.status.code(), Some(2), "{}", stderr(&wrong));
+    assert!(bench_field(&wrong, "wrong") > 0.0, "{}", stdout(&wrong));
+    let e = stderr(&wrong);
+    assert!(
+        e.contains("wrong answers") && e.contains(key0) && e.contains(VALUE),
+        "{e}"
+    );
+    server.stop().await.unwrap();
+
+    // Nobody listening: the bench cannot run.
+    let gone = uuidmap(&["bench", "--secs", "1", "--server", &url], &[]).await;
+    assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
+    assert!(stderr(&gone).contains(&url), "{}", stderr(&gone));
+}

@@ -28,7 +28,8 @@
 //! Counted in the `metrics` crate's recorder, when the application installs
 //! one: `uuidmap_client_calls_total{rpc}`, `uuidmap_client_retries_total{rpc,class}`,
 //! `uuidmap_client_budget_exhausted_total`, `uuidmap_client_pessimized_total`;
-//! each retry is logged at debug (`tracing`).
+//! always in [`ClientCounters`] (calls, attempts, retries); each retry is
+//! logged at debug (`tracing`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -78,6 +79,9 @@ pub struct ClientCounters {
     pub calls: u64,
     /// Attempts of those calls (the first ones included).
     pub attempts: u64,
+    /// Attempts made again after a failure: retries, redirects to the
+    /// leader, streams opened again.
+    pub retries: u64,
     /// Retries refused because the retry budget was spent.
     pub budget_refusals: u64,
     /// Hedges sent: second attempts of slow reads on another member
@@ -89,6 +93,7 @@ pub struct ClientCounters {
 struct Counters {
     calls: AtomicU64,
     attempts: AtomicU64,
+    retries: AtomicU64,
     budget_refusals: AtomicU64,
     hedges: AtomicU64,
 }
@@ -249,6 +254,7 @@ impl Client {
         ClientCounters {
             calls: c.calls.load(Relaxed),
             attempts: c.attempts.load(Relaxed),
+            retries: c.retries.load(Relaxed),
             budget_refusals: c.budget_refusals.load(Relaxed),
             hedges: c.hedges.load(Relaxed),
         }
@@ -352,8 +358,11 @@ impl Client {
             && retry < self.shared.retry.max_attempts
             && (self.shared.budget.withdraw()
                 || self.wait_for_budget(Instant::now() + self.timeout()).await);
-        if allowed && let Some(b) = self.shared.retry.backoff(class) {
-            tokio::time::sleep(b.delay(retry)).await;
+        if allowed {
+            self.shared.counters.retries.fetch_add(1, Relaxed);
+            if let Some(b) = self.shared.retry.backoff(class) {
+                tokio::time::sleep(b.delay(retry)).await;
+            }
         }
         allowed
     }
@@ -456,6 +465,7 @@ impl Client {
                 // and no retry storm to guard against.
                 tracing::debug!(rpc, attempt = attempts, %error, "redirected to the leader");
                 metrics::counter!("uuidmap_client_redirects_total", "rpc" => rpc).increment(1);
+                shared.counters.retries.fetch_add(1, Relaxed);
                 last = Some(error);
                 continue;
             }
@@ -481,6 +491,7 @@ impl Client {
                 "class" => class_label(class)
             )
             .increment(1);
+            shared.counters.retries.fetch_add(1, Relaxed);
             tokio::time::sleep(delay).await;
             last = Some(error);
         }
