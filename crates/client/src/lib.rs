@@ -94,6 +94,7 @@ mod retry;
 mod scan;
 mod watch;
 mod write_op;
+mod writes;
 
 use std::path::PathBuf;
 use std::time::Duration;
