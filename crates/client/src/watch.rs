@@ -14,10 +14,17 @@
 //! A watch can be idle for as long as no one writes, so it has no
 //! deadline; a dead connection is found by HTTP/2 keepalive pings (every
 //! 10 s, 5 s to answer, set on every endpoint).
-
-use std::sync::Arc;
+//!
+//! [`WatchStream`] is a [`futures_util::Stream`] too (endless: it yields
+//! an error and goes on if polled again), for `StreamExt` combinators and
+//! `select!`. Its state moves into a boxed future while a batch is
+//! awaited, so it can be polled without a self-reference.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use uuid::Uuid;
 use uuidmap_proto::v1 as pb;
@@ -42,23 +49,24 @@ pub struct WatchBatch {
 
 /// The batches after an LSN; see the module doc.
 pub struct WatchStream {
-    client: Client,
+    /// The watch, while no batch is awaited.
+    idle: Option<Box<Watcher>>,
+    /// The batch awaited, with the watch it will give back.
+    pending: Option<Pending>,
     /// The last LSN delivered (or the one the watch started after).
     after: u64,
-    open: Option<(Arc<Endpoint>, tonic::Streaming<pb::WatchResponse>, Lease)>,
-    buffered: VecDeque<WatchBatch>,
-    /// Failures since the last message.
-    failures: u32,
 }
+
+/// A batch awaited, and the watch that awaits it.
+type Pending =
+    Pin<Box<dyn Future<Output = (Box<Watcher>, Result<WatchBatch, ClientError>)> + Send>>;
 
 impl WatchStream {
     pub(crate) fn new(client: Client, after_lsn: u64) -> WatchStream {
         WatchStream {
-            client,
+            idle: Some(Box::new(Watcher::new(client, after_lsn))),
+            pending: None,
             after: after_lsn,
-            open: None,
-            buffered: VecDeque::new(),
-            failures: 0,
         }
     }
 
@@ -69,6 +77,57 @@ impl WatchStream {
 
     /// The next batch; waits for one as long as it takes.
     pub async fn next(&mut self) -> Result<WatchBatch, ClientError> {
+        std::future::poll_fn(|cx| self.poll_batch(cx)).await
+    }
+
+    fn poll_batch(&mut self, cx: &mut Context<'_>) -> Poll<Result<WatchBatch, ClientError>> {
+        if self.pending.is_none() {
+            let mut watcher = self.idle.take().expect("idle when nothing is pending");
+            self.pending = Some(Box::pin(async move {
+                let batch = watcher.next().await;
+                (watcher, batch)
+            }));
+        }
+        let pending = self.pending.as_mut().expect("set just above");
+        let (watcher, batch) = std::task::ready!(pending.as_mut().poll(cx));
+        self.pending = None;
+        self.after = watcher.after;
+        self.idle = Some(watcher);
+        Poll::Ready(batch)
+    }
+}
+
+impl futures_util::Stream for WatchStream {
+    type Item = Result<WatchBatch, ClientError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_batch(cx).map(Some)
+    }
+}
+
+/// The watch itself: what [`WatchStream`] polls.
+struct Watcher {
+    client: Client,
+    /// The last LSN delivered (or the one the watch started after).
+    after: u64,
+    open: Option<(Arc<Endpoint>, tonic::Streaming<pb::WatchResponse>, Lease)>,
+    buffered: VecDeque<WatchBatch>,
+    /// Failures since the last message.
+    failures: u32,
+}
+
+impl Watcher {
+    fn new(client: Client, after_lsn: u64) -> Watcher {
+        Watcher {
+            client,
+            after: after_lsn,
+            open: None,
+            buffered: VecDeque::new(),
+            failures: 0,
+        }
+    }
+
+    async fn next(&mut self) -> Result<WatchBatch, ClientError> {
         loop {
             if let Some(batch) = self.buffered.pop_front() {
                 self.after = batch.lsn;
@@ -205,7 +264,7 @@ pub struct FollowStream {
 }
 
 enum Phase {
-    Scanning(ScanStream),
+    Scanning(Box<ScanStream>),
     Watching(WatchStream),
 }
 
@@ -215,7 +274,7 @@ impl FollowStream {
         FollowStream {
             client,
             options,
-            phase: Phase::Scanning(scan),
+            phase: Phase::Scanning(Box::new(scan)),
         }
     }
 
@@ -240,7 +299,7 @@ impl FollowStream {
                 Err(ClientError::NotRetained { .. }) => {
                     let mut options = self.options.clone();
                     options.cursor = Default::default();
-                    self.phase = Phase::Scanning(self.client.scan(options));
+                    self.phase = Phase::Scanning(Box::new(self.client.scan(options)));
                     Ok(Follow::Restart)
                 }
                 Err(e) => Err(e),
