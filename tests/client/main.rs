@@ -18,6 +18,7 @@
 //! share (`chaos_load`).
 
 mod batching;
+mod blocking;
 mod chaos;
 mod chaos_load;
 mod cluster_chaos;

@@ -261,6 +261,12 @@ impl ClientBuilder {
         self.make(sources, unresolved, Vec::new())
     }
 
+    /// A blocking client ([`crate::blocking::Client`]) with a runtime of
+    /// its own; call it outside any async runtime.
+    pub fn build_blocking(self) -> Result<crate::blocking::Client, ClientError> {
+        crate::blocking::Client::build(self)
+    }
+
     /// The client, once a connection to at least one endpoint is made: an
     /// error names the first endpoint's failure when none can be reached.
     /// A server given by DNS name is resolved here first, and each of its

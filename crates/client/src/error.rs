@@ -314,6 +314,12 @@ pub enum ClientError {
         /// The limit on calls in flight.
         in_flight: usize,
     },
+    /// The blocking client's runtime could not be started.
+    #[error("the blocking client's runtime could not be started: {why}")]
+    Runtime {
+        /// The system's words.
+        why: String,
+    },
     /// The client was built without an endpoint.
     #[error("no server to call: give the client at least one endpoint")]
     NoEndpoints,
@@ -365,6 +371,7 @@ impl ClientError {
             | ClientError::Undetermined { .. }
             | ClientError::NotRetained { .. }
             | ClientError::Overloaded { .. }
+            | ClientError::Runtime { .. }
             | ClientError::NoEndpoints => RetryClass::Final,
         }
     }

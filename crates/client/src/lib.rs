@@ -77,6 +77,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod batch;
+pub mod blocking;
 mod budget;
 mod builder;
 mod call;
