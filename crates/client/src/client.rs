@@ -25,8 +25,11 @@
 //!    [`LifoSemaphore`]: excess callers wait newest first, until their
 //!    deadline); the permit is given back before any backoff.
 //!
-//! Counted in the `metrics` crate's recorder, when the application installs
-//! one: `uuidmap_client_calls_total{rpc}`, `uuidmap_client_retries_total{rpc,class}`,
+//! Each call runs in a `tracing` span (`uuidmap_client_call`, with its
+//! `rpc`). Counted in the `metrics` crate's recorder, when the application
+//! installs one: `uuidmap_client_calls_total{rpc}`,
+//! `uuidmap_client_call_seconds{rpc,outcome}` (a histogram),
+//! `uuidmap_client_retries_total{rpc,class}`,
 //! `uuidmap_client_budget_exhausted_total`, `uuidmap_client_pessimized_total`;
 //! always in [`ClientCounters`] (calls, attempts, retries); each retry is
 //! logged at debug (`tracing`).
@@ -37,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
+use tracing::Instrument;
 use uuidmap_index::sync::{AcquireError, LifoSemaphore};
 use uuidmap_proto::v1 as pb;
 
@@ -365,10 +369,32 @@ impl Client {
         allowed
     }
 
-    /// Runs `attempt` under the retry loop (see the module doc).
-    /// `attempt` gets the time left and the endpoint to avoid (the last
-    /// one that failed).
+    /// Runs `attempt` under the retry loop (see the module doc), in a
+    /// `tracing` span named after the call, its latency counted
+    /// ([`crate::call_metrics`]). `attempt` gets the time left and the
+    /// endpoint to avoid (the last one that failed).
     pub(crate) async fn run<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        idempotent: bool,
+        attempt: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(Duration, Option<usize>) -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let started = Instant::now();
+        crate::call_metrics::started(rpc);
+        let span = tracing::debug_span!("uuidmap_client_call", rpc);
+        let answer = self
+            .retry_loop(rpc, idempotent, attempt)
+            .instrument(span)
+            .await;
+        crate::call_metrics::ended(rpc, started.elapsed(), answer.is_ok());
+        answer
+    }
+
+    async fn retry_loop<T, F, Fut>(
         &self,
         rpc: &'static str,
         idempotent: bool,
@@ -383,7 +409,6 @@ impl Client {
         let deadline = Instant::now() + timeout;
         shared.budget.deposit();
         shared.counters.calls.fetch_add(1, Relaxed);
-        metrics::counter!("uuidmap_client_calls_total", "rpc" => rpc).increment(1);
         let mut attempts = 0;
         let mut avoid = None;
         let mut last: Option<ClientError> = None;

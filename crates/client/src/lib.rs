@@ -81,6 +81,7 @@ pub mod blocking;
 mod budget;
 mod builder;
 mod call;
+mod call_metrics;
 mod client;
 mod consistency;
 mod endpoints;
