@@ -6,8 +6,10 @@
 //! - The test server and the helpers every module uses come from
 //!   `uuidmap_testkit::server`.
 //! - `rpcs`: every RPC and its codes; `bad_input`: malformed requests;
-//!   `protocol`: health, reflection, compression, framing; `scan`,
-//!   `watch`, `waitfor`, `lookup`: the streams and the long-polls; `admission`,
+//!   `protocol`: health, reflection, compression, framing;
+//!   `compressed_flag`: `grpc-encoding` and each message's compressed flag
+//!   agree when deadlines race the answer, as a non-tonic client sees it;
+//!   `scan`, `watch`, `waitfor`, `lookup`: the streams and the long-polls; `admission`,
 //!   `auth`, `tls`: who gets in, and when; `ops`: metrics and stats;
 //!   `disk_failure`: a full or failing data disk; `cli`: the binary's
 //!   client commands against a running server; `group`: the server as a
@@ -18,6 +20,7 @@ mod admission;
 mod auth;
 mod bad_input;
 mod cli;
+mod compressed_flag;
 mod disk_failure;
 mod group;
 mod group_watch;
