@@ -34,6 +34,7 @@ mod retries;
 #[path = "../serve_child/mod.rs"]
 mod serve_child;
 mod streams;
+mod token_refresh;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::token::Token;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tonic::metadata::{Ascii, MetadataValue};
 use uuid::Uuid;
 use uuidmap_proto::v1 as pb;
 
@@ -76,7 +76,7 @@ impl Lanes {
         n: usize,
         max_keys: usize,
         endpoints: Arc<Endpoints>,
-        token: Option<MetadataValue<Ascii>>,
+        token: Arc<Token>,
     ) -> Lanes {
         let queues = (0..n)
             .map(|_| {
@@ -85,7 +85,7 @@ impl Lanes {
                     queue: rx,
                     max_keys,
                     endpoints: Arc::clone(&endpoints),
-                    token: token.clone(),
+                    token: Arc::clone(&token),
                     stream: None,
                     next_id: 0,
                     carry: None,
@@ -160,7 +160,7 @@ struct Lane {
     queue: mpsc::UnboundedReceiver<Pending>,
     max_keys: usize,
     endpoints: Arc<Endpoints>,
-    token: Option<MetadataValue<Ascii>>,
+    token: Arc<Token>,
     stream: Option<Stream>,
     next_id: u64,
     /// A caller's keys that did not fit in the last batch: the next one
@@ -316,7 +316,7 @@ impl Lane {
         // A stream has no deadline: each request's answer is bounded
         // instead (by its callers' attempts).
         let r = request(
-            &self.token,
+            self.token.value(),
             tokio_stream::wrappers::ReceiverStream::new(rx),
             None,
         );

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tonic::metadata::{Ascii, MetadataValue};
+use crate::token::{ProviderConfig, Token};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use uuidmap_proto::error_chain::error_chain;
 
@@ -24,9 +24,11 @@ use crate::retry::RetryPolicy;
 pub struct ClientBuilder {
     endpoints: Vec<String>,
     token: Option<String>,
+    token_provider: Option<ProviderConfig>,
     tls_ca: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    tls_system_roots: bool,
     timeout: Duration,
     connect_timeout: Duration,
     /// Whether members the group names are learned (on by default).
@@ -50,9 +52,11 @@ impl Default for ClientBuilder {
         ClientBuilder {
             endpoints: Vec::new(),
             token: None,
+            token_provider: None,
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
+            tls_system_roots: false,
             timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             learn_members: true,
@@ -88,9 +92,36 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether `https://` servers may be checked against the system's
+    /// trusted roots (off by default: a metadata master's certificate is
+    /// usually signed by a private CA, given with
+    /// [`ClientBuilder::tls_ca`]). With both, either vouches. The roots
+    /// are read from the platform's store when the client is built.
+    pub fn tls_system_roots(mut self, on: bool) -> Self {
+        self.tls_system_roots = on;
+        self
+    }
+
     /// A bearer token sent with every call.
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// A token that can change: `provider` is asked when the client is
+    /// built (an error then fails the build), again once the token is
+    /// `refresh` old, and at once when a server answers `UNAUTHENTICATED`
+    /// (the call is then sent once more with the new token, if it
+    /// changed). Replaces [`ClientBuilder::token`].
+    pub fn token_provider(
+        mut self,
+        provider: impl crate::TokenProvider,
+        refresh: Duration,
+    ) -> Self {
+        self.token_provider = Some(ProviderConfig {
+            provider: Arc::new(provider),
+            refresh,
+        });
         self
     }
 
@@ -329,12 +360,10 @@ impl ClientBuilder {
         resolved: Vec<Option<Vec<SocketAddr>>>,
         connected: Vec<(String, Channel)>,
     ) -> Result<Client, ClientError> {
-        let token = self
-            .token
-            .as_deref()
-            .map(|t| MetadataValue::<Ascii>::try_from(format!("Bearer {t}")))
-            .transpose()
-            .map_err(|_| ClientError::BadToken)?;
+        let token = Arc::new(match &self.token_provider {
+            Some(p) => Token::provided(p.provider.clone(), p.refresh)?,
+            None => Token::fixed(self.token.as_deref())?,
+        });
         let builder = self.clone();
         let make_pool: MakePool = Box::new(move |source, addr, ready| {
             Ok(Pool::new(
@@ -430,13 +459,21 @@ impl ClientBuilder {
             }
             return Ok(None);
         }
-        let Some(ca) = &self.tls_ca else {
-            return Err(ClientError::NoTlsCa {
-                server: url.to_string(),
-            });
-        };
-        let mut tls = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(read_pem(ClientError::TLS_CA, ca)?));
+        let mut tls = ClientTlsConfig::new();
+        if self.tls_system_roots {
+            tls = tls.with_native_roots();
+        }
+        match &self.tls_ca {
+            Some(ca) => {
+                tls = tls.ca_certificate(Certificate::from_pem(read_pem(ClientError::TLS_CA, ca)?));
+            }
+            None if self.tls_system_roots => {}
+            None => {
+                return Err(ClientError::NoTlsCa {
+                    server: url.to_string(),
+                });
+            }
+        }
         match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => {
                 tls = tls.identity(Identity::from_pem(
@@ -485,6 +522,9 @@ mod tests {
         let e = b.tls_config("https://127.0.0.1:1", true);
         // The CA is read first; it does not exist here.
         assert!(e.unwrap_err().to_string().contains("ca.pem"));
+        // The system's roots stand in for a CA file.
+        let b = ClientBuilder::default().tls_system_roots(true);
+        assert!(b.tls_config("https://127.0.0.1:1", true).unwrap().is_some());
     }
 
     #[tokio::test]

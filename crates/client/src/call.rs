@@ -22,7 +22,7 @@ pub(crate) struct Failure {
 
 /// A request with `token` and `remaining` (if any) as its deadline.
 pub(crate) fn request<T>(
-    token: &Option<MetadataValue<Ascii>>,
+    token: Option<MetadataValue<Ascii>>,
     message: T,
     remaining: Option<Duration>,
 ) -> tonic::Request<T> {
@@ -31,7 +31,7 @@ pub(crate) fn request<T>(
         r.set_timeout(remaining);
     }
     if let Some(token) = token {
-        r.metadata_mut().insert("authorization", token.clone());
+        r.metadata_mut().insert("authorization", token);
     }
     r
 }

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use tonic::metadata::{Ascii, MetadataValue};
+use crate::token::Token;
 use tonic::transport::Channel;
 use tracing::Instrument;
 use uuidmap_index::sync::{AcquireError, LifoSemaphore};
@@ -58,7 +58,7 @@ use pb::uuid_map_client::UuidMapClient;
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) endpoints: Arc<Endpoints>,
-    pub(crate) token: Option<MetadataValue<Ascii>>,
+    pub(crate) token: Arc<Token>,
     pub(crate) timeout: Duration,
     retry: RetryPolicy,
     budget: RetryBudget,
@@ -104,7 +104,7 @@ impl Shared {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         endpoints: Arc<Endpoints>,
-        token: Option<MetadataValue<Ascii>>,
+        token: Arc<Token>,
         timeout: Duration,
         retry: RetryPolicy,
         budget: RetryBudget,
@@ -115,7 +115,12 @@ impl Shared {
         in_flight: LifoSemaphore,
     ) -> Shared {
         Shared {
-            lanes: Lanes::new(lanes, max_batch_keys, Arc::clone(&endpoints), token.clone()),
+            lanes: Lanes::new(
+                lanes,
+                max_batch_keys,
+                Arc::clone(&endpoints),
+                Arc::clone(&token),
+            ),
             endpoints,
             token,
             timeout,
@@ -342,12 +347,12 @@ impl Client {
 
     /// A request with the token and `remaining` as its deadline.
     pub(crate) fn request<T>(&self, message: T, remaining: Duration) -> tonic::Request<T> {
-        request(&self.shared.token, message, Some(remaining))
+        request(self.shared.token.value(), message, Some(remaining))
     }
 
     /// A request with the token and no deadline (a stream's).
     pub(crate) fn stream_request<T>(&self, message: T) -> tonic::Request<T> {
-        request(&self.shared.token, message, None)
+        request(self.shared.token.value(), message, None)
     }
 
     /// Before a stream (a read) is opened again after its `retry`th
@@ -415,6 +420,7 @@ impl Client {
         // One redirect per call goes at once; members that disagree about
         // who leads (an election under way) get the backoff.
         let mut redirected = false;
+        let mut token_renewed = false;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
@@ -479,6 +485,20 @@ impl Client {
                 });
             }
             avoid = failure.endpoint;
+            // A token the server refused: nothing ran. Ask the provider
+            // once, and send the call again at once if the token changed.
+            if !token_renewed
+                && error
+                    .status()
+                    .is_some_and(|s| s.code() == tonic::Code::Unauthenticated)
+                && shared.token.refresh_now()
+            {
+                token_renewed = true;
+                tracing::debug!(rpc, "token refused: sending again with the renewed token");
+                avoid = None;
+                last = Some(error);
+                continue;
+            }
             if !class.allows_retry(idempotent) || attempts >= shared.retry.max_attempts {
                 return Err(error);
             }

@@ -178,7 +178,8 @@ pub enum ClientError {
     /// An `https://` address without the CA to check the server against.
     #[error(
         "{server} is https:// but no CA certificate was given: give the PEM of the CA that \
-         signed the server's certificate (the system's roots are not used)"
+         signed the server's certificate, or trust the system's roots \
+         (ClientBuilder::tls_system_roots)"
     )]
     NoTlsCa {
         /// The address as given.
@@ -202,6 +203,12 @@ pub enum ClientError {
     /// The token cannot travel in gRPC metadata.
     #[error("the token must be visible ASCII characters (no spaces or control characters)")]
     BadToken,
+    /// The token provider gave no token when the client was built.
+    #[error("the token provider gave no token: {why}")]
+    TokenProvider {
+        /// The provider's words.
+        why: String,
+    },
     /// Nothing listens at the address.
     #[error("cannot connect to {server}: connection refused; is the server running there?")]
     Refused {
@@ -366,6 +373,7 @@ impl ClientError {
             | ClientError::HalfClientIdentity
             | ClientError::ReadFile { .. }
             | ClientError::BadToken
+            | ClientError::TokenProvider { .. }
             | ClientError::BadResponse { .. }
             | ClientError::WriteMismatch { .. }
             | ClientError::Undetermined { .. }

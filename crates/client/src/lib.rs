@@ -94,6 +94,7 @@ mod reads;
 mod resolve;
 mod retry;
 mod scan;
+mod token;
 mod watch;
 mod write_op;
 mod writes;
@@ -109,6 +110,7 @@ pub use error::{ClientError, RetryClass};
 pub use pool::PoolConfig;
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use scan::{ScanOptions, ScanPage, ScanStream, unpack_entries};
+pub use token::TokenProvider;
 pub use watch::{Follow, FollowStream, WatchBatch, WatchStream};
 pub use write_op::{CasOutcome, WriteOp};
 
