@@ -8,6 +8,9 @@
 //! lagging follower waits rather than answer an older value. A reader
 //! built without it (`read_your_writes(false)`) shows that the set-up does
 //! go back in time, so the first assertion is not empty.
+//!
+//! A scan of a group, cut again and again, resumes on the member it began
+//! on: each member's index has its own layout, which its cursors name.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -95,5 +98,72 @@ async fn reads_never_go_back_in_time_when_a_follower_is_held_behind() {
         None,
         "a monotonic reader went back in time: {monotonic:?}"
     );
+    group.stop().await;
+}
+
+/// Key `i` spread over the whole key space.
+fn spread(i: u64) -> Uuid {
+    Uuid::from_u128(u128::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) << 64 | u128::from(i + 1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_of_a_group_cut_again_and_again_resumes_on_its_member_with_every_entry_once() {
+    use std::collections::HashSet;
+    use uuidmap_client::{ScanOptions, WriteOp};
+    use uuidmap_testkit::proxy::FaultProxy;
+
+    const KEYS: u64 = 12_000;
+    let group = TestGroup::start(3).await;
+    group.leader().await;
+    let writer = Client::builder().endpoints(group.urls()).build().unwrap();
+    // Three scan messages' worth (one holds up to 4096 entries), in Writes
+    // of 10 (the test server's limit), 64 at a time.
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(640) {
+        let writes: Vec<_> = chunk
+            .chunks(10)
+            .map(|ten| {
+                let writer = writer.clone();
+                let ops: Vec<_> = ten
+                    .iter()
+                    .map(|&i| WriteOp::Put {
+                        key: spread(i),
+                        value: step(i),
+                    })
+                    .collect();
+                tokio::spawn(async move { writer.write(&ops).await.unwrap() })
+            })
+            .collect();
+        for w in writes {
+            w.await.unwrap();
+        }
+    }
+    // The scan begins on member 0, through a proxy that cuts every
+    // connection after about a message and a half. Each member's index has
+    // its own layout, so a cursor of member 0 means nothing to the others:
+    // the scan must come back to member 0 each time.
+    let proxy = FaultProxy::start(group.member(0).unwrap().addr).await;
+    proxy.cut_after(200_000);
+    let mut urls = group.urls();
+    urls[0] = proxy.url();
+    let reader = Client::builder()
+        .endpoints(urls)
+        .consistency(ReadConsistency::stale())
+        .build()
+        .unwrap();
+    writer.wait_for(writer.written_lsn()).await.unwrap();
+    let mut scan = reader.scan(ScanOptions::default());
+    let mut seen = HashSet::new();
+    while let Some(page) = scan.next_page().await.unwrap() {
+        for (k, _) in page.entries {
+            assert!(seen.insert(k), "{k} came twice");
+        }
+    }
+    assert!(proxy.cuts() >= 2, "cut {} times", proxy.cuts());
+    assert!(
+        seen.len() as u64 >= KEYS,
+        "{} of {KEYS} entries",
+        seen.len()
+    );
+    drop(proxy);
     group.stop().await;
 }

@@ -242,6 +242,11 @@ impl Endpoints {
         }))
     }
 
+    /// The endpoint whose id is `id`, if it is still in the list.
+    pub(crate) fn by_id(&self, id: usize) -> Option<Arc<Endpoint>> {
+        self.list.load().iter().find(|e| e.id == id).cloned()
+    }
+
     /// The endpoint at position `i` of the current list (the builder's
     /// order, a name's addresses in a row), if there is one.
     pub(crate) fn at(&self, i: usize) -> Option<Arc<Endpoint>> {

@@ -61,6 +61,11 @@ pub struct ScanStream {
     open: Option<(Arc<Endpoint>, tonic::Streaming<pb::ScanResponse>, Lease)>,
     /// Failures since the last page.
     failures: u32,
+    /// The endpoint the scan began on: a resumption goes there first. A
+    /// cursor names segments of that member's index layout (its hash seeds
+    /// and segment count); another member's index may be laid out
+    /// otherwise and refuse it ("a different index layout").
+    home: Option<usize>,
     /// The first call's applied LSN.
     applied_lsn: Option<u64>,
 }
@@ -75,6 +80,7 @@ impl ScanStream {
             open: None,
             failures: 0,
             applied_lsn: None,
+            home: None,
         }
     }
 
@@ -197,9 +203,15 @@ impl ScanStream {
         };
         let client = &self.client;
         let endpoints = client.endpoints();
-        client
+        let home = self.home;
+        let opened = client
             .run("Scan", true, |_remaining, avoid| {
-                let e = endpoints.pick(avoid);
+                // Home first (even pessimized: a cut connection is not a
+                // dead member), elsewhere once home has failed this time.
+                let e = home
+                    .filter(|&h| Some(h) != avoid)
+                    .and_then(|h| endpoints.by_id(h))
+                    .unwrap_or_else(|| endpoints.pick(avoid));
                 // The scan itself has no deadline; opening it does (the
                 // retry loop bounds this attempt by what is left).
                 let r = client.stream_request(request.clone());
@@ -211,7 +223,9 @@ impl ScanStream {
                     }
                 }
             })
-            .await
+            .await?;
+        self.home.get_or_insert(opened.0.id);
+        Ok(opened)
     }
 
     /// A failure of an open scan: waits to resume, or gives up with it.
