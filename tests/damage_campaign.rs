@@ -32,7 +32,7 @@ use uuidmap::Key;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::store::wal::HEADER_LEN;
 use uuidmap::store::wal::Preallocate;
-use uuidmap::store::{Io, StoreError};
+use uuidmap::store::{Io, StoreError, WalReadError};
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
 use uuidmap_testkit::SimIo;
 use uuidmap_testkit::data::mix;
@@ -347,10 +347,13 @@ fn trial(
             );
             if name.ends_with(".log") {
                 let located = match &e {
-                    StoreError::WalCorrupt { .. } => message.contains("byte offset"),
+                    StoreError::WalRead(WalReadError::Corrupt(_)) => {
+                        message.contains("byte offset")
+                    }
                     // A file that lost its end: the error says which LSN is
                     // missing and where the log goes on.
-                    StoreError::WalGap { .. } | StoreError::WalBehindSnapshot { .. } => true,
+                    StoreError::WalRead(WalReadError::Gap { .. })
+                    | StoreError::WalBehindSnapshot { .. } => true,
                     _ => false,
                 };
                 prop_assert!(

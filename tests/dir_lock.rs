@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serve_child::{ServeChild, clear_uuidmap_env, client, run_to_exit, serve_command};
 use uuidmap::Key;
-use uuidmap::store::StoreError;
+use uuidmap::store::{DirLockError, StoreError};
 use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
 use uuidmap_testkit::SimIo;
 
@@ -41,7 +41,10 @@ fn a_second_open_of_a_directory_is_refused_naming_it_and_the_pid_until_the_first
 
     let refused = DurableIndex::open(config.clone()).err().expect("refused");
     assert!(
-        matches!(&refused, StoreError::DirInUse { pid: Some(p), .. } if *p == std::process::id()),
+        matches!(
+            &refused,
+            StoreError::DirLock(DirLockError::InUse { pid: Some(p), .. }) if *p == std::process::id()
+        ),
         "{refused:?}"
     );
     let message = refused.to_string();
@@ -72,7 +75,7 @@ fn on_the_simulated_disk_the_lock_is_in_memory_and_released_by_shutdown() {
     let first = DurableIndex::open(config.clone()).unwrap();
     assert!(matches!(
         DurableIndex::open(config.clone()),
-        Err(StoreError::DirInUse { .. })
+        Err(StoreError::DirLock(DirLockError::InUse { .. }))
     ));
     assert!(
         !uuidmap::store::Io::list(&io, "/data".as_ref())

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use uuidmap::store::raft_state::{
     LogPos, RAFT_STATE_FILE, RaftHardState, RaftStateFile, VoteState,
 };
-use uuidmap::store::{FileSync, Io, IoFile, MappedFile, StoreError};
+use uuidmap::store::{
+    FileSync, Io, IoFile, MappedFile, RaftStateFailed, RaftStateOpenError, StoreError,
+};
 use uuidmap_testkit::SimIo;
 use uuidmap_testkit::data::SplitMix64;
 
@@ -35,7 +37,7 @@ fn path() -> PathBuf {
     Path::new(DIR).join(RAFT_STATE_FILE)
 }
 
-fn open(io: &SimIo) -> Result<RaftStateFile, StoreError> {
+fn open(io: &SimIo) -> Result<RaftStateFile, RaftStateOpenError> {
     RaftStateFile::open(Arc::new(io.clone()), Path::new(DIR))
 }
 
@@ -120,7 +122,7 @@ fn run(io: &SimIo, steps: &[Step]) -> Run {
     let mut f = match open(io) {
         Ok(f) => f,
         Err(e) => {
-            out.error = Some(e);
+            out.error = Some(e.into());
             return out;
         }
     };
@@ -140,7 +142,7 @@ fn run(io: &SimIo, steps: &[Step]) -> Run {
             Step::Sync => f.sync().map(|()| out.durable = written),
         };
         if let Err(e) = result {
-            out.error = Some(e);
+            out.error = Some(e.into());
             break;
         }
     }
@@ -368,8 +370,7 @@ fn a_failed_fsync_fails_the_file_for_good_and_the_disk_keeps_a_written_state() {
             match &failed.file {
                 None => assert!(j == 0, "{context}: open failed: {message}"),
                 Some(_) => assert!(
-                    matches!(error, StoreError::RaftStateFailed { .. })
-                        && message.contains("restart"),
+                    matches!(error, StoreError::RaftStateFailed(_)) && message.contains("restart"),
                     "{context}: {message}"
                 ),
             }
@@ -378,11 +379,10 @@ fn a_failed_fsync_fails_the_file_for_good_and_the_disk_keeps_a_written_state() {
                 // next fsync would succeed.
                 let ops = io.op_count();
                 for n in [500, 501] {
-                    let later = f.write(state(n), n.is_multiple_of(2)).unwrap_err();
-                    assert!(
-                        matches!(later, StoreError::RaftStateFailed { .. }),
-                        "{later}"
-                    );
+                    // Failed for good: `write` fails only that way.
+                    let later: RaftStateFailed =
+                        f.write(state(n), n.is_multiple_of(2)).unwrap_err();
+                    assert_eq!(later.path, path(), "{later}");
                     assert!(f.sync().is_err(), "{context}");
                 }
                 assert_eq!(io.op_count(), ops, "{context}: the disk was touched");
@@ -496,7 +496,7 @@ fn a_damaged_file_is_refused_and_left_as_it_is() {
     file.write_all(&bytes).unwrap();
     let error = open(&io).unwrap_err();
     assert!(
-        matches!(error, StoreError::RaftStateCorrupt { .. }),
+        matches!(error, RaftStateOpenError::Corrupt { .. }),
         "{error}"
     );
     let message = error.to_string();

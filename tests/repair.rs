@@ -21,7 +21,7 @@ use uuidmap::Key;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::store::wal::Preallocate;
 use uuidmap::store::wal::{WalCursor, list_wal_files};
-use uuidmap::store::{Io, OsIo, StoreError};
+use uuidmap::store::{Io, OsIo, StoreError, WalCorrupt, WalReadError};
 use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
 use uuidmap_testkit::SimIo;
 
@@ -129,15 +129,15 @@ fn a_cut_the_file_header_vouches_against_is_refused_naming_file_and_offset() {
     let (path, end) = (rec.path.to_path_buf(), rec.offset + rec.len);
     sim.truncate(&path, end).unwrap();
     match open(Arc::new(sim.clone()), &dir).err().expect("refused") {
-        StoreError::WalCorrupt {
+        StoreError::WalRead(WalReadError::Corrupt(WalCorrupt {
             path: p,
             offset,
             reason,
-        } => {
+        })) => {
             assert_eq!((p, offset), (path, end));
             assert!(reason.contains("cut short"), "{reason}");
         }
-        other => panic!("expected WalCorrupt, got {other}"),
+        other => panic!("expected Corrupt, got {other}"),
     }
 }
 

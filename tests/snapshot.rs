@@ -15,7 +15,8 @@ use uuid::Uuid;
 use uuidmap::Key;
 use uuidmap::store::snapshot::{OpenOptions, Restored, RestoredIndex};
 use uuidmap::store::{
-    Io, IoFile, MappedFile, Op, OsIo, StoreError, list_snapshots, open_snapshot, write_snapshot,
+    Io, IoFile, MappedFile, Op, OsIo, SnapshotCorrupt, SnapshotLoadError, list_snapshots,
+    open_snapshot, write_snapshot,
 };
 use uuidmap::{Index, IndexWriter};
 
@@ -47,7 +48,7 @@ fn verify(on: bool) -> OpenOptions {
     }
 }
 
-fn restore(path: &Path, options: &OpenOptions) -> Result<RestoredIndex, StoreError> {
+fn restore(path: &Path, options: &OpenOptions) -> Result<RestoredIndex, SnapshotLoadError> {
     open_snapshot(&OsIo, path, options)?.into_index()
 }
 
@@ -316,9 +317,9 @@ fn small_snapshot(dir: &Path) -> (PathBuf, Vec<u8>, usize) {
     (info.path, bytes, header_at)
 }
 
-fn assert_corrupt(result: Result<RestoredIndex, StoreError>, path: &Path, what: &str) {
+fn assert_corrupt(result: Result<RestoredIndex, SnapshotLoadError>, path: &Path, what: &str) {
     match result {
-        Err(StoreError::SnapshotCorrupt { path: p, reason }) => {
+        Err(SnapshotLoadError::Corrupt(SnapshotCorrupt { path: p, reason })) => {
             assert_eq!(p, path, "{what}");
             assert!(!reason.is_empty());
         }

@@ -13,7 +13,7 @@ use uuidmap::Key;
 use uuidmap::store::wal::{
     self, HEADER_LEN, Preallocate, ReplayOptions, ReplayOutcome, WalCursor, WalOptions, WalWriter,
 };
-use uuidmap::store::{Io, Op, StoreError};
+use uuidmap::store::{Io, Op, WalCorrupt, WalReadError};
 use uuidmap_testkit::SimIo;
 
 type Batch = Vec<Op>;
@@ -115,7 +115,7 @@ fn replay_all(
     io: &dyn Io,
     after: u64,
     options: ReplayOptions,
-) -> Result<(Vec<Record>, ReplayOutcome), StoreError> {
+) -> Result<(Vec<Record>, ReplayOutcome), WalReadError> {
     let mut seen = Vec::new();
     let outcome = wal::replay(io, &dir(), after, &options, |lsn, ops| {
         seen.push((lsn, ops.to_vec()))
@@ -290,11 +290,11 @@ proptest! {
         disk.create(&path).unwrap().write_all(&bytes).unwrap();
 
         match replay_all(&disk, 0, strict()) {
-            Err(StoreError::WalCorrupt { path: p, offset, .. }) => {
+            Err(WalReadError::Corrupt(WalCorrupt { path: p, offset, .. })) => {
                 prop_assert_eq!(p, path.clone());
                 prop_assert_eq!(offset, expected_offset);
             }
-            other => prop_assert!(false, "expected WalCorrupt, got {:?}", other.map(|r| r.1)),
+            other => prop_assert!(false, "expected Corrupt, got {:?}", other.map(|r| r.1)),
         }
 
         // With truncate_corrupt: the records before it are kept, the rest is
@@ -343,11 +343,11 @@ proptest! {
         disk.remove(&path).unwrap();
         disk.create(&path).unwrap().write_all(&bytes).unwrap();
         match replay_all(&disk, 0, strict()) {
-            Err(StoreError::WalCorrupt { path: p, offset, .. }) => {
+            Err(WalReadError::Corrupt(WalCorrupt { path: p, offset, .. })) => {
                 prop_assert_eq!(p, path);
                 prop_assert_eq!(offset, start);
             }
-            other => prop_assert!(false, "expected WalCorrupt, got {:?}", other.map(|r| r.1)),
+            other => prop_assert!(false, "expected Corrupt, got {:?}", other.map(|r| r.1)),
         }
     }
 
@@ -486,10 +486,10 @@ fn a_log_starting_after_the_wanted_lsn_is_a_gap() {
     assert!(files.len() >= 3);
     sim.remove(&files[0].path).unwrap();
     match replay_all(&sim, 0, strict()) {
-        Err(StoreError::WalGap {
+        Err(WalReadError::Gap {
             expected, found, ..
         }) => assert_eq!((expected, found), (1, files[1].first_lsn)),
-        other => panic!("expected WalGap, got {:?}", other.map(|r| r.1)),
+        other => panic!("expected Gap, got {:?}", other.map(|r| r.1)),
     }
     // A snapshot covering the missing records makes the log whole again.
     let (seen, _) = replay_all(&sim, files[1].first_lsn - 1, strict()).unwrap();
@@ -499,7 +499,7 @@ fn a_log_starting_after_the_wanted_lsn_is_a_gap() {
     sim.remove(&files[2].path).unwrap();
     assert!(matches!(
         replay_all(&sim, files[1].first_lsn - 1, strict()),
-        Err(StoreError::WalGap { .. })
+        Err(WalReadError::Gap { .. })
     ));
 }
 
@@ -735,12 +735,12 @@ fn zeros_where_the_header_says_records_were_synced_are_corruption_not_an_end() {
     sim.remove(&path).unwrap();
     sim.create(&path).unwrap().write_all(&bytes).unwrap();
     match replay_all(&sim, 0, strict()) {
-        Err(StoreError::WalCorrupt {
+        Err(WalReadError::Corrupt(WalCorrupt {
             path: p, offset, ..
-        }) => {
+        })) => {
             assert_eq!((p, offset), (path, start));
         }
-        other => panic!("expected WalCorrupt, got {:?}", other.map(|r| r.1)),
+        other => panic!("expected Corrupt, got {:?}", other.map(|r| r.1)),
     }
 }
 

@@ -37,7 +37,7 @@
 
 use std::path::{Path, PathBuf};
 
-use uuidmap_engine::store::{Io, StoreError};
+use uuidmap_engine::store::{FileError, Io};
 
 /// The name of the file, in the data directory.
 pub const MEMBER_ID_FILE: &str = "member-id";
@@ -65,7 +65,7 @@ pub struct MemberIdentity {
 pub enum IdentityError {
     /// The file could not be read or written.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Io(#[from] FileError),
     /// The file is not whole.
     #[error(
         "{path} is damaged ({reason}): the member cannot prove which node it is. Remove the \
@@ -129,7 +129,7 @@ pub fn load_or_create(
             );
             Ok(identity)
         }
-        Err(e) => Err(StoreError::io("reading the member's identity", &path, e).into()),
+        Err(e) => Err(FileError::new("reading the member's identity", &path, e).into()),
     }
 }
 
@@ -173,24 +173,19 @@ fn decode(bytes: &[u8]) -> Result<MemberIdentity, String> {
     })
 }
 
-fn write(
-    io: &dyn Io,
-    dir: &Path,
-    path: &Path,
-    identity: &MemberIdentity,
-) -> Result<(), StoreError> {
+fn write(io: &dyn Io, dir: &Path, path: &Path, identity: &MemberIdentity) -> Result<(), FileError> {
     let temp = path.with_extension("tmp");
     let mut out = io
         .create(&temp)
-        .map_err(|e| StoreError::io("creating the member's identity file", &temp, e))?;
+        .map_err(|e| FileError::new("creating the member's identity file", &temp, e))?;
     out.write_all(&encode(identity))
         .and_then(|()| out.sync())
-        .map_err(|e| StoreError::io("writing the member's identity file", &temp, e))?;
+        .map_err(|e| FileError::new("writing the member's identity file", &temp, e))?;
     drop(out);
     io.rename(&temp, path)
-        .map_err(|e| StoreError::io("renaming into place the member's identity file", path, e))?;
+        .map_err(|e| FileError::new("renaming into place the member's identity file", path, e))?;
     io.sync_dir(dir)
-        .map_err(|e| StoreError::io("syncing the data directory", dir, e))
+        .map_err(|e| FileError::new("syncing the data directory", dir, e))
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ use uuidmap_engine::store::RestoredIndex;
 use uuidmap_engine::store::raft_state::RAFT_STATE_FILE;
 use uuidmap_engine::store::snapshot::{OpenOptions, open_snapshot, set_aside_damaged};
 use uuidmap_engine::store::wal::WalOptions;
-use uuidmap_engine::store::{Io, OsIo, StoreError};
+use uuidmap_engine::store::{FileError, Io, OsIo, SnapshotCorrupt, SnapshotLoadError, StoreError};
 use uuidmap_engine::writer::{
     DurableConfig, DurableIndex, IndexRef, MemberLog, ReplicaStart, WriteHandle,
 };
@@ -190,7 +190,7 @@ impl Replica {
         let written = store.written();
         let purged = store.purged_index();
         remove_incoming(&config);
-        let start = open_newest_snapshot(&config, purged)?;
+        let start = open_newest_snapshot(&config, purged).map_err(StoreError::from)?;
         let counters = Arc::new(RaftCounters::default());
         let (proposer, proposals) =
             proposal_channel(config.max_proposals, counters.clone(), log.steps.clone());
@@ -546,7 +546,7 @@ fn remove_incoming(config: &ReplicaConfig) {
 fn open_newest_snapshot(
     config: &ReplicaConfig,
     purged: Option<u64>,
-) -> Result<Option<(MemberSnapshot, RestoredIndex)>, StoreError> {
+) -> Result<Option<(MemberSnapshot, RestoredIndex)>, SnapshotLoadError> {
     let io = &*config.io;
     for (lsn, path) in uuidmap_engine::store::snapshot::list_snapshots(io, &config.dir)? {
         let snapshot = match snapshot_file::read_meta(io, &path, lsn) {
@@ -566,13 +566,13 @@ fn open_newest_snapshot(
                 tracing::info!(snapshot = %path.display(), point, "starting from a snapshot");
                 return Ok(Some((snapshot, restored)));
             }
-            Err(e @ StoreError::SnapshotCorrupt { .. }) => {
+            Err(e @ SnapshotLoadError::Corrupt(_)) => {
                 // Set aside, not only skipped: openraft takes the newest
                 // listed snapshot as the member's current one, and would
                 // install it over the older one started from (and fail).
                 tracing::error!(snapshot = %path.display(), error = %e, "skipping a damaged snapshot");
                 set_aside_damaged(io, &path)
-                    .map_err(|e| StoreError::io("renaming aside the damaged snapshot", &path, e))?;
+                    .map_err(|e| FileError::new("renaming aside the damaged snapshot", &path, e))?;
             }
             // Not proven damaged (an I/O error, say): starting from an
             // older one would leave this one listed as the newest, so the
@@ -581,7 +581,7 @@ fn open_newest_snapshot(
         }
     }
     if let Some(purged) = purged {
-        return Err(StoreError::SnapshotCorrupt {
+        return Err(SnapshotCorrupt {
             path: config.dir.clone(),
             reason: format!(
                 "the Raft log is purged up to index {purged}, and no usable snapshot covers \
@@ -589,7 +589,8 @@ fn open_newest_snapshot(
                  from the group (`uuidmap cluster remove`), empty its directory, and add it \
                  again (`uuidmap cluster add`); it is sent a snapshot"
             ),
-        });
+        }
+        .into());
     }
     Ok(None)
 }

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 use uuidmap_engine::store::snapshot::list_snapshots;
-use uuidmap_engine::store::{Io, StoreError};
+use uuidmap_engine::store::{FileError, Io};
 use uuidmap_engine::writer::ProposalChain;
 use uuidmap_proto::raft::v1 as pb;
 
@@ -68,7 +68,7 @@ pub fn write_meta(
     dir: &Path,
     meta: &SnapshotMeta,
     file: &SnapshotFile,
-) -> Result<(), StoreError> {
+) -> Result<(), FileError> {
     let header = SnapshotHeader {
         vote: Vote::new(0, 0),
         meta: meta.clone(),
@@ -85,15 +85,15 @@ pub fn write_meta(
     let temp = path.with_extension("raft.tmp");
     let mut out = io
         .create(&temp)
-        .map_err(|e| StoreError::io("creating the snapshot's meta file", &temp, e))?;
+        .map_err(|e| FileError::new("creating the snapshot's meta file", &temp, e))?;
     out.write_all(&bytes)
         .and_then(|()| out.sync())
-        .map_err(|e| StoreError::io("writing the snapshot's meta file", &temp, e))?;
+        .map_err(|e| FileError::new("writing the snapshot's meta file", &temp, e))?;
     drop(out);
     io.rename(&temp, &path)
-        .map_err(|e| StoreError::io("renaming into place the snapshot's meta file", &path, e))?;
+        .map_err(|e| FileError::new("renaming into place the snapshot's meta file", &path, e))?;
     io.sync_dir(dir)
-        .map_err(|e| StoreError::io("syncing the directory of the snapshot's meta", dir, e))
+        .map_err(|e| FileError::new("syncing the directory of the snapshot's meta", dir, e))
 }
 
 /// Reads the meta file of the snapshot at `snapshot`; an error says what
@@ -134,7 +134,7 @@ pub fn read_meta(io: &dyn Io, snapshot: &Path, lsn: u64) -> Result<MemberSnapsho
 
 /// The newest snapshot in `dir` whose meta file reads back whole (module
 /// docs); others are skipped with a warning.
-pub fn newest(io: &dyn Io, dir: &Path) -> Result<Option<MemberSnapshot>, StoreError> {
+pub fn newest(io: &dyn Io, dir: &Path) -> Result<Option<MemberSnapshot>, FileError> {
     for (lsn, path) in list_snapshots(io, dir)? {
         match read_meta(io, &path, lsn) {
             Ok(found) => return Ok(Some(found)),
@@ -147,7 +147,7 @@ pub fn newest(io: &dyn Io, dir: &Path) -> Result<Option<MemberSnapshot>, StoreEr
 }
 
 /// The snapshots in `dir` whose meta file reads back whole, newest first.
-pub fn usable(io: &dyn Io, dir: &Path) -> Result<Vec<MemberSnapshot>, StoreError> {
+pub fn usable(io: &dyn Io, dir: &Path) -> Result<Vec<MemberSnapshot>, FileError> {
     Ok(list_snapshots(io, dir)?
         .into_iter()
         .filter_map(|(lsn, path)| read_meta(io, &path, lsn).ok())
@@ -162,7 +162,7 @@ pub fn chain_point_at_or_before(
     io: &dyn Io,
     dir: &Path,
     lsn: u64,
-) -> Result<(u64, ProposalChain), StoreError> {
+) -> Result<(u64, ProposalChain), FileError> {
     for snapshot in usable(io, dir)? {
         let point = snapshot.meta.last_log_id.map_or(0, |l| l.index);
         if point <= lsn {

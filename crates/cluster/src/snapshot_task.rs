@@ -19,8 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
-use uuidmap_engine::store::StoreError;
-use uuidmap_engine::writer::SnapshotResult;
+use uuidmap_engine::writer::{SnapshotResult, TakeSnapshotError};
 
 use crate::state_machine::IndexRaft;
 use crate::state_machine::SnapshotStore;
@@ -102,7 +101,7 @@ pub async fn take_snapshots(
             }
             Ok(Ok(None)) => {
                 if let Some(reply) = asked {
-                    let _ = reply.send(Err(Arc::new(StoreError::NothingToSnapshot(
+                    let _ = reply.send(Err(Arc::new(TakeSnapshotError::NothingToSnapshot(
                         "no entry is applied yet, or it is catching up after loading a snapshot",
                     ))));
                 }

@@ -59,9 +59,9 @@ use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine, S
 use uuidmap_engine::store::snapshot::{
     OpenOptions, SnapshotInfo, open_snapshot, snapshot_path, write_snapshot,
 };
-use uuidmap_engine::store::{Io, StoreError};
+use uuidmap_engine::store::{FileError, Io, SnapshotCorrupt, SnapshotLoadError};
 use uuidmap_engine::writer::{
-    CommittedEntry, DurableIndex, LoadedSnapshot, ProposalChain, ReplicaControl,
+    CommittedEntry, DurableIndex, LoadedSnapshot, ProposalChain, ReplicaControl, TakeSnapshotError,
 };
 
 use crate::snapshot_file::{self, MemberSnapshot, SnapshotFile};
@@ -153,7 +153,7 @@ impl SnapshotStore {
     /// member has stopped. Blocks:
     /// call it on a blocking thread. Recorded in the index's snapshot
     /// figures.
-    pub fn take(&self) -> Result<Option<(MemberSnapshot, SnapshotInfo)>, StoreError> {
+    pub fn take(&self) -> Result<Option<(MemberSnapshot, SnapshotInfo)>, TakeSnapshotError> {
         let closed = self.closed.lock().unwrap_or_else(PoisonError::into_inner);
         if *closed {
             return Ok(None);
@@ -184,7 +184,10 @@ impl SnapshotStore {
         taken.map(Some)
     }
 
-    fn write(&self, point: AppliedPoint) -> Result<(MemberSnapshot, SnapshotInfo), StoreError> {
+    fn write(
+        &self,
+        point: AppliedPoint,
+    ) -> Result<(MemberSnapshot, SnapshotInfo), TakeSnapshotError> {
         let watermark = self.durable.watermark().clone();
         let info = write_snapshot(
             &*self.io,
@@ -206,14 +209,15 @@ impl SnapshotStore {
         }
         let point_lsn = point.log_id.map_or(0, |l| l.index);
         if info.min_capture_lsn < point_lsn {
-            return Err(StoreError::SnapshotCorrupt {
+            return Err(SnapshotCorrupt {
                 path: info.path,
                 reason: format!(
                     "its smallest capture LSN {} is below the applied point {point_lsn} read \
                      before it was taken",
                     info.min_capture_lsn
                 ),
-            });
+            }
+            .into());
         }
         let taken = MemberSnapshot {
             meta: SnapshotMeta {
@@ -232,12 +236,12 @@ impl SnapshotStore {
     }
 
     /// The newest usable snapshot in the directory.
-    pub fn newest(&self) -> Result<Option<MemberSnapshot>, StoreError> {
+    pub fn newest(&self) -> Result<Option<MemberSnapshot>, FileError> {
         snapshot_file::newest(&*self.io, &self.dir)
     }
 
     /// The usable snapshots in the directory, newest first.
-    pub fn usable(&self) -> Result<Vec<MemberSnapshot>, StoreError> {
+    pub fn usable(&self) -> Result<Vec<MemberSnapshot>, FileError> {
         snapshot_file::usable(&*self.io, &self.dir)
     }
 }
@@ -246,8 +250,8 @@ fn storage_error(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+async fn blocking<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, std::io::Error> {
     tokio::task::spawn_blocking(f)
         .await
@@ -435,16 +439,17 @@ impl RaftStateMachine<UuidmapRaft> for IndexStateMachine {
         let meta_owned = meta.clone();
         // Checked whole, its meta written, renamed into place, mapped.
         let started = std::time::Instant::now();
-        let (installed, restored) = blocking(move || {
+        let (installed, restored) = blocking(move || -> Result<_, SnapshotLoadError> {
             let opened = open_snapshot(&*io, &received.path, &OpenOptions::default())?;
             if opened.lsn != received.snapshot_lsn {
-                return Err(StoreError::SnapshotCorrupt {
+                return Err(SnapshotCorrupt {
                     path: received.path.clone(),
                     reason: format!(
                         "it holds LSN {}, but was sent as LSN {}",
                         opened.lsn, received.snapshot_lsn
                     ),
-                });
+                }
+                .into());
             }
             let installed = SnapshotFile {
                 path: snapshot_path(&dir, received.snapshot_lsn),
@@ -452,14 +457,14 @@ impl RaftStateMachine<UuidmapRaft> for IndexStateMachine {
             };
             snapshot_file::write_meta(&*io, &dir, &meta_owned, &installed)?;
             io.rename(&received.path, &installed.path).map_err(|e| {
-                StoreError::io(
+                FileError::new(
                     "renaming into place the received snapshot",
                     &installed.path,
                     e,
                 )
             })?;
             io.sync_dir(&dir)
-                .map_err(|e| StoreError::io("syncing the data directory", &dir, e))?;
+                .map_err(|e| FileError::new("syncing the data directory", &dir, e))?;
             Ok((installed, opened.into_index()?))
         })
         .await?;
@@ -513,7 +518,7 @@ impl RaftSnapshotBuilder<UuidmapRaft> for IndexSnapshotBuilder {
 
     async fn build_snapshot(&mut self) -> Result<IndexSnapshot, std::io::Error> {
         let snapshots = self.snapshots.clone();
-        let found = blocking(move || {
+        let found = blocking(move || -> Result<_, TakeSnapshotError> {
             // The task took one just before it asked; take one only if
             // the directory holds none usable (openraft forced a build).
             match snapshots.newest()? {

@@ -422,7 +422,12 @@ fn a_second_store_on_the_same_directory_is_refused() {
     let first = WalLogStore::open(config(&sim)).unwrap();
     let err = WalLogStore::open(config(&sim)).map(|_| ()).unwrap_err();
     assert!(
-        matches!(err, uuidmap_engine::store::StoreError::DirInUse { .. }),
+        matches!(
+            err,
+            uuidmap_engine::store::StoreError::DirLock(
+                uuidmap_engine::store::DirLockError::InUse { .. }
+            )
+        ),
         "{err}"
     );
     drop(first);

@@ -76,7 +76,8 @@ use std::sync::Arc;
 pub use config::{ServeArgs, ServeConfig};
 pub use serve::{ServerParts, check_listen_address, check_metrics_address, serve, serve_on};
 
-use uuidmap_engine::store::StoreError;
+use uuidmap_engine::store::{StoreError, WalWriteError};
+use uuidmap_engine::writer::TakeSnapshotError;
 
 /// A replica group member's view of its group, read when asked (`Stats`,
 /// `/metrics`).
@@ -132,14 +133,14 @@ pub enum ServeError {
     /// The WAL failed for good while serving (a failed fsync): the server
     /// stopped so that a restart recovers from what is on disk.
     #[error("stopped because the WAL failed: {0}")]
-    WalFailed(Arc<StoreError>),
+    WalFailed(Arc<WalWriteError>),
     /// The server stopped, but its final snapshot could not be written.
     #[error(
         "the final snapshot failed: {0}{hint}. Nothing is lost: every acknowledged write is \
          in the WAL, which the next start replays (that start takes longer by the replay)",
         hint = if .0.is_disk_full() { "; free space on the data disk before the next start" } else { "" }
     )]
-    FinalSnapshot(Arc<StoreError>),
+    FinalSnapshot(Arc<TakeSnapshotError>),
     /// The gRPC transport failed.
     #[error("the gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),

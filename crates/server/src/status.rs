@@ -48,8 +48,8 @@ use std::time::Duration;
 use tonic::Status;
 
 use crate::errors::{AdmissionError, AuthError, ConsistencyError, RequestError, WaitBound};
-use uuidmap_engine::store::StoreError;
-use uuidmap_engine::writer::{LeaderHint, ReadRefused, WriteError};
+use uuidmap_engine::store::WalFollowError;
+use uuidmap_engine::writer::{LeaderHint, ReadRefused, TakeSnapshotError, WriteError};
 use uuidmap_index::sync::WaitTimedOut;
 
 impl From<RequestError> for Status {
@@ -240,9 +240,9 @@ pub fn stopping_wait(target: u64, current: u64) -> Status {
 
 /// The status for a change stream that cannot go on (or start): `after` is
 /// the last LSN the client has (or asked to start after).
-pub fn watch_error(e: &StoreError, after: u64) -> Status {
+pub fn watch_error(e: &WalFollowError, after: u64) -> Status {
     match e {
-        StoreError::WalNotRetained { oldest, .. } => {
+        WalFollowError::NotRetained { oldest, .. } => {
             let oldest = oldest.map_or(String::new(), |o| {
                 format!(" (the oldest change kept is LSN {o})")
             });
@@ -252,10 +252,9 @@ pub fn watch_error(e: &StoreError, after: u64) -> Status {
                  applied_lsn"
             ))
         }
-        StoreError::WalCorrupt { .. } => Status::data_loss(format!(
+        WalFollowError::Corrupt(_) => Status::data_loss(format!(
             "the change stream cannot go on after LSN {after}: {e}"
         )),
-        StoreError::NotInGroupYet(_) => Status::unimplemented(e.to_string()),
         _ => Status::unavailable(format!(
             "the change stream cannot go on after LSN {after}: {e}; retry from there"
         )),
@@ -302,8 +301,8 @@ impl From<&AdmissionError> for Status {
 }
 
 /// The status for a snapshot that could not be taken.
-pub fn snapshot_error(e: &Arc<StoreError>) -> Status {
-    if let StoreError::NotInGroupYet(_) = **e {
+pub fn snapshot_error(e: &Arc<TakeSnapshotError>) -> Status {
+    if let TakeSnapshotError::NotInGroupYet(_) = **e {
         return Status::unimplemented(e.to_string());
     }
     let hint = if e.is_disk_full() {
@@ -321,6 +320,7 @@ mod tests {
     use super::*;
     use tonic::Code;
     use uuid::Uuid;
+    use uuidmap_engine::store::FileError;
     use uuidmap_index::Key;
 
     #[test]
@@ -348,11 +348,14 @@ mod tests {
             write_error(WriteError::ShuttingDown).code(),
             Code::Unavailable
         );
-        let wal = WriteError::Wal(Arc::new(StoreError::io(
-            "appending to",
-            std::path::Path::new("/data/wal"),
-            std::io::Error::other("disk full"),
-        )));
+        let wal = WriteError::Wal(Arc::new(
+            FileError::new(
+                "appending to",
+                std::path::Path::new("/data/wal"),
+                std::io::Error::other("disk full"),
+            )
+            .into(),
+        ));
         assert_eq!(write_error(wal).code(), Code::Unavailable);
         let s = write_error(WriteError::TooLarge { len: 11, max: 10 });
         assert_eq!(s.code(), Code::InvalidArgument);

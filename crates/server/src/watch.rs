@@ -41,7 +41,7 @@ use tonic::Status;
 
 use super::proto::v1 as pb;
 use super::status::{stopping_watch, watch_error};
-use uuidmap_engine::store::{Op, StoreError};
+use uuidmap_engine::store::{Op, WalFollowError};
 use uuidmap_engine::writer::{ChangeReader, DurableIndex};
 use uuidmap_index::sync::LsnWatermark;
 
@@ -160,7 +160,7 @@ impl BatchReader {
     /// first is larger. On a single node at least one batch, as `upto >=
     /// next_lsn()`; on a member none when the entries up to `upto` changed
     /// nothing.
-    fn read(&mut self, upto: u64) -> Result<pb::WatchResponse, StoreError> {
+    fn read(&mut self, upto: u64) -> Result<pb::WatchResponse, WalFollowError> {
         let mut batches = Vec::new();
         let mut size = 0;
         loop {

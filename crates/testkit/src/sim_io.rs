@@ -50,7 +50,7 @@
 //!
 //! `lock_dir` keeps an in-memory table of locked directories: a second lock
 //! on a directory of the same disk (clones included) fails with
-//! `StoreError::DirInUse` while the first guard lives. Locks are not disk
+//! `DirLockError::InUse` while the first guard lives. Locks are not disk
 //! state: a lock taken after a crash succeeds, and [`SimIo::restart`]
 //! gives a disk with none, as a real restart finds no process holding one.
 //!
@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::data::SplitMix64;
 
 use uuidmap_engine::store::dir_lock::DirLock;
-use uuidmap_engine::store::error::StoreError;
+use uuidmap_engine::store::error::{DirLockError, FileError};
 use uuidmap_engine::store::io::{FileSync, Io, IoFile, MappedFile};
 
 /// A handle to one simulated disk; clones share it.
@@ -598,16 +598,16 @@ impl Io for SimIo {
         Ok(())
     }
 
-    fn lock_dir(&self, dir: &Path) -> Result<DirLock, StoreError> {
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock, DirLockError> {
         let mut disk = self.lock();
         // Not a disk write: does not count towards a planned crash.
         disk.alive()
-            .map_err(|e| StoreError::io("locking", dir, e))?;
+            .map_err(|e| FileError::new("locking", dir, e))?;
         if !disk.dir_exists(dir) {
-            return Err(StoreError::io("locking", dir, not_found(dir)));
+            return Err(FileError::new("locking", dir, not_found(dir)).into());
         }
         if let Some(&pid) = disk.locks.get(dir) {
-            return Err(StoreError::DirInUse {
+            return Err(DirLockError::InUse {
                 dir: dir.to_path_buf(),
                 pid: Some(pid),
             });
@@ -1021,7 +1021,7 @@ mod tests {
         let held = sim.lock_dir(&dir).unwrap();
         let clone = sim.clone();
         match clone.lock_dir(&dir) {
-            Err(StoreError::DirInUse { dir: d, pid }) => {
+            Err(DirLockError::InUse { dir: d, pid }) => {
                 assert_eq!((d, pid), (dir.clone(), Some(std::process::id())));
             }
             other => panic!("a second lock on a locked directory: {other:?}"),

@@ -31,7 +31,7 @@
 //!
 //! [`WalLogStore::open`] takes the data directory's lock (a second store
 //! on the directory, in this process or another, is refused with
-//! `StoreError::DirInUse`), reads `raft-state`, repairs the WAL's end as a
+//! `DirLockError::InUse`), reads `raft-state`, repairs the WAL's end as a
 //! restart does (a torn tail is cut), reads the retained entries after the
 //! purged log id into the tail, and starts a new WAL file after the last.
 
@@ -52,7 +52,7 @@ use uuidmap_engine::store::raft_state::{RaftHardState, RaftStateFile};
 use uuidmap_engine::store::wal::{
     self, ReplayOptions, WalCursor, WalFormat, WalOptions, WalWriter,
 };
-use uuidmap_engine::store::{DirLock, Io, StoreError, lock_data_dir};
+use uuidmap_engine::store::{DirLock, Io, StoreError, WalReadError, lock_data_dir};
 
 use self::records::{log_id_of, log_pos, record_entry, vote_of, vote_state};
 use self::tail::Tail;
@@ -118,7 +118,7 @@ pub struct WalLogReader {
     shared: Arc<Shared>,
 }
 
-fn io_error(e: StoreError) -> std::io::Error {
+fn io_error(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
@@ -164,12 +164,10 @@ impl WalLogStore {
             let after = from.saturating_sub(1);
             match wal::replay(&*io, &dir, after, &ReplayOptions::default(), |_, _| {}) {
                 Ok(_) => {}
-                Err(damage @ (StoreError::WalCorrupt { .. } | StoreError::WalGap { .. }))
-                    if damage.repairable() =>
-                {
+                Err(damage) if damage.repairable() => {
                     hard = cut_damaged_log(&*io, &dir, &mut state, hard, after, &damage)?;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
             let mut cursor = WalCursor::open(&*io, &dir, from)?;
             let mut first = true;
@@ -320,7 +318,7 @@ fn cut_damaged_log(
     state: &mut RaftStateFile,
     hard: RaftHardState,
     after: u64,
-    damage: &StoreError,
+    damage: &WalReadError,
 ) -> Result<RaftHardState, StoreError> {
     let hard = RaftHardState {
         vote_distrusted: true,

@@ -83,7 +83,7 @@ pub struct LogStats {
     pub steps: Arc<MemberLogSteps>,
 }
 
-fn io_error(e: StoreError) -> std::io::Error {
+fn io_error(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
@@ -167,7 +167,8 @@ impl LogThread {
                 let removed = self
                     .state
                     .write(state, true)
-                    .and_then(|()| remove_covered(&*self.io, &self.dir, upto));
+                    .map_err(StoreError::from)
+                    .and_then(|()| Ok(remove_covered(&*self.io, &self.dir, upto)?));
                 if let Err(e) = removed {
                     // More log than needed is left: never wrong.
                     tracing::warn!(error = %e, "could not remove the purged Raft log files");

@@ -11,7 +11,7 @@
 //!   anything, and keeps it for the life of the `DurableIndex`. Any other
 //!   command that writes the directory takes it through [`lock_data_dir`](super::lock_data_dir)
 //!   and holds the returned guard while it works; a second taker gets
-//!   [`StoreError::DirInUse`], naming the directory and, when recorded, the
+//!   [`DirLockError::InUse`], naming the directory and, when recorded, the
 //!   holder's PID.
 //! - Read-only inspection does not take it and may run beside a server.
 //! - On the real file system the lock is `flock(LOCK_EX | LOCK_NB)` on
@@ -31,7 +31,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::error::StoreError;
+use super::error::{DirLockError, FileError};
 
 /// The name of the lock file in a data directory.
 pub const LOCK_FILE: &str = "LOCK";
@@ -69,7 +69,7 @@ impl fmt::Debug for DirLock {
 
 /// The lock on the real file system: `flock` on `<dir>/LOCK`, then this
 /// process's PID written into the file.
-pub(crate) fn lock_os_dir(dir: &Path) -> Result<DirLock, StoreError> {
+pub(crate) fn lock_os_dir(dir: &Path) -> Result<DirLock, DirLockError> {
     let path = dir.join(LOCK_FILE);
     // Never truncated on open: the holder's PID must stay readable by the
     // process that is refused.
@@ -79,16 +79,16 @@ pub(crate) fn lock_os_dir(dir: &Path) -> Result<DirLock, StoreError> {
         .create(true)
         .truncate(false)
         .open(&path)
-        .map_err(|e| StoreError::io("opening the lock file", &path, e))?;
+        .map_err(|e| FileError::new("opening the lock file", &path, e))?;
     match file.try_lock() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => {
-            return Err(StoreError::DirInUse {
+            return Err(DirLockError::InUse {
                 dir: dir.to_path_buf(),
                 pid: holder_pid(&mut file),
             });
         }
-        Err(TryLockError::Error(e)) => return Err(StoreError::io("locking", &path, e)),
+        Err(TryLockError::Error(e)) => return Err(FileError::new("locking", &path, e).into()),
     }
     // The PID only names the holder in the refusal; the lock does not
     // depend on it, so failing to write it (a full disk) is no reason to

@@ -29,7 +29,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::dir_lock::DirLock;
-use super::error::StoreError;
+use super::error::DirLockError;
 
 /// File-system operations of the store. Paths are absolute or relative to the
 /// process's working directory, as given.
@@ -78,7 +78,7 @@ pub trait Io: Send + Sync + 'static {
     /// `dir_lock`); it lasts until the guard is dropped. The default is the
     /// real file system's lock, `flock` on `<dir>/LOCK`; a simulated disk
     /// keeps its own.
-    fn lock_dir(&self, dir: &Path) -> Result<DirLock, StoreError> {
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock, DirLockError> {
         super::dir_lock::lock_os_dir(dir)
     }
 }
@@ -86,7 +86,7 @@ pub trait Io: Send + Sync + 'static {
 /// Takes the exclusive lock on the data directory `dir` (which must
 /// exist) through `io`, or says who holds it. Hold the guard for as long as
 /// you write the directory.
-pub fn lock_data_dir(io: &dyn Io, dir: &Path) -> Result<DirLock, StoreError> {
+pub fn lock_data_dir(io: &dyn Io, dir: &Path) -> Result<DirLock, DirLockError> {
     io.lock_dir(dir)
 }
 

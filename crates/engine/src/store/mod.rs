@@ -5,11 +5,14 @@
 //! - [`dir_lock`]: the data directory's exclusive lock. Whatever writes a
 //!   data directory takes it first, through [`lock_data_dir`], and holds
 //!   the [`DirLock`] while it writes; a second taker is refused with
-//!   [`StoreError::DirInUse`], which names the holder's PID.
+//!   [`DirLockError::InUse`], which names the holder's PID.
 //! - [`op`]: the blind writes the log records.
 //! - [`op_bytes`]: how a sequence of ops is spelled in bytes, in a WAL
 //!   record and on a replica group's wire.
-//! - `error`: the layer's error type, `StoreError`.
+//! - [`error`]: the layer's errors: one per surface (the lock, reading,
+//!   writing and following the WAL, loading and writing snapshots, the
+//!   `raft-state` file, a failed file call), each converting into
+//!   [`StoreError`], the error of opening a data directory.
 //! - [`wal`]: the write-ahead log: record format, the group-committing
 //!   writer, and replay.
 //! - [`snapshot`]: snapshot files: written while the writer goes on, mapped
@@ -32,7 +35,11 @@ pub mod snapshot;
 pub mod wal;
 
 pub use dir_lock::DirLock;
-pub use error::StoreError;
+pub use error::{
+    DirLockError, FileError, RaftStateFailed, RaftStateOpenError, SnapshotCorrupt,
+    SnapshotLoadError, SnapshotWriteError, StoreError, WalCorrupt, WalFollowError, WalReadError,
+    WalWriteError,
+};
 pub use io::{FileSync, Io, IoFile, MappedFile, OsIo, lock_data_dir};
 pub use op::Op;
 pub use snapshot::{

@@ -43,18 +43,18 @@
 //!   the pages of a failed fsync and mark them clean, so a later fsync
 //!   that succeeds proves nothing; and a failed write may have left part
 //!   of a slot in the page cache. Every later call returns
-//!   [`StoreError::RaftStateFailed`] without touching the disk; the
+//!   [`RaftStateFailed`] without touching the disk; the
 //!   process restarts and reads what is really there. (openraft stops a
 //!   member on any storage error anyway.)
 //! - **A slot of another format version is refused, never skipped**
-//!   ([`StoreError::RaftStateVersion`]): it may hold the newest state, and
+//!   ([`RaftStateOpenError::Version`]): it may hold the newest state, and
 //!   a member that forgets its vote can vote twice in one term.
 //! - A slot that fails its checks (CRC, magic, layout) is damage: disk
 //!   writes cannot tear it. The other slot's state is used, but marked
 //!   [`RaftHardState::vote_distrusted`]: the damaged slot may have held a
 //!   newer vote, and a vote is a promise, never to be fallen back from.
 //!   The next write goes over the damaged slot and carries the mark until
-//!   the member clears it. Both damaged is [`StoreError::RaftStateCorrupt`].
+//!   the member clears it. Both damaged is [`RaftStateOpenError::Corrupt`].
 
 use std::fmt;
 use std::io;
@@ -62,7 +62,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::store::le::{u32_at, u64_at};
-use crate::store::{Io, IoFile, StoreError};
+use crate::store::{FileError, Io, IoFile, RaftStateFailed, RaftStateOpenError};
 
 /// The file's name in the data directory.
 pub const RAFT_STATE_FILE: &str = "raft-state";
@@ -181,17 +181,17 @@ impl RaftStateFile {
     /// `RaftHardState::default()` if it does not exist (module docs: a
     /// crash never leaves a half-made file under the name). The state
     /// read is [`RaftStateFile::state`]. `dir` must exist.
-    pub fn open(io: Arc<dyn Io>, dir: &Path) -> Result<RaftStateFile, StoreError> {
+    pub fn open(io: Arc<dyn Io>, dir: &Path) -> Result<RaftStateFile, RaftStateOpenError> {
         let path = dir.join(RAFT_STATE_FILE);
         let bytes = match io.read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return create(&*io, dir, path),
-            Err(e) => return Err(StoreError::io("reading the Raft state file", &path, e)),
+            Err(e) => return Err(FileError::new("reading the Raft state file", &path, e).into()),
         };
         let (seq, state) = decode_file(&path, &bytes)?;
         let file = io
             .open_write(&path)
-            .map_err(|e| StoreError::io("opening the Raft state file for writing", &path, e))?;
+            .map_err(|e| FileError::new("opening the Raft state file for writing", &path, e))?;
         Ok(RaftStateFile {
             file,
             path,
@@ -213,7 +213,7 @@ impl RaftStateFile {
     /// `save_committed` does not, and is made durable by the next synced
     /// write or [`RaftStateFile::sync`]). Any failure fails the file for
     /// good (module docs).
-    pub fn write(&mut self, state: RaftHardState, sync: bool) -> Result<(), StoreError> {
+    pub fn write(&mut self, state: RaftHardState, sync: bool) -> Result<(), RaftStateFailed> {
         self.check_failed()?;
         let seq = self.seq + 1;
         let slot = encode_slot(seq, &state);
@@ -232,7 +232,7 @@ impl RaftStateFile {
 
     /// Makes every state written so far durable (one fdatasync, if any was
     /// written since the last). A failure fails the file for good.
-    pub fn sync(&mut self) -> Result<(), StoreError> {
+    pub fn sync(&mut self) -> Result<(), RaftStateFailed> {
         self.check_failed()?;
         if !self.unsynced {
             return Ok(());
@@ -245,8 +245,8 @@ impl RaftStateFile {
     }
 
     /// Fails the file for good (module docs) and returns the error.
-    fn fail(&mut self, action: &'static str, e: io::Error) -> StoreError {
-        let cause = StoreError::io(action, &self.path, e).to_string();
+    fn fail(&mut self, action: &'static str, e: io::Error) -> RaftStateFailed {
+        let cause = FileError::new(action, &self.path, e).to_string();
         tracing::error!(
             file = %self.path.display(),
             "{cause}: no more Raft state is written (a failed write or fsync may have lost it \
@@ -256,10 +256,10 @@ impl RaftStateFile {
         self.check_failed().expect_err("just failed")
     }
 
-    fn check_failed(&self) -> Result<(), StoreError> {
+    fn check_failed(&self) -> Result<(), RaftStateFailed> {
         match &self.failed {
             None => Ok(()),
-            Some(cause) => Err(StoreError::RaftStateFailed {
+            Some(cause) => Err(RaftStateFailed {
                 path: self.path.clone(),
                 cause: cause.clone(),
             }),
@@ -271,33 +271,33 @@ impl RaftStateFile {
 /// `raft-state.tmp`, fsynced, renamed, directory fsynced. On failure
 /// removes the temporary file (best effort: a leftover is replaced by the
 /// next attempt).
-fn create(io: &dyn Io, dir: &Path, path: PathBuf) -> Result<RaftStateFile, StoreError> {
+fn create(io: &dyn Io, dir: &Path, path: PathBuf) -> Result<RaftStateFile, RaftStateOpenError> {
     let temp = dir.join(TEMP_NAME);
     if io.file_len(&temp).is_ok() {
         io.remove(&temp)
-            .map_err(|e| StoreError::io("removing the leftover", &temp, e))?;
+            .map_err(|e| FileError::new("removing the leftover", &temp, e))?;
     }
     let mut file = io
         .create(&temp)
-        .map_err(|e| StoreError::io("creating the Raft state file", &temp, e))?;
+        .map_err(|e| FileError::new("creating the Raft state file", &temp, e))?;
     let made = file
         .write_all(&initial_file())
-        .map_err(|e| StoreError::io("writing the new Raft state file", &temp, e))
+        .map_err(|e| FileError::new("writing the new Raft state file", &temp, e))
         .and_then(|()| {
             file.sync()
-                .map_err(|e| StoreError::io("fsyncing the new Raft state file", &temp, e))
+                .map_err(|e| FileError::new("fsyncing the new Raft state file", &temp, e))
         })
         .and_then(|()| {
             io.rename(&temp, &path)
-                .map_err(|e| StoreError::io("renaming into place the Raft state file", &path, e))
+                .map_err(|e| FileError::new("renaming into place the Raft state file", &path, e))
         })
         .and_then(|()| {
             io.sync_dir(dir)
-                .map_err(|e| StoreError::io("syncing the data directory", dir, e))
+                .map_err(|e| FileError::new("syncing the data directory", dir, e))
         });
     if let Err(e) = made {
         let _ = io.remove(&temp);
-        return Err(e);
+        return Err(e.into());
     }
     Ok(RaftStateFile {
         file,
@@ -445,12 +445,12 @@ fn decode_fields(b: &[u8], flags: u8) -> Option<RaftHardState> {
 /// The newest state in a whole file's `bytes` and its sequence number
 /// (module docs: the valid slot with the higher `seq`; a slot of another
 /// version refuses the file).
-fn decode_file(path: &Path, bytes: &[u8]) -> Result<(u64, RaftHardState), StoreError> {
+fn decode_file(path: &Path, bytes: &[u8]) -> Result<(u64, RaftHardState), RaftStateOpenError> {
     let slots = SLOT_OFFSETS.map(|at| bytes.get(at..).unwrap_or_default());
     let slots = [decode_slot(0, slots[0]), decode_slot(1, slots[1])];
     for (index, slot) in slots.iter().enumerate() {
         if let Slot::OtherVersion(version) = *slot {
-            return Err(StoreError::RaftStateVersion {
+            return Err(RaftStateOpenError::Version {
                 path: path.to_path_buf(),
                 slot: index,
                 version,
@@ -470,7 +470,7 @@ fn decode_file(path: &Path, bytes: &[u8]) -> Result<(u64, RaftHardState), StoreE
             Slot::Damaged(why) => why.clone(),
             _ => unreachable!("no valid slot"),
         };
-        return Err(StoreError::RaftStateCorrupt {
+        return Err(RaftStateOpenError::Corrupt {
             path: path.to_path_buf(),
             reason: format!(
                 "neither slot holds a valid state (slot 0 at byte 0: {}; slot 1 at byte 4096: {}; \
@@ -659,7 +659,7 @@ mod tests {
                 bytes[other + (bit * 7) % SLOT_LEN] ^= 0x10;
                 let err = decode_file(&path(), &bytes).unwrap_err();
                 assert!(
-                    matches!(err, StoreError::RaftStateCorrupt { .. }),
+                    matches!(err, RaftStateOpenError::Corrupt { .. }),
                     "slot {slot}, bit {bit}: {err}"
                 );
             }
@@ -702,7 +702,7 @@ mod tests {
         assert!(
             matches!(
                 err,
-                StoreError::RaftStateVersion {
+                RaftStateOpenError::Version {
                     slot: 1,
                     version: 2,
                     expected: 1,

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::store::replay_apply::{ReplayWorkers, WorkerReport, apply_replay};
 use crate::store::snapshot::{self, OpenOptions, set_aside_damaged};
 use crate::store::wal::{self, ReplayOptions};
-use crate::store::{Io, StoreError};
+use crate::store::{FileError, Io, SnapshotLoadError, StoreError, WalReadError};
 use uuidmap_index::{Index, IndexBuilder, IndexWriter};
 
 /// How to recover.
@@ -362,7 +362,7 @@ fn replay_into(
     captures: &[u64],
     workers: ReplayWorkers,
     phases: &mut RecoveryPhases,
-) -> Result<wal::ReplayOutcome, StoreError> {
+) -> Result<wal::ReplayOutcome, WalReadError> {
     let started = Instant::now();
     let expected = presize_cap(wal::estimate_puts(io, dir, from)?);
     phases.estimate = started.elapsed();
@@ -419,7 +419,7 @@ fn set_aside(
     path: &Path,
     options: &RecoveryOptions,
     report: &mut RecoveryReport,
-) -> Result<(), StoreError> {
+) -> Result<(), FileError> {
     report.set_aside.push(path.to_path_buf());
     if options.read_only {
         return Ok(());
@@ -427,9 +427,9 @@ fn set_aside(
     let mut aside = path.as_os_str().to_owned();
     aside.push(".beyond-log");
     io.rename(path, Path::new(&aside))
-        .map_err(|e| StoreError::io("setting aside the snapshot", path, e))?;
+        .map_err(|e| FileError::new("setting aside the snapshot", path, e))?;
     io.sync_dir(dir)
-        .map_err(|e| StoreError::io("syncing the data directory", dir, e))?;
+        .map_err(|e| FileError::new("syncing the data directory", dir, e))?;
     tracing::error!(
         "repair: set snapshot {} aside (renamed *.beyond-log): it holds writes past the end \
          of the repaired log",
@@ -442,13 +442,13 @@ fn set_aside(
 fn reject(
     io: &dyn Io,
     path: &Path,
-    error: &StoreError,
+    error: &SnapshotLoadError,
     options: &RecoveryOptions,
     report: &mut RecoveryReport,
 ) {
     tracing::error!("not using snapshot {}: {error}", path.display());
     report.rejected.push(error.to_string());
-    if !matches!(error, StoreError::SnapshotCorrupt { .. }) || options.read_only {
+    if !matches!(error, SnapshotLoadError::Corrupt(_)) || options.read_only {
         // Not proven damaged (an I/O error, say), or only looking: leave it
         // where it is.
         return;
@@ -469,9 +469,9 @@ fn rejections(report: &RecoveryReport) -> String {
 
 /// Adds the rejected snapshots to a fatal error, so the operator sees the
 /// whole story in one message.
-fn with_rejections(e: StoreError, report: &RecoveryReport) -> StoreError {
+fn with_rejections(e: WalReadError, report: &RecoveryReport) -> StoreError {
     match e {
-        StoreError::WalGap {
+        WalReadError::Gap {
             dir,
             expected,
             found,
@@ -484,6 +484,6 @@ fn with_rejections(e: StoreError, report: &RecoveryReport) -> StoreError {
                 rejections(report)
             ),
         },
-        e => e,
+        e => e.into(),
     }
 }

@@ -19,7 +19,7 @@
 
 use super::replica::ProposalChain;
 use crate::store::wal::{EntryKind, WalFollower};
-use crate::store::{Op, StoreError};
+use crate::store::{Op, WalFollowError};
 
 /// Reads the applied batches after an LSN (module docs).
 pub struct ChangeReader {
@@ -61,7 +61,7 @@ impl ChangeReader {
     /// The next applied batch up to `upto` (applied), or `None` when the
     /// records up to `upto` hold no more (errors as
     /// [`WalFollower::next_record`]).
-    pub fn next_batch(&mut self, upto: u64) -> Result<Option<(u64, &[Op])>, StoreError> {
+    pub fn next_batch(&mut self, upto: u64) -> Result<Option<(u64, &[Op])>, WalFollowError> {
         loop {
             let Some((lsn, ops)) = self.follower.next_record(upto)? else {
                 return Ok(None);

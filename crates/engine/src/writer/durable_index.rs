@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::TakeSnapshotError;
 use super::changes::ChangeReader;
 use super::handle::{PipelineStats, WriteHandle};
 use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure};
@@ -20,7 +21,9 @@ use super::snapshotter::{
 use crate::store::raft_state::RAFT_STATE_FILE;
 use crate::store::recovery::{RecoveryOptions, RecoveryReport, recover};
 use crate::store::wal::{Preallocate, WalFollower, WalOptions, WalWriter};
-use crate::store::{DirLock, Io, OsIo, StoreError, lock_data_dir};
+use crate::store::{
+    DirLock, FileError, Io, OsIo, StoreError, WalFollowError, WalWriteError, lock_data_dir,
+};
 use arc_swap::ArcSwap;
 use uuidmap_index::Index;
 use uuidmap_index::sync::LsnWatermark;
@@ -170,7 +173,7 @@ pub struct MemberLogSteps {
 /// known, and that chain (a snapshot's point, or 0 and the empty chain
 /// when the log starts at its first entry).
 pub type MemberFollowStart =
-    Box<dyn Fn(u64) -> Result<(u64, ProposalChain), StoreError> + Send + Sync>;
+    Box<dyn Fn(u64) -> Result<(u64, ProposalChain), FileError> + Send + Sync>;
 
 /// Where a durable index's read handle lives.
 enum IndexSlot {
@@ -267,8 +270,9 @@ pub struct DurableStats {
 }
 
 impl DurableIndex {
-    /// Locks the data directory (refusing with [`StoreError::DirInUse`]
-    /// if another process holds it), recovers it and starts the writer and
+    /// Locks the data directory (refusing with
+    /// [`DirLockError::InUse`](crate::store::DirLockError::InUse) if another
+    /// process holds it), recovers it and starts the writer and
     /// snapshot threads. The lock is held until [`DurableIndex::shutdown`]
     /// or the drop.
     pub fn open(config: DurableConfig) -> Result<DurableIndex, StoreError> {
@@ -487,7 +491,7 @@ impl DurableIndex {
     /// `writer::pipeline`), with the error: the process should then stop, so
     /// that a restart recovers from what is on disk. Never resolves while
     /// the WAL works.
-    pub async fn wal_failed(&self) -> Arc<StoreError> {
+    pub async fn wal_failed(&self) -> Arc<WalWriteError> {
         let mut failure = self.failure.clone();
         loop {
             if let Some(e) = failure.borrow_and_update().clone() {
@@ -501,7 +505,7 @@ impl DurableIndex {
     }
 
     /// The WAL's failure, if it failed for good.
-    pub fn wal_failure(&self) -> Option<Arc<StoreError>> {
+    pub fn wal_failure(&self) -> Option<Arc<WalWriteError>> {
         self.failure.borrow().clone()
     }
 
@@ -581,7 +585,7 @@ impl DurableIndex {
     /// [`DurableIndex::snapshot_now`] for threads outside an async runtime.
     pub fn snapshot_now_blocking(&self) -> SnapshotResult {
         let Mode::Single { snapshot_tx, .. } = &self.mode else {
-            return Err(Arc::new(StoreError::NotInGroupYet("take snapshots")));
+            return Err(Arc::new(TakeSnapshotError::NotInGroupYet("take snapshots")));
         };
         let (tx, rx) = oneshot::channel();
         snapshot_tx
@@ -689,11 +693,11 @@ impl DurableIndex {
 
     /// Opens a reader of the applied batches after `after_lsn`, from the
     /// WAL (for change streams; see [`ChangeReader`]). Fails with
-    /// [`StoreError::WalNotRetained`] when the WAL no longer holds the
+    /// [`WalFollowError::NotRetained`] when the WAL no longer holds the
     /// batch after it (a snapshot covered it and its file was removed).
     /// Blocking (it opens and reads WAL files). On a member, the reader
     /// starts where [`MemberLog::follow`] says.
-    pub fn follow(&self, after_lsn: u64) -> Result<ChangeReader, StoreError> {
+    pub fn follow(&self, after_lsn: u64) -> Result<ChangeReader, WalFollowError> {
         let io = self.config.io.clone();
         let dir = &self.config.dir;
         let Mode::Member { log, .. } = &self.mode else {
@@ -706,10 +710,10 @@ impl DurableIndex {
     }
 }
 
-fn stopped(dir: &std::path::Path) -> StoreError {
-    StoreError::io(
+fn stopped(dir: &std::path::Path) -> TakeSnapshotError {
+    TakeSnapshotError::from(FileError::new(
         "taking a snapshot in",
         dir,
         std::io::Error::other("the snapshot thread has stopped"),
-    )
+    ))
 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use super::request::{WriteError, WriteOp, WriteOutcome};
-use crate::store::StoreError;
+use crate::store::{FileError, WalWriteError};
 use uuidmap_index::IndexWriter;
 
 /// Counters the pipeline keeps for metrics and snapshot triggers.
@@ -77,7 +77,7 @@ pub(super) struct Request {
 pub(super) enum Message {
     Write(Request),
     /// Make the WAL durable through this LSN (which must be committed).
-    Sync(u64, oneshot::Sender<Result<(), Arc<StoreError>>>),
+    Sync(u64, oneshot::Sender<Result<(), Arc<WalWriteError>>>),
     /// Finish what is queued, sync, and stop.
     Stop,
 }
@@ -181,17 +181,17 @@ impl WriteHandle {
     /// snapshots; blocking, from a thread outside the async runtime). Fast
     /// when it already is. After the pipeline stopped, only what its final
     /// sync covered is durable.
-    pub fn make_durable_blocking(&self, lsn: u64) -> Result<(), Arc<StoreError>> {
+    pub fn make_durable_blocking(&self, lsn: u64) -> Result<(), Arc<WalWriteError>> {
         if self.stats.synced_lsn.load(Ordering::Acquire) >= lsn {
             return Ok(());
         }
         let (reply, answer) = oneshot::channel();
         let not_durable = || {
-            Arc::new(StoreError::io(
+            Arc::new(WalWriteError::from(FileError::new(
                 "making the WAL durable for a snapshot",
                 "the WAL",
                 std::io::Error::other(format!("the writer stopped before LSN {lsn} was durable")),
-            ))
+            )))
         };
         if self.tx.blocking_send(Message::Sync(lsn, reply)).is_err() {
             // Stopped: its final sync is all there is.

@@ -6,6 +6,8 @@
 //! - `sync_thread`: the thread that fsyncs one group while the next is
 //!   written.
 //! - `snapshotter`: the snapshot thread and its triggers.
+//! - `take_snapshot_error`: [`TakeSnapshotError`], why a snapshot asked
+//!   for was not taken.
 //! - `durable_index`: [`DurableIndex`], recovery plus both threads.
 //! - `replica`: [`ReplicaPipeline`], the writer thread of a replica group
 //!   member: decides what the leader proposes, applies what the group
@@ -32,6 +34,7 @@ mod request;
 mod running;
 mod snapshotter;
 mod sync_thread;
+mod take_snapshot_error;
 
 pub use changes::ChangeReader;
 pub use durable_index::{
@@ -52,5 +55,6 @@ pub use snapshotter::{
     DEFAULT_REPLAY_BYTES_PER_SEC, MIN_BUDGET_TRIGGER_BYTES, ReplayBudget, SnapshotResult,
     SnapshotStats,
 };
+pub use take_snapshot_error::TakeSnapshotError;
 /// The key type of [`WriteOp`]: a UUID checked once to be storable.
 pub use uuidmap_index::Key;

@@ -80,7 +80,7 @@ use super::request::{WriteError, WriteOutcome};
 use super::running::RunningWriter;
 use super::sync_thread::SyncThread;
 use crate::store::wal::WalWriter;
-use crate::store::{Op, StoreError};
+use crate::store::{FileError, Op, WalWriteError};
 use uuidmap_index::IndexWriter;
 use uuidmap_index::sync::LsnWatermark;
 
@@ -125,11 +125,11 @@ impl Default for PipelineConfig {
 pub const VOUCH_AFTER_IDLE: Duration = Duration::from_millis(10);
 
 /// Whether the WAL failed (`Some`), watched by the pipeline's owner.
-pub type PipelineFailure = watch::Receiver<Option<Arc<StoreError>>>;
+pub type PipelineFailure = watch::Receiver<Option<Arc<WalWriteError>>>;
 
 /// Answers every batch of `group` with the WAL's failure (after a failed
 /// fsync: the outcome of each is unknown).
-fn answer_failed(group: &mut Vec<Pending>, failed: &Arc<StoreError>) {
+fn answer_failed(group: &mut Vec<Pending>, failed: &Arc<WalWriteError>) {
     for pending in group.drain(..) {
         let _ = pending
             .reply
@@ -243,9 +243,9 @@ struct GroupCommit {
     unsynced_since: Option<Instant>,
     wal_bytes_at_nudge: u64,
     /// Set once a WAL fsync failed: every later batch gets it.
-    failed: Option<Arc<StoreError>>,
+    failed: Option<Arc<WalWriteError>>,
     /// Tells the owner about `failed`.
-    failed_tx: watch::Sender<Option<Arc<StoreError>>>,
+    failed_tx: watch::Sender<Option<Arc<WalWriteError>>>,
     /// When the queue became empty after the last group (for the idle vouch).
     idle_since: Option<Instant>,
 }
@@ -366,7 +366,7 @@ impl GroupCommit {
     }
 
     /// Answers a [`Message::Sync`].
-    fn sync_through(&mut self, lsn: u64, reply: oneshot::Sender<Result<(), Arc<StoreError>>>) {
+    fn sync_through(&mut self, lsn: u64, reply: oneshot::Sender<Result<(), Arc<WalWriteError>>>) {
         debug_assert!(self.in_flight.is_none(), "settled before");
         let result = match &self.failed {
             Some(e) => Err(e.clone()),
@@ -377,13 +377,16 @@ impl GroupCommit {
                 match &self.failed {
                     Some(e) => Err(e.clone()),
                     None if self.wal.synced_lsn() >= lsn => Ok(()),
-                    None => Err(Arc::new(StoreError::io(
-                        "making the WAL durable for a snapshot",
-                        self.wal.current_path(),
-                        std::io::Error::other(format!(
-                            "LSN {lsn} is not in the log (the snapshot is ahead of the writer)"
-                        )),
-                    ))),
+                    None => Err(Arc::new(
+                        FileError::new(
+                            "making the WAL durable for a snapshot",
+                            self.wal.current_path(),
+                            std::io::Error::other(format!(
+                                "LSN {lsn} is not in the log (the snapshot is ahead of the writer)"
+                            )),
+                        )
+                        .into(),
+                    )),
                 }
             }
         };
@@ -391,7 +394,7 @@ impl GroupCommit {
     }
 
     /// After a sync: publish the synced LSN, or note that the WAL failed.
-    fn after_sync(&mut self, result: Result<(), StoreError>, what: &str) {
+    fn after_sync(&mut self, result: Result<(), WalWriteError>, what: &str) {
         match result {
             Ok(()) => self.note_synced(),
             Err(e) => {
@@ -517,7 +520,7 @@ impl GroupCommit {
 
     /// Steps 2 and 3 inline: one WAL write of the group's records, then a
     /// fsync if `sync`, counted in the per-step figures.
-    fn write_group(&mut self, sync: bool) -> Result<(), StoreError> {
+    fn write_group(&mut self, sync: bool) -> Result<(), WalWriteError> {
         let before = self.wal.total_bytes();
         let steps = &self.core.stats.steps;
         self.wal
@@ -705,7 +708,7 @@ impl GroupCommit {
 
     /// The WAL refused the group: nothing is applied, the LSNs are reused,
     /// every caller learns why.
-    fn fail_group(&mut self, first_lsn: u64, error: StoreError) {
+    fn fail_group(&mut self, first_lsn: u64, error: WalWriteError) {
         self.core.stats.wal_failures.fetch_add(1, Ordering::Relaxed);
         self.check_wal_failed();
         let make_error: Box<dyn Fn() -> WriteError> = match &self.failed {

@@ -96,7 +96,7 @@ use super::pipeline::PipelineConfig;
 use super::read_lease::ReadLease;
 use super::request::{LeaderHint, WriteError, WriteOutcome};
 use super::running::RunningWriter;
-use crate::store::{Op, StoreError};
+use crate::store::{FileError, Op, WalWriteError};
 use arc_swap::ArcSwap;
 use uuidmap_index::sync::LsnWatermark;
 use uuidmap_index::{Index, IndexWriter};
@@ -468,13 +468,13 @@ impl ReplicaWriter {
                     // The replicated log is made durable by its own store;
                     // snapshots of a replica are stage 5 of
                     // docs/replication.md.
-                    let _ = reply.send(Err(Arc::new(StoreError::io(
+                    let _ = reply.send(Err(Arc::new(WalWriteError::from(FileError::new(
                         "making the log durable for a snapshot",
                         "the replicated log",
                         std::io::Error::other(format!(
                             "a replica group member takes no snapshots yet (asked for LSN {lsn})"
                         )),
-                    ))));
+                    )))));
                 }
             }
             // Under a queue that never drains, refusals would wait for

@@ -2,7 +2,7 @@
 
 use uuid::Uuid;
 
-use crate::store::StoreError;
+use crate::store::WalWriteError;
 use uuidmap_index::Key;
 
 /// One operation of a write batch, as a caller states it.
@@ -88,7 +88,7 @@ pub enum WriteError {
         "the write-ahead log is unavailable, the batch was not applied: {0}{hint}",
         hint = resume_hint(.0)
     )]
-    Wal(#[source] std::sync::Arc<StoreError>),
+    Wal(#[source] std::sync::Arc<WalWriteError>),
     /// A WAL fsync failed: this process accepts no more writes (see
     /// `wal::writer`). The batches of the failing group were written to the
     /// log but not made durable: whether they survive the restart is
@@ -98,7 +98,7 @@ pub enum WriteError {
          flight when it failed may or may not survive the restart (read the key after it to \
          find out): {0}"
     )]
-    WalFailed(#[source] std::sync::Arc<StoreError>),
+    WalFailed(#[source] std::sync::Arc<WalWriteError>),
     /// The writer is shutting down or has stopped; the batch was refused
     /// before it was queued.
     #[error("the server is shutting down and accepts no more writes")]
@@ -157,7 +157,7 @@ pub enum WriteError {
 
 /// True of a running writer only: each group tries the disk again (see
 /// `pipeline`), so a full disk needs no restart once it has room.
-fn resume_hint(e: &StoreError) -> &'static str {
+fn resume_hint(e: &WalWriteError) -> &'static str {
     if e.is_disk_full() {
         "; free space on the data disk and writes resume by themselves, without a restart"
     } else {

@@ -21,14 +21,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
+use super::TakeSnapshotError;
 use crate::store::snapshot::{SnapshotInfo, write_snapshot};
 use crate::store::wal::remove_covered;
-use crate::store::{Io, StoreError};
+use crate::store::{Io, WalWriteError};
 use uuidmap_index::Index;
 use uuidmap_index::sync::LsnWatermark;
 
 /// A snapshot's outcome as callers receive it.
-pub type SnapshotResult = Result<SnapshotInfo, Arc<StoreError>>;
+pub type SnapshotResult = Result<SnapshotInfo, Arc<TakeSnapshotError>>;
 
 /// WAL bytes per second that a replay is assumed to manage when no
 /// recovery has measured it (one that replayed at least
@@ -144,7 +145,7 @@ pub(crate) struct SnapshotterConfig {
     pub recovered_from: Option<(u64, u64)>,
     /// Makes the WAL durable through an LSN, before a snapshot is published
     /// (see `store::snapshot`'s write module: the WAL before the snapshot).
-    pub make_log_durable: Box<dyn Fn(u64) -> Result<(), Arc<StoreError>> + Send>,
+    pub make_log_durable: Box<dyn Fn(u64) -> Result<(), Arc<WalWriteError>> + Send>,
 }
 
 impl Snapshotter {
@@ -251,7 +252,7 @@ fn take(
     let started = Instant::now();
     let applied = || config.watermark.current();
     let make_log_durable =
-        |lsn| (config.make_log_durable)(lsn).map_err(|e| StoreError::clone_shared(&e));
+        |lsn| (config.make_log_durable)(lsn).map_err(|e| WalWriteError::clone_shared(&e));
     match write_snapshot(
         config.io.as_ref(),
         &config.dir,
@@ -298,7 +299,7 @@ fn take(
                 ""
             };
             tracing::error!("snapshot failed (the previous snapshots are kept): {e}{hint}");
-            Err(Arc::new(e))
+            Err(Arc::new(e.into()))
         }
     }
 }

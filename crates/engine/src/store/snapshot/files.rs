@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::store::{Io, StoreError};
+use crate::store::{FileError, Io};
 
 const PREFIX: &str = "snapshot-";
 const SUFFIX: &str = ".snap";
@@ -63,10 +63,10 @@ pub fn set_aside_damaged(io: &dyn Io, path: &Path) -> std::io::Result<()> {
 
 /// The snapshots in `dir` as `(lsn, path)`, newest (highest LSN) first.
 /// Temporary files and other files are ignored.
-pub fn list_snapshots(io: &dyn Io, dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
+pub fn list_snapshots(io: &dyn Io, dir: &Path) -> Result<Vec<(u64, PathBuf)>, FileError> {
     let names = io
         .list(dir)
-        .map_err(|e| StoreError::io("listing the snapshots in", dir, e))?;
+        .map_err(|e| FileError::new("listing the snapshots in", dir, e))?;
     let mut found: Vec<(u64, PathBuf)> = names
         .iter()
         .filter_map(|n| parse_snapshot_name(n).map(|lsn| (lsn, dir.join(n))))

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use uuid::Uuid;
 
 use super::format::{Header, SLOT_BYTES, SegmentEntry};
-use crate::store::{Io, MappedFile, StoreError};
+use crate::store::{FileError, Io, MappedFile, SnapshotCorrupt, SnapshotLoadError};
 use uuidmap_index::{
     ExternalSlots, HashSeeds, Index, IndexBuilder, IndexWriter, RestoredSegment, Slot,
     hash_fingerprint,
@@ -111,14 +111,14 @@ pub fn open_snapshot(
     io: &dyn Io,
     path: &Path,
     options: &OpenOptions,
-) -> Result<OpenedSnapshot, StoreError> {
-    let corrupt = |reason: String| StoreError::SnapshotCorrupt {
+) -> Result<OpenedSnapshot, SnapshotLoadError> {
+    let corrupt = |reason: String| SnapshotCorrupt {
         path: path.to_path_buf(),
         reason,
     };
     let map = io
         .map_private(path)
-        .map_err(|e| StoreError::io("opening the snapshot", path, e))?;
+        .map_err(|e| FileError::new("opening the snapshot", path, e))?;
     let header = Header::parse_file(map.as_slice()).map_err(corrupt)?;
     let opened = OpenedSnapshot {
         path: path.to_path_buf(),
@@ -170,13 +170,14 @@ fn first_bad_segment(file: &[u8], segments: &[SegmentEntry]) -> Option<usize> {
 impl OpenedSnapshot {
     /// Checks every segment's checksum (what [`open_snapshot`] does with
     /// `verify`; recovery calls it apart to time it).
-    pub fn verify(&self) -> Result<(), StoreError> {
+    pub fn verify(&self) -> Result<(), SnapshotLoadError> {
         self.map.will_need();
         match first_bad_segment(self.map.as_slice(), &self.segments) {
-            Some(segment) => Err(StoreError::SnapshotCorrupt {
+            Some(segment) => Err(SnapshotCorrupt {
                 path: self.path.clone(),
                 reason: format!("segment {segment}'s checksum does not match: the file is damaged"),
-            }),
+            }
+            .into()),
             None => Ok(()),
         }
     }
@@ -209,7 +210,7 @@ impl OpenedSnapshot {
     /// Otherwise (another CPU or ahash version) the map is rebuilt by
     /// inserting every entry into fresh tables with the same seeds and
     /// segment count, and a warning is logged; see [`Restored::Rebuilt`].
-    pub fn into_index(self) -> Result<RestoredIndex, StoreError> {
+    pub fn into_index(self) -> Result<RestoredIndex, SnapshotLoadError> {
         if self.fingerprint != self.expected_fingerprint {
             return self.rebuild();
         }
@@ -251,7 +252,7 @@ impl OpenedSnapshot {
         let (writer, index) = IndexBuilder::default()
             .seeds(seeds)
             .restore(tables)
-            .map_err(|e| StoreError::SnapshotCorrupt {
+            .map_err(|e| SnapshotCorrupt {
                 path,
                 reason: e.to_string(),
             })?;
@@ -266,7 +267,7 @@ impl OpenedSnapshot {
 
     /// Inserts every entry into a fresh index with the same seeds and
     /// segment count.
-    fn rebuild(self) -> Result<RestoredIndex, StoreError> {
+    fn rebuild(self) -> Result<RestoredIndex, SnapshotLoadError> {
         tracing::warn!(
             path = %self.path.display(),
             file_fingerprint = self.fingerprint,
@@ -291,7 +292,7 @@ impl OpenedSnapshot {
                 let key = Uuid::from_bytes(slot.key);
                 writer
                     .insert(key, Uuid::from_bytes(slot.value))
-                    .map_err(|e| StoreError::SnapshotCorrupt {
+                    .map_err(|e| SnapshotCorrupt {
                         path: self.path.clone(),
                         reason: format!("segment {i}, slot {at}: {e}"),
                     })?;

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::files::{list_snapshots, prune, snapshot_name, temp_name};
 use super::format::{Header, PAGE, PROLOGUE_LEN, SegmentEntry, prologue, trailer};
-use crate::store::{Io, IoFile, StoreError};
+use crate::store::{
+    FileError, Io, IoFile, SnapshotCorrupt, SnapshotLoadError, SnapshotWriteError, WalWriteError,
+};
 use uuidmap_index::Index;
 
 /// How many snapshots [`write_snapshot`] keeps: the new one and the one
@@ -73,8 +75,8 @@ pub fn write_snapshot(
     dir: &Path,
     index: &Index,
     applied_lsn: &dyn Fn() -> u64,
-    make_log_durable: &dyn Fn(u64) -> Result<(), StoreError>,
-) -> Result<SnapshotInfo, StoreError> {
+    make_log_durable: &dyn Fn(u64) -> Result<(), WalWriteError>,
+) -> Result<SnapshotInfo, SnapshotWriteError> {
     let started = Instant::now();
     let existing = list_snapshots(io, dir)?;
     let applied = applied_lsn();
@@ -89,13 +91,13 @@ pub fn write_snapshot(
     if io.file_len(&temp).is_ok() {
         // Debris of an interrupted write with the same name.
         io.remove(&temp)
-            .map_err(|e| StoreError::io("removing the leftover", &temp, e))?;
+            .map_err(|e| FileError::new("removing the leftover", &temp, e))?;
     }
     let (header, bytes) = match write_temp(io, &temp, index, applied_lsn) {
         Ok(written) => written,
         Err(e) => {
             let _ = io.remove(&temp);
-            return Err(e);
+            return Err(e.into());
         }
     };
     let path = dir.join(snapshot_name(header.lsn));
@@ -110,14 +112,14 @@ pub fn write_snapshot(
     }
     if let Err(e) = make_log_durable(header.lsn) {
         let _ = io.remove(&temp);
-        return Err(e);
+        return Err(e.into());
     }
     if let Err(e) = io.rename(&temp, &path) {
         let _ = io.remove(&temp);
-        return Err(StoreError::io("renaming into place the snapshot", &path, e));
+        return Err(FileError::new("renaming into place the snapshot", &path, e).into());
     }
     io.sync_dir(dir)
-        .map_err(|e| StoreError::io("syncing the directory of the new snapshot", dir, e))?;
+        .map_err(|e| FileError::new("syncing the directory of the new snapshot", dir, e))?;
     prune(io, dir, KEEP, &path);
     Ok(SnapshotInfo {
         path,
@@ -131,15 +133,18 @@ pub fn write_snapshot(
 }
 
 /// The info of a snapshot already in place (its header only is checked).
-fn existing_info(io: &dyn Io, path: &Path, started: Instant) -> Result<SnapshotInfo, StoreError> {
+fn existing_info(
+    io: &dyn Io,
+    path: &Path,
+    started: Instant,
+) -> Result<SnapshotInfo, SnapshotLoadError> {
     let map = io
         .map_private(path)
-        .map_err(|e| StoreError::io("opening the snapshot", path, e))?;
-    let header =
-        Header::parse_file(map.as_slice()).map_err(|reason| StoreError::SnapshotCorrupt {
-            path: path.to_path_buf(),
-            reason,
-        })?;
+        .map_err(|e| FileError::new("opening the snapshot", path, e))?;
+    let header = Header::parse_file(map.as_slice()).map_err(|reason| SnapshotCorrupt {
+        path: path.to_path_buf(),
+        reason,
+    })?;
     Ok(SnapshotInfo {
         path: path.to_path_buf(),
         lsn: header.lsn,
@@ -157,11 +162,11 @@ fn write_temp(
     temp: &Path,
     index: &Index,
     applied_lsn: &dyn Fn() -> u64,
-) -> Result<(Header, u64), StoreError> {
-    let writing = |e| StoreError::io("writing the snapshot", temp, e);
+) -> Result<(Header, u64), FileError> {
+    let writing = |e| FileError::new("writing the snapshot", temp, e);
     let mut file = io
         .create(temp)
-        .map_err(|e| StoreError::io("creating the snapshot", temp, e))?;
+        .map_err(|e| FileError::new("creating the snapshot", temp, e))?;
     file.write_all(&prologue()).map_err(writing)?;
     let count = index.segment_count();
     let mut segments = Vec::with_capacity(count);
@@ -212,7 +217,7 @@ fn write_temp(
     file.write_all(&header.encode()).map_err(writing)?;
     file.write_all(&trailer(offset)).map_err(writing)?;
     file.sync()
-        .map_err(|e| StoreError::io("syncing the snapshot", temp, e))?;
+        .map_err(|e| FileError::new("syncing the snapshot", temp, e))?;
     Ok((header, file.len()))
 }
 

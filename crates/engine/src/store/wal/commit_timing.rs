@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::writer::WalWriter;
-use crate::store::StoreError;
+use crate::store::WalWriteError;
 
 impl WalWriter {
     /// [`WalWriter::commit`], adding the nanoseconds its write took to
@@ -16,7 +16,7 @@ impl WalWriter {
         sync: bool,
         write_ns: &AtomicU64,
         sync_ns: &AtomicU64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), WalWriteError> {
         let (write_before, sync_before) = self.io_nanos();
         let committed = self.commit(sync);
         let (write_after, sync_after) = self.io_nanos();

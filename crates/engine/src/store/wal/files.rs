@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::store::{Io, StoreError};
+use crate::store::{FileError, Io};
 
 /// One WAL file of the data directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,10 +33,10 @@ pub fn parse_wal_file_name(name: &str) -> Option<u64> {
 }
 
 /// The WAL files in `dir`, sorted by first LSN. Other names are ignored.
-pub fn list_wal_files(io: &dyn Io, dir: &Path) -> Result<Vec<WalFile>, StoreError> {
+pub fn list_wal_files(io: &dyn Io, dir: &Path) -> Result<Vec<WalFile>, FileError> {
     let names = io
         .list(dir)
-        .map_err(|e| StoreError::io("listing the data directory", dir, e))?;
+        .map_err(|e| FileError::new("listing the data directory", dir, e))?;
     let mut files: Vec<WalFile> = names
         .iter()
         .filter_map(|name| {
@@ -58,7 +58,7 @@ pub fn list_wal_files(io: &dyn Io, dir: &Path) -> Result<Vec<WalFile>, StoreErro
 ///
 /// Removing oldest first keeps the remaining files a contiguous run if this
 /// is interrupted.
-pub fn remove_covered(io: &dyn Io, dir: &Path, upto_lsn: u64) -> Result<usize, StoreError> {
+pub fn remove_covered(io: &dyn Io, dir: &Path, upto_lsn: u64) -> Result<usize, FileError> {
     let files = list_wal_files(io, dir)?;
     let mut removed = 0;
     for pair in files.windows(2) {
@@ -68,12 +68,12 @@ pub fn remove_covered(io: &dyn Io, dir: &Path, upto_lsn: u64) -> Result<usize, S
             break;
         }
         io.remove(&file.path)
-            .map_err(|e| StoreError::io("removing the WAL file", &file.path, e))?;
+            .map_err(|e| FileError::new("removing the WAL file", &file.path, e))?;
         removed += 1;
     }
     if removed > 0 {
         io.sync_dir(dir)
-            .map_err(|e| StoreError::io("syncing the data directory", dir, e))?;
+            .map_err(|e| FileError::new("syncing the data directory", dir, e))?;
     }
     Ok(removed)
 }

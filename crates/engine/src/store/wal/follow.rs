@@ -23,7 +23,7 @@
 //!   end of the file: nothing more is written here yet.
 //! - An LSN the WAL no longer holds (its file removed after a snapshot, or
 //!   never logged because a snapshot held it) is
-//!   [`StoreError::WalNotRetained`], never skipped: a follower returns every
+//!   [`WalFollowError::NotRetained`], never skipped: a follower returns every
 //!   LSN from its start, consecutively, or fails.
 
 use std::path::{Path, PathBuf};
@@ -32,7 +32,7 @@ use std::sync::Arc;
 use super::files::{WalFile, list_wal_files};
 use super::record::{EntryHead, HEADER_LEN, WalFormat, check_header, claimed_len, decode_record};
 use super::spare::all_zero;
-use crate::store::{Io, Op, StoreError};
+use crate::store::{FileError, Io, Op, WalCorrupt, WalFollowError};
 
 /// Bytes a follower reads at a time (more when one record is larger).
 pub(super) const READ_CHUNK: usize = 256 << 10;
@@ -71,14 +71,14 @@ pub struct WalFollower {
 
 impl WalFollower {
     /// A follower that returns the records from `from_lsn` on. Fails with
-    /// [`StoreError::WalNotRetained`] if the oldest WAL file starts after
+    /// [`WalFollowError::NotRetained`] if the oldest WAL file starts after
     /// `from_lsn` (the records before it are gone).
-    pub fn open(io: Arc<dyn Io>, dir: &Path, from_lsn: u64) -> Result<Self, StoreError> {
+    pub fn open(io: Arc<dyn Io>, dir: &Path, from_lsn: u64) -> Result<Self, WalFollowError> {
         let files = list_wal_files(io.as_ref(), dir)?;
         if let Some(oldest) = files.first()
             && oldest.first_lsn > from_lsn
         {
-            return Err(StoreError::WalNotRetained {
+            return Err(WalFollowError::NotRetained {
                 dir: dir.to_path_buf(),
                 wanted: from_lsn,
                 oldest: Some(oldest.first_lsn),
@@ -120,10 +120,10 @@ impl WalFollower {
     /// The next record, if its LSN is at most `upto`, which the caller
     /// guarantees is committed (module docs).
     ///
-    /// Errors: [`StoreError::WalNotRetained`] if the record's file is gone;
-    /// [`StoreError::WalCorrupt`] if a committed record is damaged or
-    /// missing; [`StoreError::Io`].
-    pub fn next_record(&mut self, upto: u64) -> Result<Option<(u64, &[Op])>, StoreError> {
+    /// Errors: [`WalFollowError::NotRetained`] if the record's file is gone;
+    /// [`WalFollowError::Corrupt`] if a committed record is damaged or
+    /// missing; [`WalFollowError::Io`].
+    pub fn next_record(&mut self, upto: u64) -> Result<Option<(u64, &[Op])>, WalFollowError> {
         if self.next_lsn > upto {
             return Ok(None);
         }
@@ -187,7 +187,7 @@ impl WalFollower {
 
     /// The file that holds `next_lsn`: the newest one starting at or
     /// before it.
-    fn locate(&self) -> Result<WalFile, StoreError> {
+    fn locate(&self) -> Result<WalFile, WalFollowError> {
         let files = list_wal_files(self.io.as_ref(), &self.dir)?;
         files
             .iter()
@@ -198,7 +198,7 @@ impl WalFollower {
     }
 
     /// The file after the current one, which must continue it.
-    fn next_file(&self) -> Result<WalFile, StoreError> {
+    fn next_file(&self) -> Result<WalFile, WalFollowError> {
         let current = self.file.as_ref().expect("a file is being read");
         let files = list_wal_files(self.io.as_ref(), &self.dir)?;
         let Some(next) = files.iter().find(|f| f.first_lsn > current.first_lsn) else {
@@ -222,18 +222,19 @@ impl WalFollower {
     }
 
     /// Starts reading `file` from its beginning.
-    fn enter(&mut self, file: WalFile, upto: u64) -> Result<(), StoreError> {
+    fn enter(&mut self, file: WalFile, upto: u64) -> Result<(), WalFollowError> {
         self.buf = self.read(&file.path, 0, READ_CHUNK)?;
         self.capped = self.buf.len() == READ_CHUNK;
         self.trusted_upto = upto;
         match check_header(&self.buf, file.first_lsn) {
             Ok(format) => self.format = format,
             Err(bad) => {
-                return Err(StoreError::WalCorrupt {
+                return Err(WalCorrupt {
                     path: file.path,
                     offset: 0,
                     reason: bad.reason,
-                });
+                }
+                .into());
             }
         }
         self.buf_start = 0;
@@ -245,7 +246,7 @@ impl WalFollower {
 
     /// Reads what the current file holds from the next record on: a chunk,
     /// or `need` bytes if more.
-    fn refill(&mut self, upto: u64, need: usize) -> Result<(), StoreError> {
+    fn refill(&mut self, upto: u64, need: usize) -> Result<(), WalFollowError> {
         let offset = self.buf_start + self.pos as u64;
         let path = self
             .file
@@ -264,32 +265,33 @@ impl WalFollower {
 
     /// Reads at most `len` bytes of `path` from `offset`; a file that is
     /// gone is not retained.
-    fn read(&self, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>, StoreError> {
+    fn read(&self, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>, WalFollowError> {
         match self.io.read_at(path, offset, len) {
             Ok(data) => Ok(data),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let files = list_wal_files(self.io.as_ref(), &self.dir)?;
                 Err(self.not_retained(files.first()))
             }
-            Err(e) => Err(StoreError::io("reading the WAL file", path, e)),
+            Err(e) => Err(FileError::new("reading the WAL file", path, e).into()),
         }
     }
 
-    fn not_retained(&self, oldest: Option<&WalFile>) -> StoreError {
-        StoreError::WalNotRetained {
+    fn not_retained(&self, oldest: Option<&WalFile>) -> WalFollowError {
+        WalFollowError::NotRetained {
             dir: self.dir.clone(),
             wanted: self.next_lsn,
             oldest: oldest.map(|f| f.first_lsn),
         }
     }
 
-    fn corrupt(&self, reason: String) -> StoreError {
+    fn corrupt(&self, reason: String) -> WalFollowError {
         let file = self.file.as_ref().expect("a file is being read");
-        StoreError::WalCorrupt {
+        WalCorrupt {
             path: file.path.clone(),
             offset: self.buf_start + self.pos as u64,
             reason,
         }
+        .into()
     }
 }
 
@@ -376,16 +378,16 @@ mod tests {
         let oldest = list_wal_files(io.as_ref(), &dir).unwrap()[0].first_lsn;
         assert!(oldest > 3 && oldest <= 21);
         match slow.next_record(30) {
-            Err(StoreError::WalNotRetained {
+            Err(WalFollowError::NotRetained {
                 wanted: 3,
                 oldest: Some(o),
                 ..
             }) => assert_eq!(o, oldest),
-            other => panic!("expected WalNotRetained, got {other:?}"),
+            other => panic!("expected NotRetained, got {other:?}"),
         }
         match WalFollower::open(io.clone(), &dir, 1) {
-            Err(StoreError::WalNotRetained { wanted: 1, .. }) => {}
-            other => panic!("expected WalNotRetained, got {:?}", other.err()),
+            Err(WalFollowError::NotRetained { wanted: 1, .. }) => {}
+            other => panic!("expected NotRetained, got {:?}", other.err()),
         }
         let mut fresh = WalFollower::open(io, &dir, oldest).unwrap();
         assert_eq!(read_all(&mut fresh, 30), (oldest..=30).collect::<Vec<_>>());

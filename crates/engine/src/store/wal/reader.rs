@@ -37,7 +37,7 @@
 //! vouched prefix zeros are corruption like any bad record; in any other
 //! file too, since the writer cuts a file's zeros before leaving it.
 //!
-//! Corruption stops reading with [`StoreError::WalCorrupt`], which names
+//! Corruption stops reading with [`WalReadError::Corrupt`], which names
 //! the file and offset.
 
 use std::path::{Path, PathBuf};
@@ -48,7 +48,7 @@ use super::record::{
     read_synced_end,
 };
 use super::spare::{all_zero, records_end};
-use crate::store::{Io, Op, StoreError};
+use crate::store::{FileError, Io, Op, WalCorrupt, WalReadError};
 
 /// A record read from the WAL. The ops borrow the cursor's buffer.
 #[derive(Debug)]
@@ -136,7 +136,7 @@ pub struct WalCursor<'io> {
 impl<'io> WalCursor<'io> {
     /// A cursor over the WAL in `dir` returning the records with LSN
     /// `>= from_lsn`.
-    pub fn open(io: &'io dyn Io, dir: &Path, from_lsn: u64) -> Result<Self, StoreError> {
+    pub fn open(io: &'io dyn Io, dir: &Path, from_lsn: u64) -> Result<Self, FileError> {
         let files = list_wal_files(io, dir)?;
         // Files wholly before `from_lsn` (the next file starts at or before
         // it) are not read at all: damage in a file no one needs any more
@@ -181,10 +181,10 @@ impl<'io> WalCursor<'io> {
     /// The next record with LSN `>= from_lsn`, `None` at the end of the log
     /// (clean, or a torn tail: see [`WalCursor::torn_tail`]).
     ///
-    /// Errors: [`StoreError::WalCorrupt`] for corruption (module docs),
-    /// [`StoreError::WalGap`] if the log skips LSNs from `from_lsn` on,
-    /// [`StoreError::Io`] if a file cannot be read.
-    pub fn next_record(&mut self) -> Result<Option<WalRecord<'_>>, StoreError> {
+    /// Errors: [`WalReadError::Corrupt`] for corruption (module docs),
+    /// [`WalReadError::Gap`] if the log skips LSNs from `from_lsn` on,
+    /// [`WalReadError::Io`] if a file cannot be read.
+    pub fn next_record(&mut self) -> Result<Option<WalRecord<'_>>, WalReadError> {
         loop {
             if self.file >= self.files.len() || self.torn.is_some() {
                 return Ok(None);
@@ -275,10 +275,10 @@ impl<'io> WalCursor<'io> {
 
     /// Reads file `self.file` and checks its header and its place in the
     /// LSN sequence.
-    fn load_file(&mut self) -> Result<(), StoreError> {
+    fn load_file(&mut self) -> Result<(), WalReadError> {
         let file = &self.files[self.file];
         if file.first_lsn > self.next_wanted {
-            return Err(StoreError::WalGap {
+            return Err(WalReadError::Gap {
                 dir: self.dir.clone(),
                 expected: self.next_wanted,
                 found: file.first_lsn,
@@ -305,7 +305,7 @@ impl<'io> WalCursor<'io> {
             ));
         }
         let last = self.file + 1 == self.files.len();
-        let read_err = |e| StoreError::io("reading the WAL file", &file.path, e);
+        let read_err = |e| FileError::new("reading the WAL file", &file.path, e);
         self.file_len = self.io.file_len(&file.path).map_err(read_err)?;
         self.data = if last {
             // A preallocated file: read its records, not its zeros (but a
@@ -345,7 +345,7 @@ impl<'io> WalCursor<'io> {
 
     /// At the end of a file's good records: they must reach what the
     /// header vouches for.
-    fn check_vouched_reached(&self) -> Result<(), StoreError> {
+    fn check_vouched_reached(&self) -> Result<(), WalReadError> {
         if (self.offset as u64) < self.vouched.offset {
             let short = if self.offset == self.data.len() {
                 format!(
@@ -369,7 +369,7 @@ impl<'io> WalCursor<'io> {
 
     /// Classifies a bad record at `offset`: a torn tail (recorded, Ok) or
     /// corruption (Err). See the module docs.
-    fn bad_record(&mut self, offset: usize, bad: BadRecord) -> Result<(), StoreError> {
+    fn bad_record(&mut self, offset: usize, bad: BadRecord) -> Result<(), WalReadError> {
         let last = self.file + 1 == self.files.len();
         if !last || bad.written_so {
             return Err(self.corrupt(offset, bad.reason));
@@ -403,15 +403,15 @@ impl<'io> WalCursor<'io> {
         Ok(())
     }
 
-    fn corrupt(&self, offset: usize, reason: String) -> StoreError {
+    fn corrupt(&self, offset: usize, reason: String) -> WalReadError {
         self.corrupt_in(self.file, offset, reason)
     }
 
-    fn corrupt_in(&self, file: usize, offset: usize, reason: String) -> StoreError {
-        StoreError::WalCorrupt {
+    fn corrupt_in(&self, file: usize, offset: usize, reason: String) -> WalReadError {
+        WalReadError::Corrupt(WalCorrupt {
             path: self.files[file].path.clone(),
             offset: offset as u64,
             reason,
-        }
+        })
     }
 }

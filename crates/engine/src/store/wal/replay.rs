@@ -6,7 +6,7 @@
 //!
 //! - a **torn tail** is cut off (`Io::truncate`, durable), with a warning
 //!   naming the file, the offset and the bytes dropped;
-//! - **corruption** stops recovery with [`StoreError::WalCorrupt`], unless
+//! - **corruption** stops recovery with [`WalReadError::Corrupt`], unless
 //!   the operator asked for `truncate_corrupt`: then the log is cut at the
 //!   bad record, every later WAL file is removed, an error-level line says
 //!   what was discarded, and replay ends there;
@@ -23,7 +23,7 @@ use std::path::Path;
 use super::files::WalFile;
 use super::reader::WalCursor;
 use super::record::{HEADER_LEN, SyncedEnd, check_header, decode_record, encode_synced_end};
-use crate::store::{Io, Op, StoreError};
+use crate::store::{FileError, Io, Op, WalCorrupt, WalReadError};
 
 /// How replay treats corruption.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,17 +90,17 @@ pub struct WalCut {
 /// order, across all WAL files in `dir`, then repairs the end of the log
 /// (module docs).
 ///
-/// Errors: [`StoreError::WalGap`] if the log does not continue at
+/// Errors: [`WalReadError::Gap`] if the log does not continue at
 /// `after_lsn + 1` (or has a hole between files after it);
-/// [`StoreError::WalCorrupt`] for corruption without `truncate_corrupt`;
-/// [`StoreError::Io`].
+/// [`WalReadError::Corrupt`] for corruption without `truncate_corrupt`;
+/// [`WalReadError::Io`].
 pub fn replay(
     io: &dyn Io,
     dir: &Path,
     after_lsn: u64,
     options: &ReplayOptions,
     mut apply: impl FnMut(u64, &[Op]),
-) -> Result<ReplayOutcome, StoreError> {
+) -> Result<ReplayOutcome, WalReadError> {
     let mut cursor =
         WalCursor::open(io, dir, after_lsn + 1)?.synced_through(options.synced_through);
     let mut outcome = ReplayOutcome::default();
@@ -117,12 +117,12 @@ pub fn replay(
                 outcome.bytes += rec.len;
             }
             Ok(None) => break None,
-            Err(StoreError::WalCorrupt {
+            Err(WalReadError::Corrupt(WalCorrupt {
                 path,
                 offset,
                 reason,
-            }) if options.truncate_corrupt => break Some((path, offset, reason)),
-            Err(StoreError::WalGap {
+            })) if options.truncate_corrupt => break Some((path, offset, reason)),
+            Err(WalReadError::Gap {
                 expected,
                 found,
                 ends_early: Some(early),
@@ -210,7 +210,7 @@ const PUT_BYTES: u64 = 1 + 16 + 16;
 /// counted whole, so the bound may exceed the truth by one file.
 /// A file whose size cannot be read counts as empty (replay reports the
 /// error).
-pub fn estimate_puts(io: &dyn Io, dir: &Path, after_lsn: u64) -> Result<u64, StoreError> {
+pub fn estimate_puts(io: &dyn Io, dir: &Path, after_lsn: u64) -> Result<u64, FileError> {
     let files = super::files::list_wal_files(io, dir)?;
     let mut bytes = 0u64;
     for (i, file) in files.iter().enumerate() {
@@ -244,15 +244,15 @@ pub fn estimate_puts(io: &dyn Io, dir: &Path, after_lsn: u64) -> Result<u64, Sto
 
 /// Cuts `path` at `offset`, durably; removes it instead if no record would
 /// remain.
-fn cut(io: &dyn Io, dir: &Path, path: &Path, offset: u64) -> Result<(), StoreError> {
+fn cut(io: &dyn Io, dir: &Path, path: &Path, offset: u64) -> Result<(), FileError> {
     if offset <= HEADER_LEN as u64 {
         // No record would remain (or, for a gap, the whole file goes).
         io.remove(path)
-            .map_err(|e| StoreError::io("removing the WAL file", path, e))?;
+            .map_err(|e| FileError::new("removing the WAL file", path, e))?;
         sync_dir(io, dir)
     } else {
         io.truncate(path, offset)
-            .map_err(|e| StoreError::io("truncating the WAL file", path, e))
+            .map_err(|e| FileError::new("truncating the WAL file", path, e))
     }
 }
 
@@ -267,13 +267,13 @@ pub(super) fn cut_and_vouch(
     path: &Path,
     offset: u64,
     last_lsn: u64,
-) -> Result<(), StoreError> {
+) -> Result<(), FileError> {
     if offset <= HEADER_LEN as u64 {
         return cut(io, dir, path, offset);
     }
     let mut data = io
         .read(path)
-        .map_err(|e| StoreError::io("reading the WAL file", path, e))?;
+        .map_err(|e| FileError::new("reading the WAL file", path, e))?;
     data.truncate(offset as usize);
     let end = SyncedEnd {
         lsn: last_lsn,
@@ -288,16 +288,16 @@ pub(super) fn cut_and_vouch(
     let temp = std::path::PathBuf::from(temp);
     if io.file_len(&temp).is_ok() {
         io.remove(&temp)
-            .map_err(|e| StoreError::io("removing the leftover", &temp, e))?;
+            .map_err(|e| FileError::new("removing the leftover", &temp, e))?;
     }
     let mut file = io
         .create(&temp)
-        .map_err(|e| StoreError::io("creating the repaired WAL file", &temp, e))?;
+        .map_err(|e| FileError::new("creating the repaired WAL file", &temp, e))?;
     file.write_all(&data)
         .and_then(|()| file.sync())
-        .map_err(|e| StoreError::io("writing the repaired WAL file", &temp, e))?;
+        .map_err(|e| FileError::new("writing the repaired WAL file", &temp, e))?;
     io.rename(&temp, path)
-        .map_err(|e| StoreError::io("renaming into place the repaired WAL file", path, e))?;
+        .map_err(|e| FileError::new("renaming into place the repaired WAL file", path, e))?;
     sync_dir(io, dir)
 }
 
@@ -315,18 +315,18 @@ fn discard_from(
     first_lost: u64,
     reason: String,
     options: &ReplayOptions,
-) -> Result<WalCut, StoreError> {
+) -> Result<WalCut, FileError> {
     let file = &files[at];
     let len = io
         .file_len(&file.path)
-        .map_err(|e| StoreError::io("reading the WAL file", &file.path, e))?;
+        .map_err(|e| FileError::new("reading the WAL file", &file.path, e))?;
     let mut bytes = len.saturating_sub(offset);
     let mut readable = 0;
     let mut last_readable = None;
     for later in files[at + 1..].iter().rev() {
         let data = io
             .read(&later.path)
-            .map_err(|e| StoreError::io("reading the WAL file", &later.path, e))?;
+            .map_err(|e| FileError::new("reading the WAL file", &later.path, e))?;
         bytes += data.len() as u64;
         let (n, last) = count_readable(&data, later.first_lsn);
         readable += n;
@@ -387,12 +387,12 @@ fn count_readable(data: &[u8], first_lsn: u64) -> (u64, Option<u64>) {
     (n, last)
 }
 
-fn remove(io: &dyn Io, file: &WalFile) -> Result<(), StoreError> {
+fn remove(io: &dyn Io, file: &WalFile) -> Result<(), FileError> {
     io.remove(&file.path)
-        .map_err(|e| StoreError::io("removing the WAL file", &file.path, e))
+        .map_err(|e| FileError::new("removing the WAL file", &file.path, e))
 }
 
-fn sync_dir(io: &dyn Io, dir: &Path) -> Result<(), StoreError> {
+fn sync_dir(io: &dyn Io, dir: &Path) -> Result<(), FileError> {
     io.sync_dir(dir)
-        .map_err(|e| StoreError::io("syncing the data directory", dir, e))
+        .map_err(|e| FileError::new("syncing the data directory", dir, e))
 }

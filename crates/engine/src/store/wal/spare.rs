@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use crate::store::{Io, StoreError};
+use crate::store::{FileError, Io};
 
 /// The name of the spare file in the data directory.
 pub const SPARE_NAME: &str = "wal-spare";
@@ -86,7 +86,7 @@ impl std::str::FromStr for Preallocate {
 }
 
 /// A background preparation's thread.
-type Preparation = JoinHandle<Result<(), StoreError>>;
+type Preparation = JoinHandle<Result<(), FileError>>;
 
 /// The spare of one data directory, and the preparation of the next.
 pub(super) struct Spares {
@@ -210,7 +210,7 @@ impl Drop for Spares {
     }
 }
 
-fn warn_if_failed(result: Result<(), StoreError>) {
+fn warn_if_failed(result: Result<(), FileError>) {
     if let Err(e) = result {
         tracing::warn!(
             error = %e,
@@ -222,16 +222,16 @@ fn warn_if_failed(result: Result<(), StoreError>) {
 
 /// Makes `dir/wal-spare` (module docs). A cancel removes the `.tmp` and
 /// returns `Ok`.
-fn prepare(io: &dyn Io, dir: &Path, bytes: u64, cancel: &AtomicBool) -> Result<(), StoreError> {
+fn prepare(io: &dyn Io, dir: &Path, bytes: u64, cancel: &AtomicBool) -> Result<(), FileError> {
     let tmp = dir.join(SPARE_TMP_NAME);
     if io.file_len(&tmp).is_ok() {
         io.remove(&tmp)
-            .map_err(|e| StoreError::io("removing the leftover", &tmp, e))?;
+            .map_err(|e| FileError::new("removing the leftover", &tmp, e))?;
     }
     let made = (|| {
         let mut file = io
             .create(&tmp)
-            .map_err(|e| StoreError::io("creating the spare WAL file", &tmp, e))?;
+            .map_err(|e| FileError::new("creating the spare WAL file", &tmp, e))?;
         let zeros = vec![0u8; CHUNK.min(bytes as usize)];
         let mut left = bytes;
         while left > 0 {
@@ -240,16 +240,16 @@ fn prepare(io: &dyn Io, dir: &Path, bytes: u64, cancel: &AtomicBool) -> Result<(
             }
             let n = left.min(zeros.len() as u64) as usize;
             file.write_all(&zeros[..n])
-                .map_err(|e| StoreError::io("writing zeros into the spare WAL file", &tmp, e))?;
+                .map_err(|e| FileError::new("writing zeros into the spare WAL file", &tmp, e))?;
             left -= n as u64;
         }
         file.sync()
-            .map_err(|e| StoreError::io("fsyncing the spare WAL file", &tmp, e))?;
+            .map_err(|e| FileError::new("fsyncing the spare WAL file", &tmp, e))?;
         let spare = dir.join(SPARE_NAME);
         io.rename(&tmp, &spare)
-            .map_err(|e| StoreError::io("renaming into place the spare WAL file", &spare, e))?;
+            .map_err(|e| FileError::new("renaming into place the spare WAL file", &spare, e))?;
         io.sync_dir(dir)
-            .map_err(|e| StoreError::io("syncing the data directory", dir, e))?;
+            .map_err(|e| FileError::new("syncing the data directory", dir, e))?;
         Ok(true)
     })();
     match made {
@@ -281,13 +281,13 @@ pub(super) fn all_zero(bytes: &[u8]) -> bool {
 /// file this is the end of the last record, give or take the zero bytes
 /// a record may end with. Used to read and estimate a preallocated file
 /// without its zeros; everything read is still checked.
-pub(super) fn records_end(io: &dyn Io, path: &Path, file_len: u64) -> Result<u64, StoreError> {
+pub(super) fn records_end(io: &dyn Io, path: &Path, file_len: u64) -> Result<u64, FileError> {
     const PAGE: u64 = 4096;
-    let read_page = |page: u64| -> Result<Vec<u8>, StoreError> {
+    let read_page = |page: u64| -> Result<Vec<u8>, FileError> {
         io.read_at(path, page * PAGE, PAGE as usize)
-            .map_err(|e| StoreError::io("reading the WAL file", path, e))
+            .map_err(|e| FileError::new("reading the WAL file", path, e))
     };
-    let page_is_zero = |page: u64| -> Result<bool, StoreError> { Ok(all_zero(&read_page(page)?)) };
+    let page_is_zero = |page: u64| -> Result<bool, FileError> { Ok(all_zero(&read_page(page)?)) };
     let pages = file_len.div_ceil(PAGE);
     if pages <= 1 || !page_is_zero(pages - 1)? {
         return Ok(file_len);

@@ -21,7 +21,7 @@
 //! - **A failed fsync is fatal.** Linux may drop the dirty pages of a failed
 //!   fsync and mark them clean, so a later fsync that succeeds proves
 //!   nothing. After one, the writer is *failed* for good: every later call
-//!   returns [`StoreError::WalFailed`], nothing more is acknowledged, and
+//!   returns [`WalWriteError::Failed`], nothing more is acknowledged, and
 //!   the process must restart and recover from what is really on disk.
 //! - **The header vouches for the synced end.** Before each fsync the
 //!   writer records, in one of the header's two synced-end slots
@@ -73,7 +73,7 @@ use super::record::{
     empty_synced_end, encode_entry, encode_header, encode_record, encode_synced_end,
 };
 use super::spare::{Preallocate, Spares, all_zero};
-use crate::store::{FileSync, Io, IoFile, Op, StoreError};
+use crate::store::{FileError, FileSync, Io, IoFile, Op, WalWriteError};
 
 /// Tuning of the WAL writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,7 +168,7 @@ impl WalWriter {
         dir: &Path,
         next_lsn: u64,
         options: WalOptions,
-    ) -> Result<WalWriter, StoreError> {
+    ) -> Result<WalWriter, WalWriteError> {
         let mut spares = Spares::new(io.clone(), dir, options.segment_bytes, options.preallocate);
         let (file, path, preallocated) =
             start_file(&*io, dir, next_lsn, options.format, spares.take())?;
@@ -235,7 +235,7 @@ impl WalWriter {
     /// group's records and LSNs are forgotten (the next `append` reuses
     /// them), and the error names the file. See the module docs for a
     /// failed rollback.
-    pub fn commit(&mut self, sync: bool) -> Result<(), StoreError> {
+    pub fn commit(&mut self, sync: bool) -> Result<(), WalWriteError> {
         if let Err(e) = self.recover() {
             self.forget_pending();
             return Err(e);
@@ -248,7 +248,7 @@ impl WalWriter {
         let written = self.file.write_at(start, &self.pending);
         self.write_ns += writing.elapsed().as_nanos() as u64;
         if let Err(e) = written {
-            let e = StoreError::io("writing the WAL file", &self.path, e);
+            let e: WalWriteError = FileError::new("writing the WAL file", &self.path, e).into();
             self.forget_pending();
             if self.in_flight.is_some() {
                 // The cut would fsync: it waits for the fsync in flight
@@ -302,7 +302,7 @@ impl WalWriter {
     /// Fsyncs the current file without writing (the `interval` sync
     /// policy, and before a snapshot is published). Earlier files were
     /// fsynced when the writer left them.
-    pub fn sync(&mut self) -> Result<(), StoreError> {
+    pub fn sync(&mut self) -> Result<(), WalWriteError> {
         self.check_failed()?;
         self.check_no_sync_in_flight()?;
         if let Some(len) = self.rollback_to {
@@ -317,7 +317,7 @@ impl WalWriter {
     /// Makes the header vouch for everything synced so far (one fsync, only
     /// if it does not already): the writer calls it when idle, so that a
     /// quiet log is vouched for to its end.
-    pub fn vouch(&mut self) -> Result<(), StoreError> {
+    pub fn vouch(&mut self) -> Result<(), WalWriteError> {
         self.sync()?;
         if self.vouched == self.synced {
             return Ok(());
@@ -331,7 +331,7 @@ impl WalWriter {
     /// synced-end slot first, as an inline fsync does. `None` when nothing
     /// is unsynced (a rollback still pending is done here, inline, and its
     /// fsync covers everything).
-    pub fn start_sync(&mut self) -> Result<Option<Arc<dyn FileSync>>, StoreError> {
+    pub fn start_sync(&mut self) -> Result<Option<Arc<dyn FileSync>>, WalWriteError> {
         self.check_failed()?;
         self.check_no_sync_in_flight()?;
         if let Some(len) = self.rollback_to {
@@ -344,7 +344,7 @@ impl WalWriter {
             Some(s) => s.clone(),
             None => {
                 let made = self.file.syncer().map_err(|e| {
-                    StoreError::io("opening the WAL file for syncing", &self.path, e)
+                    FileError::new("opening the WAL file for syncing", &self.path, e)
                 })?;
                 self.syncer.insert(made).clone()
             }
@@ -375,7 +375,7 @@ impl WalWriter {
         &mut self,
         result: std::io::Result<()>,
         nanos: u64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), WalWriteError> {
         let Some(done) = self.in_flight.take() else {
             debug_assert!(false, "finish_sync without a sync in flight");
             return Ok(());
@@ -401,16 +401,17 @@ impl WalWriter {
 
     /// Refuses what would fsync or cut the file while a fsync runs
     /// elsewhere (a caller's bug, reported rather than risked).
-    fn check_no_sync_in_flight(&self) -> Result<(), StoreError> {
+    fn check_no_sync_in_flight(&self) -> Result<(), WalWriteError> {
         if self.in_flight.is_none() {
             return Ok(());
         }
         debug_assert!(false, "an inline WAL sync while another is in flight");
-        Err(StoreError::io(
+        Err(FileError::new(
             "syncing the WAL file",
             &self.path,
             std::io::Error::other("another fsync of it is still in flight"),
-        ))
+        )
+        .into())
     }
 
     /// The LSN up to which every committed record is durable.
@@ -431,7 +432,7 @@ impl WalWriter {
 
     /// Writes the header slot for the previous synced end (if it moved),
     /// then fsyncs. Any failure fails the writer for good.
-    fn fsync(&mut self) -> Result<(), StoreError> {
+    fn fsync(&mut self) -> Result<(), WalWriteError> {
         self.check_failed()?;
         self.check_no_sync_in_flight()?;
         let syncing = std::time::Instant::now();
@@ -440,7 +441,7 @@ impl WalWriter {
         synced
     }
 
-    fn write_slot_and_sync(&mut self) -> Result<(), StoreError> {
+    fn write_slot_and_sync(&mut self) -> Result<(), WalWriteError> {
         let vouch = self.synced;
         if vouch != self.vouched {
             let (at, bytes) = encode_synced_end(self.next_slot, vouch);
@@ -464,8 +465,8 @@ impl WalWriter {
     }
 
     /// Fails the writer for good (module docs) and returns the error.
-    fn fail(&mut self, action: &'static str, e: std::io::Error) -> StoreError {
-        let cause = StoreError::io(action, &self.path, e).to_string();
+    fn fail(&mut self, action: &'static str, e: std::io::Error) -> WalWriteError {
+        let cause = FileError::new(action, &self.path, e).to_string();
         tracing::error!(
             file = %self.path.display(),
             "{cause}: the WAL accepts no more writes (a failed fsync may have dropped them \
@@ -475,10 +476,10 @@ impl WalWriter {
         self.check_failed().expect_err("just failed")
     }
 
-    fn check_failed(&self) -> Result<(), StoreError> {
+    fn check_failed(&self) -> Result<(), WalWriteError> {
         match &self.failed {
             None => Ok(()),
-            Some(cause) => Err(StoreError::WalFailed {
+            Some(cause) => Err(WalWriteError::Failed {
                 path: self.path.clone(),
                 cause: cause.clone(),
             }),
@@ -503,17 +504,18 @@ impl WalWriter {
 
     /// Finishes what an earlier failure left to do before anything is
     /// written: the rollback, then the rotation.
-    fn recover(&mut self) -> Result<(), StoreError> {
+    fn recover(&mut self) -> Result<(), WalWriteError> {
         self.check_failed()?;
         if self.in_flight.is_some() {
             // The cut and the switch fsync: they wait for the fsync in
             // flight, and nothing is written after an uncut failed group.
             return match self.rollback_to {
-                Some(_) => Err(StoreError::io(
+                Some(_) => Err(FileError::new(
                     "writing the WAL file",
                     &self.path,
                     std::io::Error::other("a failed write is not yet rolled back"),
-                )),
+                )
+                .into()),
                 None => Ok(()),
             };
         }
@@ -527,10 +529,10 @@ impl WalWriter {
     }
 
     /// Cuts the file back to `len` bytes, durably; clears the broken state.
-    fn roll_back(&mut self, len: u64) -> Result<(), StoreError> {
+    fn roll_back(&mut self, len: u64) -> Result<(), WalWriteError> {
         self.file
             .set_len(len)
-            .map_err(|e| StoreError::io("rolling back the WAL file", &self.path, e))?;
+            .map_err(|e| FileError::new("rolling back the WAL file", &self.path, e))?;
         self.end = len;
         self.rollback_to = None;
         // Under `never`, earlier groups may be unsynced too: this fsync
@@ -541,7 +543,7 @@ impl WalWriter {
 
     /// Fsyncs the current file and switches to a new one starting at the
     /// first uncommitted LSN.
-    fn rotate(&mut self) -> Result<(), StoreError> {
+    fn rotate(&mut self) -> Result<(), WalWriteError> {
         self.check_failed()?;
         if self.unsynced {
             self.fsync()?;
@@ -550,7 +552,7 @@ impl WalWriter {
             // Only the newest file may end in zeros (module docs).
             self.file
                 .set_len(self.end)
-                .map_err(|e| StoreError::io("cutting the zeros off the WAL file", &self.path, e))?;
+                .map_err(|e| FileError::new("cutting the zeros off the WAL file", &self.path, e))?;
             if let Err(e) = self.file.sync() {
                 return Err(self.fail("fsyncing the WAL file", e));
             }
@@ -560,7 +562,7 @@ impl WalWriter {
 
     /// Switches to a new file starting at `committed_next` (the previous
     /// one synced and left as the callers require).
-    fn start_next_file(&mut self) -> Result<(), StoreError> {
+    fn start_next_file(&mut self) -> Result<(), WalWriteError> {
         let (file, path, preallocated) = start_file(
             &*self.io,
             &self.dir,
@@ -601,7 +603,7 @@ fn start_file(
     first_lsn: u64,
     format: WalFormat,
     spare: Option<PathBuf>,
-) -> Result<(Box<dyn IoFile>, PathBuf, bool), StoreError> {
+) -> Result<(Box<dyn IoFile>, PathBuf, bool), FileError> {
     let path = dir.join(wal_file_name(first_lsn));
     if let Ok(len) = io.file_len(&path)
         && len > HEADER_LEN as u64
@@ -610,7 +612,7 @@ fn start_file(
             .is_ok_and(|first| all_zero(&first))
     {
         // A record in it would be an LSN we are about to reuse.
-        return Err(StoreError::io(
+        return Err(FileError::new(
             "creating the WAL file (one of that name already holds records)",
             &path,
             std::io::Error::from(std::io::ErrorKind::AlreadyExists),
@@ -633,25 +635,25 @@ fn start_file(
     let temp = PathBuf::from(temp);
     if io.file_len(&temp).is_ok() {
         io.remove(&temp)
-            .map_err(|e| StoreError::io("removing the leftover", &temp, e))?;
+            .map_err(|e| FileError::new("removing the leftover", &temp, e))?;
     }
     let mut file = io
         .create(&temp)
-        .map_err(|e| StoreError::io("creating the WAL file", &temp, e))?;
+        .map_err(|e| FileError::new("creating the WAL file", &temp, e))?;
     let made = file
         .write_all(&encode_header(first_lsn, format))
-        .map_err(|e| StoreError::io("writing the WAL file header", &temp, e))
+        .map_err(|e| FileError::new("writing the WAL file header", &temp, e))
         .and_then(|()| {
             file.sync()
-                .map_err(|e| StoreError::io("fsyncing the WAL file", &temp, e))
+                .map_err(|e| FileError::new("fsyncing the WAL file", &temp, e))
         })
         .and_then(|()| {
             io.rename(&temp, &path)
-                .map_err(|e| StoreError::io("renaming into place the WAL file", &path, e))
+                .map_err(|e| FileError::new("renaming into place the WAL file", &path, e))
         })
         .and_then(|()| {
             io.sync_dir(dir)
-                .map_err(|e| StoreError::io("syncing the data directory", dir, e))
+                .map_err(|e| FileError::new("syncing the data directory", dir, e))
         });
     match made {
         Ok(()) => Ok((file, path, false)),
@@ -671,18 +673,18 @@ fn from_spare(
     path: &Path,
     first_lsn: u64,
     format: WalFormat,
-) -> Result<Box<dyn IoFile>, StoreError> {
+) -> Result<Box<dyn IoFile>, FileError> {
     let mut file = io
         .open_write(spare)
-        .map_err(|e| StoreError::io("opening the spare WAL file", spare, e))?;
+        .map_err(|e| FileError::new("opening the spare WAL file", spare, e))?;
     file.write_at(0, &encode_header(first_lsn, format))
-        .map_err(|e| StoreError::io("writing the WAL file header", spare, e))?;
+        .map_err(|e| FileError::new("writing the WAL file header", spare, e))?;
     file.sync()
-        .map_err(|e| StoreError::io("fsyncing the WAL file", spare, e))?;
+        .map_err(|e| FileError::new("fsyncing the WAL file", spare, e))?;
     io.rename(spare, path)
-        .map_err(|e| StoreError::io("renaming into place the WAL file", path, e))?;
+        .map_err(|e| FileError::new("renaming into place the WAL file", path, e))?;
     io.sync_dir(dir)
-        .map_err(|e| StoreError::io("syncing the data directory", dir, e))?;
+        .map_err(|e| FileError::new("syncing the data directory", dir, e))?;
     Ok(file)
 }
 

@@ -6,10 +6,10 @@
 use std::path::Path;
 
 use super::{WalWriter, record_offset};
-use crate::store::StoreError;
 use crate::store::wal::files::list_wal_files;
 use crate::store::wal::record::{EntryHead, HEADER_LEN, WalFormat, encode_entry};
 use crate::store::wal::replay::cut_and_vouch;
+use crate::store::{FileError, WalWriteError};
 
 impl WalWriter {
     /// Encodes one Raft log entry into the pending group under `lsn`, which
@@ -49,7 +49,7 @@ impl WalWriter {
     /// Errors: the writer's own (failed, a fsync in flight); the file-system
     /// errors of each step, after which the writer is failed for good (the
     /// log on disk is some cut of the old one, which a restart reads).
-    pub fn truncate_from(&mut self, first_cut: u64) -> Result<(), StoreError> {
+    pub fn truncate_from(&mut self, first_cut: u64) -> Result<(), WalWriteError> {
         self.check_failed()?;
         self.check_no_sync_in_flight()?;
         self.forget_pending();
@@ -80,19 +80,20 @@ impl WalWriter {
     /// Errors: `lsn` below [`WalWriter::next_lsn`] (that would reuse
     /// LSNs: cut with [`WalWriter::truncate_from`] first); the writer's
     /// own; the file system's, as for a rotation.
-    pub fn start_at(&mut self, lsn: u64) -> Result<(), StoreError> {
+    pub fn start_at(&mut self, lsn: u64) -> Result<(), WalWriteError> {
         self.check_failed()?;
         self.check_no_sync_in_flight()?;
         self.forget_pending();
         if lsn < self.committed_next {
-            return Err(StoreError::io(
+            return Err(FileError::new(
                 "starting the WAL at a later LSN",
                 &self.path,
                 std::io::Error::other(format!(
                     "LSN {lsn} is below the next LSN {}, which would reuse LSNs",
                     self.committed_next
                 )),
-            ));
+            )
+            .into());
         }
         if lsn == self.committed_next {
             return Ok(());
@@ -107,20 +108,20 @@ impl WalWriter {
         if let Some(empty) = empty {
             self.io
                 .remove(&empty)
-                .map_err(|e| StoreError::io("removing the empty WAL file", &empty, e))?;
+                .map_err(|e| FileError::new("removing the empty WAL file", &empty, e))?;
             self.io
                 .sync_dir(&self.dir)
-                .map_err(|e| StoreError::io("syncing the data directory", &self.dir, e))?;
+                .map_err(|e| FileError::new("syncing the data directory", &self.dir, e))?;
         }
         Ok(())
     }
 
-    fn cut_files(&mut self, first_cut: u64) -> Result<(), StoreError> {
+    fn cut_files(&mut self, first_cut: u64) -> Result<(), WalWriteError> {
         let io = self.io.clone();
         let files = list_wal_files(&*io, &self.dir)?;
         let sync_dir = |dir: &Path| {
             io.sync_dir(dir)
-                .map_err(|e| StoreError::io("syncing the data directory", dir, e))
+                .map_err(|e| FileError::new("syncing the data directory", dir, e))
         };
         // Newest first, each removal durable before the next: a crash
         // leaves a shorter log, never one with a hole.
@@ -129,13 +130,13 @@ impl WalWriter {
                 break;
             }
             io.remove(&file.path)
-                .map_err(|e| StoreError::io("removing the WAL file", &file.path, e))?;
+                .map_err(|e| FileError::new("removing the WAL file", &file.path, e))?;
             sync_dir(&self.dir)?;
         }
         if let Some(holding) = files.iter().rev().find(|f| f.first_lsn < first_cut) {
             let data = io
                 .read(&holding.path)
-                .map_err(|e| StoreError::io("reading the WAL file", &holding.path, e))?;
+                .map_err(|e| FileError::new("reading the WAL file", &holding.path, e))?;
             if let Some(offset) = record_offset(&data, holding.first_lsn, first_cut) {
                 cut_and_vouch(&*io, &self.dir, &holding.path, offset, first_cut - 1)?;
             }
