@@ -15,7 +15,7 @@
 # Cases: auto-batched `get` from 64 tasks vs redis GET from 64 clients;
 # `get` and unary `get-unary` from 1 task (the client's overhead with
 # nothing to batch: p50 against p50); `lookup` of 100 keys per call from
-# 64 tasks vs redis GET -P 16 from 64 clients (keys/s). Redis keys are
+# 64 tasks, and from 16 tasks, vs redis GET -P 16 from 64 clients (keys/s). Redis keys are
 # redis-benchmark's random keyspace of the same size (-r), loaded first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +68,7 @@ for ((r = 0; r < runs; r++)); do
     if [ "$side" = u ]; then
       add get64 "$(ub get64 calls_per_s --op get --tasks 64)"
       add lookup64 "$(ub lookup64 keys_per_s --op lookup --tasks 64 --keys 100)"
+      add lookup16 "$(ub lookup16 keys_per_s --op lookup --tasks 16 --keys 100)"
       add get1p50 "$(ub get1 p50_us --op get --tasks 1)"
       add unary1p50 "$(ub unary1 p50_us --op get-unary --tasks 1)"
     else
@@ -84,5 +85,6 @@ echo "| case | uuidmap (uuidmap bench) | Redis (redis-benchmark) |"
 echo "| --- | ---: | ---: |"
 echo "| get from 64 tasks (auto-batched) vs GET from 64 clients, calls/s | $(row get64) | $(row redis64) |"
 echo "| lookup of 100 keys from 64 tasks vs GET -P 16 from 64 clients, keys/s | $(row lookup64) | $(row redisP16) |"
+echo "| lookup of 100 keys from 16 tasks vs GET -P 16 from 64 clients, keys/s | $(row lookup16) | $(row redisP16) |"
 echo "| get from 1 task, p50 µs: auto-batched | $(row get1p50) | |"
 echo "| get from 1 task, p50 µs: unary Get | $(row unary1p50) | |"
