@@ -10,12 +10,12 @@ use crate::token::{ProviderConfig, Token};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use uuidmap_proto::error_chain::error_chain;
 
+use crate::attempt_policy::ReadAttempts;
 use crate::budget::{RetryBudget, RetryBudgetConfig};
 use crate::client::{Client, Shared};
 use crate::endpoints::{self, Endpoints, MakePool, ProbeSettings};
 use crate::error::{ClientError, connect_error};
 use crate::pool::{Pool, PoolConfig};
-use crate::read_attempt::ReadAttempts;
 use crate::resolve::Source;
 use crate::retry::RetryPolicy;
 

@@ -44,12 +44,12 @@ use tracing::Instrument;
 use uuidmap_index::sync::{AcquireError, LifoSemaphore};
 use uuidmap_proto::v1 as pb;
 
+use crate::attempt_policy::ReadAttempts;
 use crate::batch::Lanes;
 use crate::budget::RetryBudget;
 use crate::call::{Failure, endpoint_failure, request};
 use crate::endpoints::Endpoints;
 use crate::error::{ClientError, RetryClass};
-use crate::read_attempt::ReadAttempts;
 use crate::retry::RetryPolicy;
 use pb::uuid_map_admin_client::UuidMapAdminClient;
 use pb::uuid_map_client::UuidMapClient;

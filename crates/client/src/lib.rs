@@ -76,6 +76,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+mod attempt_policy;
 mod batch;
 pub mod blocking;
 mod budget;

@@ -1,6 +1,6 @@
 //! One attempt of a unary read: bounded by its own timeout, and hedged.
 //!
-//! - **Attempt timeout** ([`ReadAttempts`]): an attempt of a read may take
+//! - **Attempt timeout** ([`ReadAttempts`](crate::attempt_policy::ReadAttempts)): an attempt of a read may take
 //!   a part of the call's deadline (a quarter by default), not all of it.
 //!   An endpoint that lets it pass without a word (a member that accepts
 //!   connections and never answers) is pessimized
@@ -31,36 +31,6 @@ use crate::call::{Failure, endpoint_failure};
 use crate::client::Client;
 use crate::endpoints::{Endpoint, Endpoints};
 use crate::error::ClientError;
-
-/// How reads' attempts are bounded and hedged
-/// ([`crate::ClientBuilder::attempt_timeout`],
-/// [`crate::ClientBuilder::hedging`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct ReadAttempts {
-    /// An attempt's timeout as a part of the call's deadline.
-    pub(crate) fraction: f64,
-    /// A fixed attempt timeout instead (still capped by the deadline).
-    pub(crate) fixed: Option<Duration>,
-    /// Whether slow reads are hedged.
-    pub(crate) hedging: bool,
-}
-
-impl Default for ReadAttempts {
-    fn default() -> Self {
-        ReadAttempts {
-            fraction: 0.25,
-            fixed: None,
-            hedging: true,
-        }
-    }
-}
-
-impl ReadAttempts {
-    /// The timeout of one attempt of a call whose deadline is `timeout`.
-    pub(crate) fn timeout(&self, timeout: Duration) -> Duration {
-        self.fixed.unwrap_or_else(|| timeout.mul_f64(self.fraction))
-    }
-}
 
 /// One call of a read on one endpoint: the answer, or the failure noted
 /// on the endpoint; an answer's time is counted in its latency.
