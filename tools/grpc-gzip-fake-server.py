@@ -30,16 +30,19 @@ import h2.events
 import h2.exceptions
 
 
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+def _grpc_body():
+    """tools/grpc-body.py (its name has a dash), for its protobuf helpers."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).with_name("grpc-body.py")
+    spec = importlib.util.spec_from_file_location("grpc_body", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_body = _grpc_body()
+varint = _body.varint
 
 
 ENTRIES = b"".join(

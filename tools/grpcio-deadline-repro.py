@@ -31,7 +31,6 @@ decoded with protobuf message classes built from descriptors here, so a bad
 body raises as a generated class would.
 """
 import collections
-import hashlib
 import sys
 
 import grpc
@@ -66,28 +65,22 @@ def _messages():
 ScanResponse, GetResponse = _messages()
 
 
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+def _grpc_body():
+    """tools/grpc-body.py (its name has a dash), for its protobuf helpers."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).with_name("grpc-body.py")
+    spec = importlib.util.spec_from_file_location("grpc_body", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def field_bytes(number, data):
-    return varint(number << 3 | 2) + varint(len(data)) + data
-
-
-def key(i):
-    return hashlib.md5(b"k%d" % i).digest()
-
-
-def value(i):
-    return hashlib.md5(b"v%d" % i).digest()
+_body = _grpc_body()
+varint = _body.varint
+field_bytes = _body.field_bytes
+key = _body.key
+value = _body.value
 
 
 def write_request(start, n):
