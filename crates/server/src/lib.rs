@@ -52,6 +52,7 @@ pub mod consistency;
 pub mod deadline;
 pub mod end_on_stop;
 pub mod errors;
+pub mod exposition;
 pub mod lookup;
 mod member;
 pub mod methods;

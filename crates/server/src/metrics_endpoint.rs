@@ -5,7 +5,7 @@
 //! caller cannot serve a pre-bound port-0 listener and learn the port), it
 //! cannot be stopped with the server, and it only renders the global
 //! recorder, where the state series are read from this server's index
-//! and its scan counters (`metrics::render`).
+//! and its scan counters (`exposition::render`).
 //!
 //! Answers: 200 with the text exposition for `/metrics` (any query
 //! string), 404 for another path, 405 (with `Allow`) for another method,
@@ -118,7 +118,7 @@ fn answer(
             Bytes::from_static(b"try /metrics\n"),
         );
     }
-    let body = crate::metrics::render(durable, scans, cluster.map(|view| view()).as_ref());
+    let body = crate::exposition::render(durable, scans, cluster.map(|view| view()).as_ref());
     text(StatusCode::OK, PROMETHEUS_TEXT, Bytes::from(body))
 }
 
