@@ -134,6 +134,9 @@ struct Rig {
     /// Members that exited by themselves and were started again: what
     /// each said.
     exits: Vec<String>,
+    /// Each member's whole log, over every process it ran as (kept for
+    /// a failure's evidence).
+    logs: Vec<String>,
     hosts: Hosts,
 }
 
@@ -186,6 +189,7 @@ impl Rig {
             dirs,
             made: false,
             exits: Vec::new(),
+            logs: vec![String::new(); MEMBERS],
             hosts,
         }
     }
@@ -236,7 +240,34 @@ impl Rig {
     }
 
     fn kill(&mut self, i: usize) {
-        self.running[i].take().expect("running").kill();
+        let child = self.running[i].take().expect("running");
+        self.logs[i].push_str(&child.log());
+        child.kill();
+    }
+
+    /// Keeps what a failed run leaves for a diagnosis: every member's
+    /// whole log and a copy of its data directory (the members are
+    /// killed first, so the files are still), under the temp directory.
+    /// Returns where.
+    fn keep_evidence(&mut self) -> PathBuf {
+        let to = std::env::temp_dir().join(format!("netns-chaos-evidence-{}", std::process::id()));
+        for i in 0..MEMBERS {
+            if self.running[i].is_some() {
+                self.kill(i);
+            }
+            let member = to.join(host(i));
+            std::fs::create_dir_all(&member).expect("making the evidence directory");
+            std::fs::write(to.join(format!("{}.log", host(i))), &self.logs[i])
+                .expect("writing a member's log");
+            let copied = std::process::Command::new("cp")
+                .arg("-a")
+                .arg(format!("{}/.", self.dirs[i].display()))
+                .arg(&member)
+                .status()
+                .expect("running cp");
+            assert!(copied.success(), "copying member {}'s directory", i + 1);
+        }
+        to
     }
 
     fn signal(&self, i: usize, sig: libc::c_int) {
@@ -254,6 +285,7 @@ impl Rig {
                 continue;
             };
             let log = c.log();
+            self.logs[i].push_str(&log);
             let last: Vec<&str> = log.lines().rev().take(3).collect();
             let what = format!("member {} exited ({status}); last lines: {last:?}", i + 1);
             eprintln!("netns chaos: {what}; starting it again");
@@ -743,13 +775,17 @@ async fn chaos(hosts: Hosts) {
             .chain(s.iter().filter(|(k, _)| !scans[0].contains_key(k)))
             .take(3)
             .collect::<Vec<_>>();
-        assert!(
-            differ.is_empty(),
-            "member {} holds {} entries, member 1 {}; differing: {differ:?}",
-            i + 1,
-            s.len(),
-            scans[0].len()
-        );
+        if !differ.is_empty() {
+            let kept = rig.keep_evidence();
+            panic!(
+                "member {} holds {} entries, member 1 {}; differing: {differ:?} (the members' logs \
+                 and data directories are kept in {})",
+                i + 1,
+                s.len(),
+                scans[0].len(),
+                kept.display()
+            );
+        }
     }
     assert!(
         acked.len() > 100,

@@ -71,6 +71,15 @@ pub fn raft_config(timing: &RaftTiming) -> Result<Arc<Config>, ConfigError> {
         enable_pre_vote: Some(true),
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: u64::MAX,
+        // A member that led before its restart starts as a follower and
+        // leads again only by winning an election, in a later term:
+        // openraft's default restores it as the leader of its old term at
+        // once, but a leader sends entries on before its own log thread
+        // has written them, so its log may come back without entries its
+        // followers hold under the very log ids it would give new ones
+        // (log matching broken: members applied different entries under
+        // one LSN, and the leader lost acknowledged writes).
+        enable_leader_restore: Some(false),
         ..Config::default()
     };
     Ok(Arc::new(config.validate()?))
@@ -87,6 +96,7 @@ mod tests {
         assert_eq!((c.election_timeout_min, c.election_timeout_max), (400, 800));
         assert_eq!(c.enable_pre_vote, Some(true));
         assert!(matches!(c.snapshot_policy, SnapshotPolicy::Never));
+        assert_eq!(c.enable_leader_restore, Some(false));
     }
 
     #[test]

@@ -230,3 +230,86 @@ async fn a_directory_opens_only_in_the_mode_that_wrote_it() {
         "{text}"
     );
 }
+
+/// Cuts a stopped member's Raft log from `first_cut` on, as the log's own
+/// conflict cut does (the header then vouches for what is left): the log
+/// a restart finds when the end of what it had written never reached the
+/// disk (a kill before the log thread wrote it, a full disk, a power cut
+/// under `--fsync batch`), although the member had already sent it on.
+fn lose_log_end(dir: &std::path::Path, next_lsn: u64, first_cut: u64) {
+    use std::sync::Arc;
+    use uuidmap_engine::store::OsIo;
+    use uuidmap_engine::store::wal::{Preallocate, WalFormat, WalOptions, WalWriter};
+    let mut wal = WalWriter::create(
+        Arc::new(OsIo),
+        dir,
+        next_lsn,
+        WalOptions {
+            format: WalFormat::Raft,
+            preallocate: Preallocate::Off,
+            ..WalOptions::default()
+        },
+    )
+    .unwrap();
+    wal.truncate_from(first_cut).unwrap();
+}
+
+/// openraft, by default, restores a member that led before its restart
+/// as the leader of the same term at once. A leader sends entries on
+/// before its own log thread has written them, so a restarted leader may
+/// miss entries its followers hold under the very log ids it would now
+/// give to new ones: Raft's log matching breaks, and the members apply
+/// different entries under one LSN. Here the leader's log lost its last
+/// entry, an acknowledged write: the group must give it back (a new
+/// election, in a later term, which only a member holding it can win),
+/// and every member must end with the same contents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_restarts_without_the_end_of_its_log_gets_it_back_and_no_member_diverges() {
+    let mut nodes = group(3).await;
+    let l = writable_leader(&nodes).await;
+    let mut last = 0;
+    for k in 1..=20u128 {
+        last = nodes[l].write(vec![put(k, k + 1000)]).await.unwrap().lsn;
+    }
+    for n in &nodes {
+        n.applied(last).await;
+    }
+    let expected = nodes[l].contents();
+    assert_eq!(expected.len(), 20);
+    let leader_id = nodes[l].id();
+    let mut stopped = Vec::new();
+    for n in nodes.drain(..) {
+        stopped.push(n.stop().await);
+    }
+    let (_, dir, _) = stopped
+        .iter()
+        .find(|(id, _, _)| *id == leader_id)
+        .unwrap();
+    lose_log_end(dir.path(), last + 1, last);
+
+    // The old leader first: restored as the leader of its term, it would
+    // write its gate at `last` before the others are back.
+    stopped.sort_by_key(|(id, _, _)| *id != leader_id);
+    for (id, dir, addr) in stopped {
+        let listener = TcpListener::bind(&addr).await.expect("the member's port");
+        nodes.push(ReplicaNode::start(id, dir, listener, HashMap::new()).await);
+    }
+    let l = writable_leader(&nodes).await;
+    let more = nodes[l].write(vec![put(21, 1021)]).await.unwrap().lsn;
+    for n in &nodes {
+        n.applied(more).await;
+    }
+    let mut expected = expected;
+    expected.insert(Uuid::from_u128(21), Uuid::from_u128(1021));
+    for n in &nodes {
+        assert_eq!(
+            n.contents(),
+            expected,
+            "member {} (the old leader was {leader_id})",
+            n.id()
+        );
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
