@@ -31,25 +31,24 @@
 //!   restarts as above (the snapshot's checksums verified, as by default).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use uuid::Uuid;
 use uuidmap::index::Index;
 use uuidmap::server::proto::v1 as pb;
-use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
 use uuidmap::store::replay_apply::ReplayWorkers;
 use uuidmap::store::wal::{self, ReplayOptions};
 use uuidmap::store::{Op, OsIo};
-use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, Key, ReplayBudget, WriteOp};
+use uuidmap::writer::ReplayBudget;
 
 #[path = "common/binary.rs"]
 mod binary;
 #[path = "common/redis.rs"]
 mod redis;
+#[path = "common/restart.rs"]
+mod restart;
 
-const BATCH: u64 = 100_000;
+use restart::{BATCH, copy_dir, each, key, median, open_unsynced, restart_on, value, write_range};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -58,70 +57,22 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The tests' and benches' one generator (testkit's splitmix64).
-use uuidmap_testkit::data::mix;
-
-fn key(i: u64) -> Uuid {
-    Uuid::from_u64_pair(mix(i) | 1, mix(!i))
-}
-
-fn value(i: u64) -> Uuid {
-    Uuid::from_u64_pair(i, mix(i ^ 0x5555))
-}
-
 /// Writes `ops` random puts and leaves the WAL without a snapshot.
 fn make_wal(dir: &Path, ops: u64) {
-    let mut config = DurableConfig::new(dir);
-    config.pipeline.policy = FsyncPolicy::Never;
-    config.pipeline.snapshot_every_bytes = 0;
-    config.pipeline.max_batch_ops = BATCH as usize;
-    config.snapshot_every = None;
-    config.snapshot_on_shutdown = false;
-    config.max_replay = None;
-    let durable = DurableIndex::open(config).expect("opening the store");
-    let mut i = 0;
-    while i < ops {
-        let n = BATCH.min(ops - i);
-        let batch = (i..i + n)
-            .map(|j| WriteOp::Put {
-                key: Key::new(key(j)).expect("bench keys are never reserved"),
-                value: value(j),
-            })
-            .collect();
-        durable.writes().write_blocking(batch).expect("writing");
-        i += n;
-    }
+    let durable = open_unsynced(dir);
+    write_range(&durable, 0..ops, |j| (key(j), value(j)));
     drop(durable);
 }
 
 /// The worst case the triggers allow: `entries` random puts, a snapshot,
 /// then `wal_puts` more (new keys) left in the WAL after it.
 fn make_worst_case(dir: &Path, entries: u64, wal_puts: u64) {
-    let mut config = DurableConfig::new(dir);
-    config.pipeline.policy = FsyncPolicy::Never;
-    config.pipeline.snapshot_every_bytes = 0;
-    config.pipeline.max_batch_ops = BATCH as usize;
-    config.snapshot_every = None;
-    config.snapshot_on_shutdown = false;
-    config.max_replay = None;
-    let durable = DurableIndex::open(config).expect("opening the store");
-    let write = |from: u64, to: u64| {
-        let mut i = from;
-        while i < to {
-            let n = BATCH.min(to - i);
-            let batch = (i..i + n)
-                .map(|j| WriteOp::Put {
-                    key: Key::new(key(j)).expect("bench keys are never reserved"),
-                    value: value(j),
-                })
-                .collect();
-            durable.writes().write_blocking(batch).expect("writing");
-            i += n;
-        }
-    };
-    write(0, entries);
+    let durable = open_unsynced(dir);
+    write_range(&durable, 0..entries, |j| (key(j), value(j)));
     durable.snapshot_now_blocking().expect("the snapshot");
-    write(entries, entries + wal_puts);
+    write_range(&durable, entries..entries + wal_puts, |j| {
+        (key(j), value(j))
+    });
     drop(durable);
 }
 
@@ -198,32 +149,8 @@ fn replay_new(dir: &Path, workers: ReplayWorkers) -> (u64, Duration, String) {
     (r.report.ops_replayed, p.replay, line)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() && entry.file_name() != "LOCK" {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One restart of `bin` on a copy of `data`: exec until the first `Get` of
-/// `probe` answers right. Returns the time and, if the server reports it,
-/// its `Stats.restart`.
+/// One restart of `bin` on a fresh copy of `data`: exec until the first
+/// `Get` of key `probe` answers right (`restart::restart_on`).
 fn restart(
     rt: &tokio::runtime::Runtime,
     bin: &Path,
@@ -234,53 +161,8 @@ fn restart(
     let dir = scratch.join("restart");
     let _ = std::fs::remove_dir_all(&dir);
     copy_dir(data, &dir);
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let started = Instant::now();
-    let mut child: Child = Command::new(bin)
-        .args(["serve", "--data-dir"])
-        .arg(&dir)
-        .args(["--listen", &addr, "--metrics-listen", "off"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("starting the server");
-    let url = format!("http://{addr}");
-    let (took, stats) = rt.block_on(async {
-        loop {
-            if started.elapsed() > Duration::from_secs(120) {
-                panic!("the server did not answer within 2 minutes");
-            }
-            let Ok(mut client) = UuidMapClient::connect(url.clone()).await else {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                continue;
-            };
-            let Ok(got) = client
-                .get(pb::GetRequest {
-                    key: key(probe).as_bytes().to_vec().into(),
-                    min_lsn: 0,
-                    ..Default::default()
-                })
-                .await
-            else {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                continue;
-            };
-            let took = started.elapsed();
-            let got = got.into_inner().value.expect("the probe key is there");
-            assert_eq!(&got[..], value(probe).as_bytes(), "wrong value");
-            let stats = client
-                .stats(pb::StatsRequest {})
-                .await
-                .ok()
-                .and_then(|s| s.into_inner().restart);
-            break (took, stats);
-        }
-    });
-    let _ = child.kill();
-    let _ = child.wait();
-    (took, stats)
+    let r = restart_on(rt, bin, &dir, key(probe), value(probe));
+    (r.took, r.stats)
 }
 
 fn main() {
@@ -378,12 +260,6 @@ fn main() {
     println!("### Restart: exec of `uuidmap serve` to the first served Get\n");
     println!("| binary | ms (median of {rounds}) | each |");
     println!("| --- | --- | --- |");
-    let each = |v: &[f64]| {
-        v.iter()
-            .map(|t| format!("{t:.0}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     if !old_times.is_empty() {
         println!(
             "| old (`UUIDMAP_OLD_BIN`) | {:.0} | {} |",

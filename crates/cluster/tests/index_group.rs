@@ -281,10 +281,7 @@ async fn a_leader_that_restarts_without_the_end_of_its_log_gets_it_back_and_no_m
     for n in nodes.drain(..) {
         stopped.push(n.stop().await);
     }
-    let (_, dir, _) = stopped
-        .iter()
-        .find(|(id, _, _)| *id == leader_id)
-        .unwrap();
+    let (_, dir, _) = stopped.iter().find(|(id, _, _)| *id == leader_id).unwrap();
     lose_log_end(dir.path(), last + 1, last);
 
     // The old leader first: restored as the leader of its term, it would

@@ -364,7 +364,10 @@ fn replay_into(
     phases: &mut RecoveryPhases,
 ) -> Result<wal::ReplayOutcome, WalReadError> {
     let started = Instant::now();
-    let expected = presize_cap(wal::estimate_puts(io, dir, from)?);
+    let expected = presize_for(
+        presize_cap(wal::estimate_puts(io, dir, from)?),
+        index.len() as u64,
+    );
     phases.estimate = started.elapsed();
     let started = Instant::now();
     let (outcome, applied) = apply_replay(
@@ -387,6 +390,23 @@ fn replay_into(
         .unwrap_or_default();
     phases.workers = applied.workers;
     outcome
+}
+
+/// The entries to presize an index holding `entries` for, when the WAL
+/// may add `estimate`: all of them, unless the index already holds eight
+/// times as many. A restored snapshot's tables are its mapped pages: the
+/// estimate counts every WAL byte as a new key, so for a tail of updates
+/// it would grow (copy out of the mapping, rehashing) every segment that a
+/// share of it takes over its limit, for entries that never come (413 ms
+/// of a 100M-entry restart with 1M updates, BENCHMARKS.md "Restart at
+/// 100M"). Below an eighth, a segment that does fill grows once, on the
+/// replay worker that owns it, as the presize would have grown it.
+fn presize_for(estimate: u64, entries: u64) -> u64 {
+    if entries > 0 && estimate <= entries / 8 {
+        0
+    } else {
+        estimate
+    }
 }
 
 /// The WAL's estimated puts, capped so that presizing for them takes at
@@ -485,5 +505,21 @@ fn with_rejections(e: WalReadError, report: &RecoveryReport) -> StoreError {
             ),
         },
         e => e.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::presize_for;
+
+    #[test]
+    fn a_small_wal_after_a_large_snapshot_is_not_presized_for() {
+        // An empty index (WAL-only recovery) is presized for the whole WAL.
+        assert_eq!(presize_for(5_000_000, 0), 5_000_000);
+        // A tail of up to an eighth of the restored entries is not.
+        assert_eq!(presize_for(1_000_000, 100_000_000), 0);
+        assert_eq!(presize_for(12_500_000, 100_000_000), 0);
+        // A larger one is, whole.
+        assert_eq!(presize_for(12_500_001, 100_000_000), 12_500_001);
     }
 }

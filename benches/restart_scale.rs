@@ -1,0 +1,306 @@
+//! Restart at scale (issue 38): a snapshot of `UUIDMAP_BENCH_ENTRIES`
+//! random entries (default 100M), then a WAL tail of `UUIDMAP_BENCH_TAIL`
+//! updates of existing keys (default 1M, random keys: a rebalancing job's
+//! moves), left in the WAL as after a `kill -9`. Prints markdown tables to
+//! stdout (progress to stderr).
+//!
+//! - **recovery in this process** (`recover`, read-only, warm page cache):
+//!   each phase's time, the replay rate, and the page faults the recovery
+//!   took (minor and major, `getrusage`), `UUIDMAP_BENCH_ROUNDS` rounds
+//!   (default 3);
+//! - **the floor** under that replay: as many one-byte writes as the tail
+//!   has updates, at random offsets of the snapshot file mapped privately
+//!   as the server maps it, on every core: the copy-on-write page faults
+//!   alone, which no replay into the mapping can avoid;
+//! - **restart as a process**: exec of `uuidmap serve` on a fresh copy of
+//!   the directory until the first `Get` of the last key updated answers
+//!   the updated value, its page faults (`/proc/<pid>/stat` at that
+//!   moment) and its `Stats.restart`; warm (the copy's pages read first)
+//!   and cold (`posix_fadvise(DONTNEED)` on every file of the copy, and
+//!   `drop_caches` when writable), alternating in each round.
+//!
+//! `UUIDMAP_BENCH_IN_PROCESS_ONLY=1` stops after the first two (an A/B of
+//! the recovery code without the process restarts' copies).
+//!
+//! The data is made once through the durable writer (fsync `never`) in
+//! `UUIDMAP_BENCH_DIR` (default: a temporary directory under the system
+//! temp dir, removed at the end); a directory already made for the same
+//! sizes is reused, so the figures of two builds can be taken on the same
+//! files. It needs about 2 × 4.4 GB of disk and 9 GB of memory at 100M.
+//!
+//!   UUIDMAP_BENCH_DIR=/var/tmp/scale cargo bench --bench restart_scale
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use uuidmap::store::OsIo;
+use uuidmap::store::recovery::{RecoveryOptions, recover};
+use uuidmap_testkit::data::mix;
+
+#[path = "common/binary.rs"]
+mod binary;
+#[path = "common/restart.rs"]
+mod restart;
+
+use restart::{
+    copy_dir, each, key, median, open_unsynced, restart_on, update_value, value, write_range,
+};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+/// The key the `j`-th update of the tail writes (an existing one).
+fn updated(entries: u64, j: u64) -> u64 {
+    mix(j ^ 0x7a11) % entries
+}
+
+/// Makes the data in `dir` unless a marker says it is there already.
+fn prepare(dir: &Path, entries: u64, tail: u64) {
+    let marker = dir.join(format!("made-{entries}-{tail}"));
+    if marker.exists() {
+        eprintln!("reusing the data in {}", dir.display());
+        return;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let t = Instant::now();
+    let durable = open_unsynced(dir);
+    write_range(&durable, 0..entries, |j| (key(j), value(j)));
+    eprintln!("  {entries} puts: {:.1} s", t.elapsed().as_secs_f64());
+    durable.snapshot_now_blocking().expect("the snapshot");
+    eprintln!("  and the snapshot: {:.1} s", t.elapsed().as_secs_f64());
+    write_range(&durable, 0..tail, |j| {
+        (key(updated(entries, j)), update_value(j))
+    });
+    drop(durable);
+    eprintln!("  and {tail} updates: {:.1} s", t.elapsed().as_secs_f64());
+    std::fs::write(&marker, b"").unwrap();
+}
+
+/// This process's (minor, major) page faults so far.
+fn faults() -> (u64, u64) {
+    // SAFETY: rusage is plain integers, for which all zeros is a value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage into the struct we own and pass;
+    // RUSAGE_SELF is always valid.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    assert_eq!(rc, 0, "getrusage");
+    (usage.ru_minflt as u64, usage.ru_majflt as u64)
+}
+
+/// The floor (module docs): `writes` one-byte writes at random offsets of
+/// `snapshot`, mapped privately, on `threads` threads. Returns the time and
+/// the page faults taken.
+fn cow_floor(snapshot: &Path, writes: u64, threads: usize) -> (Duration, (u64, u64)) {
+    let file = std::fs::File::open(snapshot).unwrap();
+    // SAFETY: a private (copy-on-write) mapping of a file nobody writes
+    // while the bench runs; the writes below stay inside it.
+    let mut map = unsafe { memmap2::MmapOptions::new().map_copy(&file).unwrap() };
+    let len = map.len();
+    let base = map.as_mut_ptr() as usize;
+    let before = faults();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads as u64 {
+            s.spawn(move || {
+                for i in (t..writes).step_by(threads) {
+                    let offset = (mix(i ^ 0xf100) as usize) % len;
+                    // SAFETY: `offset < len`, inside the live mapping, which
+                    // outlives the scope; threads race on the same bytes at
+                    // most, through atomic byte adds.
+                    let byte = unsafe { &*((base + offset) as *const std::sync::atomic::AtomicU8) };
+                    byte.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let took = started.elapsed();
+    let after = faults();
+    (took, (after.0 - before.0, after.1 - before.1))
+}
+
+fn files_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+/// Drops the page-cache pages of every file in `dir`.
+fn evict(dir: &Path) {
+    use std::os::fd::AsRawFd;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        // SAFETY: posix_fadvise takes the descriptor of a file we hold open
+        // and plain integers; it touches no memory of ours.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", b"1");
+}
+
+/// Reads every file of `dir`, so that its pages are in the page cache.
+fn warm(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let _ = std::fs::read(entry.unwrap().path());
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let entries = env_u64(
+        "UUIDMAP_BENCH_ENTRIES",
+        if smoke { 300_000 } else { 100_000_000 },
+    );
+    let tail = env_u64("UUIDMAP_BENCH_TAIL", if smoke { 30_000 } else { 1_000_000 });
+    let rounds = env_u64("UUIDMAP_BENCH_ROUNDS", if smoke { 1 } else { 3 }) as usize;
+    let scratch = tempfile::tempdir().expect("a temp dir");
+    let root = std::env::var_os("UUIDMAP_BENCH_DIR")
+        .map_or_else(|| scratch.path().to_path_buf(), Into::into);
+    let data = root.join("data");
+    eprintln!("data: {entries} entries, a snapshot, then {tail} updates in the WAL");
+    prepare(&data, entries, tail);
+    let probe = updated(entries, tail - 1);
+    let probe_value = update_value(tail - 1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    println!(
+        "### Recovery in one process, warm: {entries} entries in the snapshot, {tail} updates \
+         in the WAL ({:.2} GB of files), {cores} cores\n",
+        files_size(&data) as f64 / 1e9
+    );
+    println!(
+        "| round | map ms | verify ms | restore ms | presize ms | replay ms | workers' apply / \
+         wall ms | ops | Mops/s | minor faults | major faults |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |");
+    let mut rates = Vec::new();
+    for round in 0..rounds {
+        warm(&data);
+        let before = faults();
+        let options = RecoveryOptions {
+            read_only: true,
+            ..RecoveryOptions::default()
+        };
+        let recovered = recover(&OsIo, &data, &options).expect("recovering");
+        let after = faults();
+        let r = &recovered.report;
+        let p = &r.phases;
+        let rate = r.ops_replayed as f64 / p.replay.as_secs_f64();
+        rates.push(rate);
+        let workers = p
+            .workers
+            .iter()
+            .map(|w| format!("{:.0} / {:.0}", ms(w.apply), ms(w.wall)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!(
+            "| {} | {:.1} | {:.0} | {:.1} | {:.0} | {:.0} | {workers} | {} | {:.2} | {} | {} |",
+            round + 1,
+            ms(p.map),
+            ms(p.verify),
+            ms(p.restore),
+            ms(p.presize),
+            ms(p.replay),
+            r.ops_replayed,
+            rate / 1e6,
+            after.0 - before.0,
+            after.1 - before.1
+        );
+        drop(recovered);
+    }
+    println!("\nreplay rate, median: {:.2} Mops/s\n", median(rates) / 1e6);
+
+    let snapshot = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "snap"))
+        .expect("a snapshot file");
+    println!(
+        "### The floor: {tail} one-byte writes at random offsets of the snapshot, mapped \
+         privately, {cores} threads\n"
+    );
+    println!("| round | ms | Mwrites/s | minor faults |");
+    println!("| --- | ---: | ---: | ---: |");
+    for round in 0..rounds {
+        warm(&data);
+        let (took, (minor, _)) = cow_floor(&snapshot, tail, cores);
+        println!(
+            "| {} | {:.0} | {:.2} | {minor} |",
+            round + 1,
+            ms(took),
+            tail as f64 / took.as_secs_f64() / 1e6
+        );
+    }
+    println!();
+
+    if std::env::var_os("UUIDMAP_BENCH_IN_PROCESS_ONLY").is_some() {
+        return;
+    }
+    let bin = binary::uuidmap_binary();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut times = [Vec::new(), Vec::new()];
+    let mut notes = [String::new(), String::new()];
+    let run = root.join("run");
+    for round in 0..rounds {
+        for (i, cold) in [(0, false), (1, true)] {
+            let _ = std::fs::remove_dir_all(&run);
+            copy_dir(&data, &run);
+            if cold {
+                evict(&run);
+            } else {
+                warm(&run);
+            }
+            let restart::Restarted {
+                took,
+                stats,
+                faults: pf,
+            } = restart_on(&rt, &bin, &run, key(probe), probe_value);
+            let name = if cold { "cold" } else { "warm" };
+            eprintln!("round {round}: {name}: {:.0} ms", ms(took));
+            times[i].push(ms(took));
+            if let Some(s) = stats {
+                let ms = |us: u64| us as f64 / 1e3;
+                notes[i] = format!(
+                    "map {:.1} ms, verify {:.0} ms, restore {:.1} ms, presize {:.0} ms, replay \
+                     {:.0} ms ({} ops); page faults at the first Get: {} minor, {} major",
+                    ms(s.map_us),
+                    ms(s.verify_us),
+                    ms(s.restore_us),
+                    ms(s.presize_us),
+                    ms(s.replay_us),
+                    s.ops_replayed,
+                    pf.map_or(0, |f| f.0),
+                    pf.map_or(0, |f| f.1),
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&run);
+    println!("### Restart as a process: exec of `uuidmap serve` to the first served Get\n");
+    println!("| page cache | ms (median of {rounds}) | each | last round, from `Stats` |");
+    println!("| --- | ---: | --- | --- |");
+    for (i, name) in ["warm", "cold (files evicted)"].iter().enumerate() {
+        println!(
+            "| {name} | {:.0} | {} | {} |",
+            median(times[i].clone()),
+            each(&times[i]),
+            notes[i]
+        );
+    }
+}
