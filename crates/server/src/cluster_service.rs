@@ -105,7 +105,7 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
         let raft = self.raft()?;
         let status = match &self.view {
             Some(view) => view(),
-            None => uuidmap_cluster::status::status_of(raft),
+            None => uuidmap_cluster::cluster_status::status_of(raft),
         };
         Ok(Response::new(crate::stats_answer::cluster_stats(&status)))
     }

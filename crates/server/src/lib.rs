@@ -82,7 +82,8 @@ use uuidmap_engine::writer::TakeSnapshotError;
 
 /// A replica group member's view of its group, read when asked (`Stats`,
 /// `/metrics`).
-pub type ClusterView = Arc<dyn Fn() -> uuidmap_cluster::status::ClusterStatus + Send + Sync>;
+pub type ClusterView =
+    Arc<dyn Fn() -> uuidmap_cluster::cluster_status::ClusterStatus + Send + Sync>;
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
