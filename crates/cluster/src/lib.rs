@@ -47,7 +47,7 @@
 //!
 //! Stages 0–4 and 7 of the plan, most of 3, parts of 6, 8 and 9 (see
 //! docs/replication.md); the server starts a member with `serve
-//! --node-id` (the server crate's `member` module).
+//! --node-id` (the server crate's `serve_member` module).
 
 #![warn(missing_docs, unreachable_pub)]
 

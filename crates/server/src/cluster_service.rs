@@ -13,8 +13,8 @@ use uuidmap_cluster::raft_tls::RaftTls;
 use uuidmap_cluster::replica::IndexRaft;
 use uuidmap_cluster::transfer::LeaderTransfer;
 
+use crate::grpc_status::{membership_error, transfer_error};
 use crate::proto::v1 as pb;
-use crate::status::{membership_error, transfer_error};
 
 /// How long `add` waits for the new member to say which node it is.
 const IDENTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::scan::ScanCounters;
+use super::scan_rpc::ScanCounters;
 use uuidmap_cluster::cluster_status::{ClusterStatus, Role};
 use uuidmap_engine::writer::{DurableIndex, DurableStats};
 

@@ -205,9 +205,9 @@ impl Member {
         &self.replica
     }
 
-    /// What its reads consult for their consistency (`consistency`).
-    pub(crate) fn reads(&self) -> crate::consistency::MemberReads {
-        crate::consistency::MemberReads {
+    /// What its reads consult for their consistency (`read_gate`).
+    pub(crate) fn reads(&self) -> crate::read_gate::MemberReads {
+        crate::read_gate::MemberReads {
             read_index: self.replica.read_index().clone(),
             staleness: self.replica.staleness().clone(),
             lease: self

@@ -27,8 +27,8 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::errors::{ConsistencyError, RequestError, WaitBound};
+use super::grpc_status::{read_index_error, read_refused};
 use super::proto::v1 as pb;
-use super::status::{read_index_error, read_refused};
 use super::wait;
 use uuidmap_cluster::read_index::ReadIndex;
 use uuidmap_cluster::staleness::Staleness;

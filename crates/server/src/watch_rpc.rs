@@ -39,8 +39,8 @@ use prost::bytes::BytesMut;
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
+use super::grpc_status::{stopping_watch, watch_error};
 use super::proto::v1 as pb;
-use super::status::{stopping_watch, watch_error};
 use uuidmap_engine::store::{Op, WalFollowError};
 use uuidmap_engine::writer::{ChangeReader, DurableIndex};
 use uuidmap_index::sync::LsnWatermark;
