@@ -12,9 +12,9 @@ use uuidmap_cluster::network;
 use uuidmap_cluster::raft_tls::RaftTls;
 use uuidmap_cluster::replica::IndexRaft;
 use uuidmap_cluster::transfer::LeaderTransfer;
+use uuidmap_proto::v1 as pb;
 
 use crate::grpc_status::{membership_error, transfer_error};
-use crate::proto::v1 as pb;
 
 /// How long `add` waits for the new member to say which node it is.
 const IDENTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

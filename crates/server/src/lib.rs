@@ -6,7 +6,9 @@
 //! metrics, and the serve options (flags, environment, TOML). It builds on
 //! the index, engine and proto crates; the binary runs it.
 //!
-//! - `proto`: the protocol crate, re-exported.
+//! - `proto`: the protocol crate, re-exported for the binary, its tests and
+//!   benches (`uuidmap::server::proto`); this crate's own modules import
+//!   `uuidmap_proto` directly, so that none points back at this file.
 //! - `wire`: UUIDs, packed keys, the `found` bitmap.
 //! - `deadline`: the call's deadline, kept by answering DEADLINE_EXCEEDED
 //!   before tonic's own timer answers CANCELLED.

@@ -63,11 +63,11 @@ use super::config::Limits;
 use super::deadline::{CallDeadline, wait_from_now};
 use super::grpc_status::stopping_stream;
 use super::metrics::CODES;
-use super::proto::v1 as pb;
 use super::read_gate::{Consistency, ReadGate};
 use super::transport_errors;
 use super::wire::{pack_values, packed_keys};
 use uuidmap_engine::writer::DurableIndex;
+use uuidmap_proto::v1 as pb;
 
 /// Keys looked up under one read permit: about the work of one small
 /// `BatchGet` (tens of microseconds), so that a permit is never held long.

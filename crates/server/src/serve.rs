@@ -29,15 +29,15 @@ use tonic::transport::server::TcpIncoming;
 use tonic_reflection::pb::v1::server_reflection_server::ServerReflectionServer;
 use tonic_reflection::pb::v1alpha::server_reflection_server::ServerReflectionServer as ServerReflectionServerV1Alpha;
 
-use crate::proto::v1::uuid_map_admin_server::UuidMapAdminServer;
-use crate::proto::v1::uuid_map_cluster_server::UuidMapClusterServer;
-use crate::proto::v1::uuid_map_server::UuidMapServer;
 use crate::transport_errors;
 use crate::{ClusterView, ServeConfig, ServeError};
 use crate::{admin, admission, auth, cluster_service, deadline, end_on_stop, read_gate};
 use crate::{lookup, metrics, metrics_endpoint, reflection, serve_member, service, tls};
 use uuidmap_engine::store::{Io, OsIo};
 use uuidmap_engine::writer::{DurableConfig, DurableIndex};
+use uuidmap_proto::v1::uuid_map_admin_server::UuidMapAdminServer;
+use uuidmap_proto::v1::uuid_map_cluster_server::UuidMapClusterServer;
+use uuidmap_proto::v1::uuid_map_server::UuidMapServer;
 
 /// HTTP/2 flow-control windows. The defaults (64 KiB) cap one stream at
 /// 64 KiB per round trip; large batch answers and (later) scans need more.

@@ -20,12 +20,12 @@ use super::deadline::{call_deadline, wait_deadline};
 use super::errors::RequestError;
 use super::grpc_status::{read_refused, write_error};
 use super::lookup::{LookupMetrics, LookupStream, Lookups};
-use super::proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
 use super::read_gate::{Consistency, MemberReads, ReadGate};
 use super::scan_rpc;
 use super::wait;
 use super::wire::{bytes_of, key, optional_uuid, pack_values, packed_keys, uuid};
 use uuidmap_engine::writer::{DurableIndex, WriteError, WriteOp};
+use uuidmap_proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
 
 /// The data service over one durable index.
 #[derive(Clone)]

@@ -5,8 +5,7 @@
 
 use uuidmap_cluster::cluster_status::ClusterStatus;
 use uuidmap_engine::writer::DurableIndex;
-
-use crate::proto::v1 as pb;
+use uuidmap_proto::v1 as pb;
 
 /// The `Stats` answer's view of the replica group.
 pub fn cluster_stats(c: &ClusterStatus) -> pb::ClusterStats {
