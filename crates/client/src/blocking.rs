@@ -33,7 +33,7 @@ use uuid::Uuid;
 use uuidmap_proto::v1 as pb;
 
 use crate::error::ClientError;
-use crate::scan::{ScanOptions, ScanStream};
+use crate::scan_stream::{ScanOptions, ScanStream};
 use crate::write_op::{CasOutcome, WriteOp};
 
 /// The blocking client; see the module doc.

@@ -45,7 +45,7 @@ use uuidmap_index::sync::{AcquireError, LifoSemaphore};
 use uuidmap_proto::v1 as pb;
 
 use crate::attempt_policy::ReadAttempts;
-use crate::batch::Lanes;
+use crate::auto_batch::Lanes;
 use crate::budget::RetryBudget;
 use crate::call::{Failure, endpoint_failure, request};
 use crate::endpoints::Endpoints;

@@ -3,8 +3,8 @@
 //! Each endpoint is one server address with a small pool of HTTP/2
 //! connections ([`crate::pool`]; tonic channels, which connect when first
 //! used and reconnect after a failure). A server given by DNS name is one
-//! endpoint per address it resolves to ([`crate::resolve`]). Calls go
-//! round the healthy endpoints in turn.
+//! endpoint per address it resolves to ([`crate::endpoint_source`]). Calls
+//! go round the healthy endpoints in turn.
 //!
 //! A failure that says the server cannot be reached ([`RetryClass::Fast`]
 //! from the transport, or a transport failure after sending) *pessimizes*
@@ -42,10 +42,10 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+use crate::endpoint_source::Source;
 use crate::error::{ClientError, RetryClass};
 use crate::latency::Latency;
 use crate::pool::Pool;
-use crate::resolve::Source;
 
 /// One server address.
 #[derive(Debug)]

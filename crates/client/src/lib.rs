@@ -68,23 +68,26 @@
 //! index crate for its LIFO semaphore only; never on the engine or the
 //! server.
 //!
-//! - `builder`: [`ClientBuilder`]; `client`: [`Client`] and the retry loop;
-//!   `endpoints`: health and pessimization; `pool`: the connections; `batch`: auto-batching;
-//!   `scan`: [`ScanStream`]; `watch`: [`WatchStream`], [`FollowStream`];
-//!   `retry`: backoffs; `budget`: the retry
-//!   budget; `error`: [`ClientError`] and [`RetryClass`].
+//! - `client_builder`: [`ClientBuilder`]; `client`: [`Client`] and the
+//!   retry loop; `endpoints`: health and pessimization; `endpoint_source`:
+//!   where endpoints come from (DNS names); `pool`: the connections;
+//!   `auto_batch`: auto-batching; `consistency_level`: [`ReadConsistency`];
+//!   `scan_stream`: [`ScanStream`]; `watch_stream`: [`WatchStream`],
+//!   [`FollowStream`]; `retry`: backoffs; `budget`: the retry budget;
+//!   `error`: [`ClientError`] and [`RetryClass`].
 
 #![warn(missing_docs, unreachable_pub)]
 
 mod attempt_policy;
-mod batch;
+mod auto_batch;
 pub mod blocking;
 mod budget;
-mod builder;
 mod call;
 mod call_metrics;
 mod client;
-mod consistency;
+mod client_builder;
+mod consistency_level;
+mod endpoint_source;
 mod endpoints;
 pub mod error;
 mod latency;
@@ -92,11 +95,10 @@ mod membership_calls;
 mod pool;
 mod read_attempt;
 mod reads;
-mod resolve;
 mod retry;
-mod scan;
+mod scan_stream;
 mod token;
-mod watch;
+mod watch_stream;
 mod write_op;
 mod writes;
 
@@ -104,15 +106,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use budget::{RetryBudget, RetryBudgetConfig};
-pub use builder::ClientBuilder;
 pub use client::{Client, ClientCounters};
-pub use consistency::ReadConsistency;
+pub use client_builder::ClientBuilder;
+pub use consistency_level::ReadConsistency;
 pub use error::{ClientError, RetryClass};
 pub use pool::PoolConfig;
 pub use retry::{Backoff, Jitter, RetryPolicy};
-pub use scan::{ScanOptions, ScanPage, ScanStream, unpack_entries};
+pub use scan_stream::{ScanOptions, ScanPage, ScanStream, unpack_entries};
 pub use token::TokenProvider;
-pub use watch::{Follow, FollowStream, WatchBatch, WatchStream};
+pub use watch_stream::{Follow, FollowStream, WatchBatch, WatchStream};
 pub use write_op::{CasOutcome, WriteOp};
 
 /// The default server address.

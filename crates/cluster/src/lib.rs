@@ -10,7 +10,7 @@
 //! - [`node`]: a member's addresses and incarnation ([`ClusterNode`]).
 //! - [`identity`]: a data directory's node id and incarnation, and why a
 //!   member whose directory was replaced is refused by its group.
-//! - [`batch`]: what one log entry carries ([`RaftBatch`]) and what applying
+//! - [`raft_batch`]: what one log entry carries ([`RaftBatch`]) and what applying
 //!   it answers ([`Applied`]).
 //! - [`log_store`]: openraft's log storage on our WAL and `raft-state`
 //!   file ([`log_store::WalLogStore`]).
@@ -39,19 +39,19 @@
 //!   [`staleness`]: how stale a member's applied state may be.
 //! - [`snapshot_file`]: a snapshot as a file, and its Raft meta file.
 //! - [`snapshot_task`]: when a member takes a snapshot.
-//! - [`status`]: a member's view of its group, in plain types.
+//! - [`cluster_status`]: a member's view of its group, in plain types.
 //! - [`timing`]: openraft's configuration: timings for a busy machine, and
 //!   snapshots and purges left to our snapshotter.
-//! - [`wire`]: the conversions between those types and the messages of the
+//! - [`raft_wire`]: the conversions between those types and the messages of the
 //!   `uuidmap.raft.v1` service, and [`WireError`] for what does not convert.
 //!
 //! Stages 0–4 and 7 of the plan, most of 3, parts of 6, 8 and 9 (see
 //! docs/replication.md); the server starts a member with `serve
-//! --node-id` (the server crate's `member` module).
+//! --node-id` (the server crate's `serve_member` module).
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod batch;
+pub mod cluster_status;
 pub mod counters;
 pub mod identity;
 pub mod leadership;
@@ -59,8 +59,10 @@ pub mod log_store;
 pub mod membership;
 pub mod network;
 pub mod node;
+pub mod raft_batch;
 pub mod raft_service;
 pub mod raft_tls;
+pub mod raft_wire;
 pub mod read_index;
 pub mod rejoin;
 pub mod replica;
@@ -68,15 +70,13 @@ pub mod snapshot_file;
 pub mod snapshot_task;
 pub mod staleness;
 pub mod state_machine;
-pub mod status;
 pub mod timing;
 pub mod transfer;
 pub mod types;
 pub mod vote_guard;
-pub mod wire;
 pub mod wire_error;
 
-pub use batch::{Applied, RaftBatch};
 pub use node::ClusterNode;
+pub use raft_batch::{Applied, RaftBatch};
+pub use raft_wire::{FromWire, ToWire, WireError};
 pub use types::UuidmapRaft;
-pub use wire::{FromWire, ToWire, WireError};

@@ -133,7 +133,7 @@ where
     // Voters first (not kept as learners), then whatever is left of them
     // as a node.
     let voters: BTreeSet<u64> = {
-        let status = crate::status::status_of(raft);
+        let status = crate::cluster_status::status_of(raft);
         ids.iter()
             .copied()
             .filter(|id| status.voters.contains(id))

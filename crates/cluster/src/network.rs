@@ -35,12 +35,12 @@ use uuidmap_proto::raft::v1::raft_client::RaftClient;
 use crate::identity::INCARNATION_HEADER;
 use crate::node::ClusterNode;
 use crate::raft_tls::RaftTls;
+use crate::raft_wire::{FromWire, SnapshotHeader, ToWire};
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderError,
     TransferLeaderRequest, UuidmapRaft, Vote, VoteRequest, VoteResponse,
 };
-use crate::wire::{FromWire, SnapshotHeader, ToWire};
 
 /// Bytes of a snapshot file per message.
 pub const SNAPSHOT_CHUNK: usize = 1 << 20;
@@ -172,7 +172,7 @@ fn status_error(target: u64, status: &tonic::Status) -> RPCError<UuidmapRaft> {
     ))))
 }
 
-fn wire_error(target: u64, e: crate::wire::WireError) -> RPCError<UuidmapRaft> {
+fn wire_error(target: u64, e: crate::raft_wire::WireError) -> RPCError<UuidmapRaft> {
     RPCError::Unreachable(Unreachable::new(&PeerError(format!(
         "node {target} answered a message that does not convert: {e}"
     ))))

@@ -1,6 +1,6 @@
 //! The server side of the Raft service (`uuidmap.raft.v1.Raft`): what the
 //! other members call on this one. Each handler converts the message
-//! ([`crate::wire`]), hands it to openraft, and converts the answer back.
+//! ([`crate::raft_wire`]), hands it to openraft, and converts the answer back.
 //!
 //! - With Raft TLS ([`crate::raft_tls`], [`RaftService::verify_callers`]),
 //!   a caller whose certificate names no member of the group this member
@@ -44,13 +44,13 @@ use uuidmap_proto::raft::v1 as pb;
 use crate::counters::RaftCounters;
 use crate::identity::{INCARNATION_HEADER, MemberIdentity};
 use crate::raft_tls::RaftTls;
+use crate::raft_wire::{FromWire, SnapshotHeader, ToWire, WireError};
 use crate::read_index::{ReadIndexError, leader_read_index};
 use crate::rejoin::{Promotions, RejoinError, VoteTrust};
 use crate::snapshot_file::SnapshotFile;
 use crate::staleness::Staleness;
 use crate::types::{AppendEntriesRequest, TransferLeaderRequest, UuidmapRaft, VoteRequest};
 use crate::vote_guard::VoteGuard;
-use crate::wire::{FromWire, SnapshotHeader, ToWire, WireError};
 
 /// The Raft service of one member, over its `openraft::Raft`.
 pub struct RaftService<SM>

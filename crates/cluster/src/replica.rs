@@ -380,22 +380,24 @@ impl Replica {
     }
 
     /// What this member knows of its group now, its counters included.
-    pub fn status(&self) -> crate::status::ClusterStatus {
-        let mut status = crate::status::member_status(&self.raft, &self.shared);
+    pub fn status(&self) -> crate::cluster_status::ClusterStatus {
+        let mut status = crate::cluster_status::member_status(&self.raft, &self.shared);
         status.read_index_rounds = self.read_index.rounds();
         status
     }
 
     /// [`Replica::status`], as a function that outlives the borrow (for
     /// the server's `Stats` and `/metrics`).
-    pub fn status_view(&self) -> impl Fn() -> crate::status::ClusterStatus + Send + Sync + 'static {
+    pub fn status_view(
+        &self,
+    ) -> impl Fn() -> crate::cluster_status::ClusterStatus + Send + Sync + 'static {
         let (raft, shared, read_index) = (
             self.raft.clone(),
             self.shared.clone(),
             self.read_index.clone(),
         );
         move || {
-            let mut status = crate::status::member_status(&raft, &shared);
+            let mut status = crate::cluster_status::member_status(&raft, &shared);
             status.read_index_rounds = read_index.rounds();
             status
         }

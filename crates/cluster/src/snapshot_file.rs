@@ -29,8 +29,8 @@ use uuidmap_engine::store::{FileError, Io};
 use uuidmap_engine::writer::ProposalChain;
 use uuidmap_proto::raft::v1 as pb;
 
+use crate::raft_wire::{FromWire, SnapshotHeader, ToWire};
 use crate::types::{SnapshotMeta, Vote};
-use crate::wire::{FromWire, SnapshotHeader, ToWire};
 
 /// A snapshot file: where it is, its largest capture LSN (the LSN a node
 /// that installs it must apply up to before it serves reads), and the

@@ -7,8 +7,8 @@
 //!   `min_lsn`, WaitFor and Watch keep their meaning in a group.
 //! - Node ids are `u64`, chosen by the operator (`--node-id`).
 
-use crate::batch::{Applied, RaftBatch};
 use crate::node::ClusterNode;
+use crate::raft_batch::{Applied, RaftBatch};
 
 openraft::declare_raft_types!(
     /// The type configuration of a uuidmap replica group.

@@ -1,5 +1,5 @@
 //! [`WireError`]: a `uuidmap.raft.v1` message that did not convert from
-//! the wire (`wire`), or a batch whose ops are malformed (`batch`).
+//! the wire (`raft_wire`), or a batch whose ops are malformed (`raft_batch`).
 
 /// A message that did not convert from the wire.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use tokio::net::TcpListener;
 use uuidmap_cluster::ToWire;
+use uuidmap_cluster::raft_wire::SnapshotHeader;
 use uuidmap_cluster::types::{SnapshotMeta, Vote};
-use uuidmap_cluster::wire::SnapshotHeader;
 use uuidmap_engine::writer::ProposalChain;
 use uuidmap_proto::raft::v1 as pb;
 use uuidmap_proto::raft::v1::raft_client::RaftClient;

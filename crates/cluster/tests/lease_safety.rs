@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use openraft::async_runtime::WatchReceiver;
 use uuid::Uuid;
-use uuidmap_cluster::status::Role;
+use uuidmap_cluster::cluster_status::Role;
 use uuidmap_cluster::transfer::TransferError;
 use uuidmap_cluster::types::{TransferLeaderRequest, Vote, VoteRequest};
 use uuidmap_cluster::{FromWire, ToWire};

@@ -11,7 +11,7 @@
 //!   the new leader;
 //! - concurrent reads share rounds.
 //!
-//! A linearizable read here is what the server does (`consistency.rs`):
+//! A linearizable read here is what the server does (`read_gate.rs`):
 //! the read index, a wait until it is applied, then the index.
 
 use std::collections::HashMap;

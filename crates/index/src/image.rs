@@ -15,9 +15,9 @@ use crossbeam_epoch as epoch;
 use crossbeam_utils::CachePadded;
 
 use super::atomic::AtomicUsize;
-use super::builder::{IndexBuilder, MAX_SEGMENTS};
-use super::error::BuildError;
 use super::hasher::{HashSeeds, KeyHasher};
+use super::index_builder::{IndexBuilder, MAX_SEGMENTS};
+use super::index_error::BuildError;
 use super::map::Index;
 use super::segment::Segment;
 use super::shared::Shared;

@@ -10,7 +10,7 @@ use std::fmt;
 
 use uuid::Uuid;
 
-use super::error::KeyError;
+use super::index_error::KeyError;
 use super::slot::{EMPTY_KEY, MAX_KEY, to_words};
 
 /// A UUID that is neither nil nor max: one the index can store.

@@ -35,7 +35,7 @@
 //! - `segment`: the table pointer, growth by swap, epoch retirement.
 //! - `shared`: the state both handles point to.
 //! - `map`: the read handle [`Index`] and its [`ReadSession`].
-//! - `builder`: [`IndexBuilder`], which makes the writer and a reader.
+//! - `index_builder`: [`IndexBuilder`], which makes the writer and a reader.
 //! - `writer`: the single [`IndexWriter`].
 //! - `partition`: the writer split over disjoint segments (recovery).
 //! - [`scan`]: cursors, filters and consistent segment copies.
@@ -44,15 +44,15 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod atomic;
-mod builder;
-mod error;
 mod growth;
 pub mod hasher;
 #[cfg(not(uuidmap_loom))]
 mod image;
-mod key;
+mod index_builder;
+mod index_error;
 #[cfg(all(test, uuidmap_loom))]
-mod loom_models;
+mod index_loom_models;
+mod key;
 mod map;
 #[cfg(not(uuidmap_loom))]
 mod partition;
@@ -67,11 +67,11 @@ mod writer;
 
 pub mod sync;
 
-pub use builder::{IndexBuilder, MAX_CAPACITY, MAX_SEGMENTS};
-pub use error::{BuildError, CasError, KeyError, ScanError};
 pub use hasher::{HashSeeds, hash_fingerprint};
 #[cfg(not(uuidmap_loom))]
 pub use image::{RestoredSegment, SegmentImage};
+pub use index_builder::{IndexBuilder, MAX_CAPACITY, MAX_SEGMENTS};
+pub use index_error::{BuildError, CasError, KeyError, ScanError};
 pub use key::Key;
 pub use map::{Index, ReadSession, SESSION_REPIN_EVERY, physical_memory};
 #[cfg(not(uuidmap_loom))]

@@ -39,7 +39,7 @@ use std::collections::HashSet;
 use crossbeam_epoch as epoch;
 use uuid::Uuid;
 
-use super::error::ScanError;
+use super::index_error::ScanError;
 use super::map::Index;
 use super::slot::{SLOT_WORDS, from_words, to_words};
 use super::table::Table;

@@ -11,8 +11,8 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use uuid::Uuid;
 
 use super::atomic::Ordering;
-use super::error::{CasError, KeyError};
 use super::growth;
+use super::index_error::{CasError, KeyError};
 use super::key::Key;
 use super::map::Index;
 use super::shared::Shared;

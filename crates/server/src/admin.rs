@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::proto::v1::{self as pb, uuid_map_admin_server::UuidMapAdmin};
-use super::status::snapshot_error;
+use super::grpc_status::snapshot_error;
 use uuidmap_engine::writer::DurableIndex;
+use uuidmap_proto::v1::{self as pb, uuid_map_admin_server::UuidMapAdmin};
 
 /// The admin service over one durable index.
 #[derive(Clone)]

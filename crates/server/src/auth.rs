@@ -37,7 +37,7 @@
 //!
 //! Answers: no token, a header that is not `Bearer <token>`, or a token the
 //! server does not know → UNAUTHENTICATED; a known token whose role is too
-//! low → PERMISSION_DENIED. Statuses are built in `status.rs`.
+//! low → PERMISSION_DENIED. Statuses are built in `grpc_status.rs`.
 //!
 //! Invariants: the token set is immutable after start (shared through an
 //! `Arc`, no lock); the check hashes the presented token once (SHA-256) and

@@ -12,9 +12,9 @@ use uuidmap_cluster::network;
 use uuidmap_cluster::raft_tls::RaftTls;
 use uuidmap_cluster::replica::IndexRaft;
 use uuidmap_cluster::transfer::LeaderTransfer;
+use uuidmap_proto::v1 as pb;
 
-use crate::proto::v1 as pb;
-use crate::status::{membership_error, transfer_error};
+use crate::grpc_status::{membership_error, transfer_error};
 
 /// How long `add` waits for the new member to say which node it is.
 const IDENTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -105,7 +105,7 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
         let raft = self.raft()?;
         let status = match &self.view {
             Some(view) => view(),
-            None => uuidmap_cluster::status::status_of(raft),
+            None => uuidmap_cluster::cluster_status::status_of(raft),
         };
         Ok(Response::new(crate::stats_answer::cluster_stats(&status)))
     }

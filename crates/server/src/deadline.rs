@@ -37,8 +37,8 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::errors::WaitBound;
+use super::grpc_status;
 use super::methods::{self, AdmitAs, Class};
-use super::status;
 
 /// The call's deadline (`grpc-timeout`), counted from when the request
 /// entered the server.
@@ -259,7 +259,7 @@ where
                 match sleep.poll(cx) {
                     Poll::Ready(()) => {
                         Poll::Ready(Ok(
-                            status::call_deadline_passed(call.timeout, *writes).into_http()
+                            grpc_status::call_deadline_passed(call.timeout, *writes).into_http()
                         ))
                     }
                     Poll::Pending => Poll::Pending,

@@ -23,7 +23,7 @@ use tokio_stream::wrappers::WatchStream;
 use tonic::body::Body;
 use tonic::server::NamedService;
 
-use super::status;
+use super::grpc_status;
 
 /// `inner`, whose response bodies end when `stopping` becomes true.
 #[derive(Clone)]
@@ -155,7 +155,7 @@ impl http_body::Body for StopBody {
                 this.state = State::Done;
                 let mut trailers = http::HeaderMap::new();
                 // Only fails for a message that cannot be a header value.
-                let _ = status::stopping_stream().add_header(&mut trailers);
+                let _ = grpc_status::stopping_stream().add_header(&mut trailers);
                 Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))))
             }
             State::Open => {

@@ -1,10 +1,10 @@
 //! The server's typed errors: what is wrong with a request, why admission
 //! or auth refused a call, and where a wait's bound came from.
 //!
-//! The layers that raise them (`wire`, `scan`, `service`, `admission`,
-//! `auth`, `deadline`) import this module; `status` turns each into a gRPC
-//! status with a `From` impl. Neither imports the other's layer, so there
-//! is no cycle: raisers → `errors` ← `status`.
+//! The layers that raise them (`wire`, `scan_rpc`, `service`, `admission`,
+//! `auth`, `deadline`) import this module; `grpc_status` turns each into a
+//! gRPC status with a `From` impl. Neither imports the other's layer, so
+//! there is no cycle: raisers → `errors` ← `grpc_status`.
 
 use uuidmap_index::{KeyError, ScanError};
 

@@ -7,8 +7,8 @@
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::scan::ScanCounters;
-use uuidmap_cluster::status::{ClusterStatus, Role};
+use super::scan_rpc::ScanCounters;
+use uuidmap_cluster::cluster_status::{ClusterStatus, Role};
 use uuidmap_engine::writer::{DurableIndex, DurableStats};
 
 /// The text exposition: the recorder's series, then this server's state
@@ -376,12 +376,12 @@ mod tests {
             learners: vec![],
             member_urls: vec![],
             followers: vec![
-                uuidmap_cluster::status::FollowerProgress {
+                uuidmap_cluster::cluster_status::FollowerProgress {
                     id: 1,
                     matched: Some(41),
                     lag: 0,
                 },
-                uuidmap_cluster::status::FollowerProgress {
+                uuidmap_cluster::cluster_status::FollowerProgress {
                     id: 3,
                     matched: None,
                     lag: 41,

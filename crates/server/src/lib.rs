@@ -6,16 +6,18 @@
 //! metrics, and the serve options (flags, environment, TOML). It builds on
 //! the index, engine and proto crates; the binary runs it.
 //!
-//! - `proto`: the protocol crate, re-exported.
+//! - `proto`: the protocol crate, re-exported for the binary, its tests and
+//!   benches (`uuidmap::server::proto`); this crate's own modules import
+//!   `uuidmap_proto` directly, so that none points back at this file.
 //! - `wire`: UUIDs, packed keys, the `found` bitmap.
 //! - `deadline`: the call's deadline, kept by answering DEADLINE_EXCEEDED
 //!   before tonic's own timer answers CANCELLED.
-//! - `status`: typed errors to gRPC statuses (the only place).
+//! - `grpc_status`: typed errors to gRPC statuses (the only place).
 //! - `transport_errors`: tonic's own answers (an oversized or undecodable
 //!   message, an unknown method) reworded in our terms.
 //! - `service`, `admin`, `cluster_service`: the three services (data,
-//!   admin, and a replica group's membership); `scan` and `watch`, the data
-//!   service's two streams.
+//!   admin, and a replica group's membership); `scan_rpc` and
+//!   `watch_rpc`, the data service's two streams.
 //! - `config`: serve options (flags, environment, TOML).
 //! - `tls`, `auth`: TLS/mTLS files; bearer tokens and the role check.
 //! - `admission`: per-class LIFO admission control (a tower layer).
@@ -26,8 +28,8 @@
 //!   class, role, streaming) that auth, admission and metrics read.
 //! - `metrics`: the per-call Prometheus series and the text they render;
 //!   `metrics_endpoint`: `GET /metrics` over HTTP/1.1 (hyper).
-//! - `member`: serving as a member of a replica group (`--node-id`): the
-//!   member, its Raft service on its own listener, `--cluster-init`.
+//! - `serve_member`: serving as a member of a replica group (`--node-id`):
+//!   the member, its Raft service on its own listener, `--cluster-init`.
 //!
 //! Beside our two services the server answers `grpc.health.v1.Health`
 //! (SERVING for "", `uuidmap.v1.UuidMap`, `uuidmap.v1.UuidMapAdmin` and
@@ -48,27 +50,27 @@ pub mod auth;
 pub mod cluster_service;
 
 pub mod config;
-pub mod consistency;
 pub mod deadline;
 pub mod end_on_stop;
 pub mod errors;
 pub mod exposition;
 pub mod lookup;
-mod member;
 pub mod methods;
 pub mod metrics;
 pub mod metrics_endpoint;
+pub mod read_gate;
+mod serve_member;
 pub use uuidmap_proto as proto;
+pub mod grpc_status;
 pub mod reflection;
-pub mod scan;
+pub mod scan_rpc;
 mod serve;
 pub mod service;
 pub mod stats_answer;
-pub mod status;
 pub mod tls;
 pub mod transport_errors;
 pub mod wait;
-pub mod watch;
+pub mod watch_rpc;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -82,7 +84,8 @@ use uuidmap_engine::writer::TakeSnapshotError;
 
 /// A replica group member's view of its group, read when asked (`Stats`,
 /// `/metrics`).
-pub type ClusterView = Arc<dyn Fn() -> uuidmap_cluster::status::ClusterStatus + Send + Sync>;
+pub type ClusterView =
+    Arc<dyn Fn() -> uuidmap_cluster::cluster_status::ClusterStatus + Send + Sync>;
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

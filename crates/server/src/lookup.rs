@@ -3,7 +3,7 @@
 //! # Protocol
 //!
 //! Each request is an id of the client's choosing, packed keys, an
-//! optional `min_lsn` and a consistency (`consistency`); each answer is the id, packed values, the `found`
+//! optional `min_lsn` and a consistency (`read_gate`); each answer is the id, packed values, the `found`
 //! bitmap and the applied LSN, exactly as a `BatchGet` of the same keys
 //! would answer. A request that cannot be answered (bad keys, too many,
 //! shed by admission, its wait reached its bound) gets an answer with
@@ -60,14 +60,14 @@ use uuid::Uuid;
 
 use super::admission::Admission;
 use super::config::Limits;
-use super::consistency::{Consistency, ReadGate};
 use super::deadline::{CallDeadline, wait_from_now};
+use super::grpc_status::stopping_stream;
 use super::metrics::CODES;
-use super::proto::v1 as pb;
-use super::status::stopping_stream;
+use super::read_gate::{Consistency, ReadGate};
 use super::transport_errors;
 use super::wire::{pack_values, packed_keys};
 use uuidmap_engine::writer::DurableIndex;
+use uuidmap_proto::v1 as pb;
 
 /// Keys looked up under one read permit: about the work of one small
 /// `BatchGet` (tens of microseconds), so that a permit is never held long.

@@ -20,7 +20,7 @@ use tonic_health::pb::health_server;
 use tonic_reflection::pb::v1::server_reflection_server as reflection_v1;
 use tonic_reflection::pb::v1alpha::server_reflection_server as reflection_v1alpha;
 
-use crate::proto::v1::{uuid_map_admin_server, uuid_map_cluster_server, uuid_map_server};
+use uuidmap_proto::v1::{uuid_map_admin_server, uuid_map_cluster_server, uuid_map_server};
 
 /// A request class of admission control: each has its own permits and
 /// queue.

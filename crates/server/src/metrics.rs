@@ -52,7 +52,7 @@
 //! the server's own index at scrape time and appended to the text, so they
 //! are exact per server, cost nothing between scrapes, and need no ticker;
 //! so is `uuidmap_scan_entries_examined_total`, from the server's own
-//! `scan::ScanCounters` (a test or a bench reads one scan's work from the
+//! `scan_rpc::ScanCounters` (a test or a bench reads one scan's work from the
 //! difference of two scrapes, whatever other servers scan meanwhile).
 //!
 //! The endpoint that serves the text is `metrics_endpoint` (hyper).

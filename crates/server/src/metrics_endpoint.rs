@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use uuidmap_engine::writer::DurableIndex;
 
-use crate::scan::ScanCounters;
+use crate::scan_rpc::ScanCounters;
 
 /// How long a connection may take to send its request head.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);

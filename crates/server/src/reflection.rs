@@ -65,7 +65,7 @@ pub struct Catalog {
 /// itself.
 pub fn server_descriptor_sets() -> [&'static [u8]; 4] {
     [
-        super::proto::FILE_DESCRIPTOR_SET,
+        uuidmap_proto::FILE_DESCRIPTOR_SET,
         tonic_health::pb::FILE_DESCRIPTOR_SET,
         pb::FILE_DESCRIPTOR_SET,
         pb_alpha::FILE_DESCRIPTOR_SET,

@@ -29,15 +29,15 @@ use tonic::transport::server::TcpIncoming;
 use tonic_reflection::pb::v1::server_reflection_server::ServerReflectionServer;
 use tonic_reflection::pb::v1alpha::server_reflection_server::ServerReflectionServer as ServerReflectionServerV1Alpha;
 
-use crate::proto::v1::uuid_map_admin_server::UuidMapAdminServer;
-use crate::proto::v1::uuid_map_cluster_server::UuidMapClusterServer;
-use crate::proto::v1::uuid_map_server::UuidMapServer;
 use crate::transport_errors;
 use crate::{ClusterView, ServeConfig, ServeError};
-use crate::{admin, admission, auth, cluster_service, consistency, deadline, end_on_stop};
-use crate::{lookup, member, metrics, metrics_endpoint, reflection, service, tls};
+use crate::{admin, admission, auth, cluster_service, deadline, end_on_stop, read_gate};
+use crate::{lookup, metrics, metrics_endpoint, reflection, serve_member, service, tls};
 use uuidmap_engine::store::{Io, OsIo};
 use uuidmap_engine::writer::{DurableConfig, DurableIndex};
+use uuidmap_proto::v1::uuid_map_admin_server::UuidMapAdminServer;
+use uuidmap_proto::v1::uuid_map_cluster_server::UuidMapClusterServer;
+use uuidmap_proto::v1::uuid_map_server::UuidMapServer;
 
 /// HTTP/2 flow-control windows. The defaults (64 KiB) cap one stream at
 /// 64 KiB per round trip; large batch answers and (later) scans need more.
@@ -237,7 +237,7 @@ impl ServerParts {
                     return Err(ServeError::RaftNotLoopback { addr: raft_addr });
                 }
                 let durable = durable_config(&config, io.clone());
-                let m = member::start(&config, cluster, durable, io, raft_listener).await?;
+                let m = serve_member::start(&config, cluster, durable, io, raft_listener).await?;
                 (m.durable(), Some(m))
             }
         };
@@ -253,7 +253,7 @@ impl ServerParts {
         let shutdown = async move {
             let raft_failed = async move {
                 match raft_failed {
-                    Some(raft) => member::failed(raft).await,
+                    Some(raft) => serve_member::failed(raft).await,
                     None => std::future::pending().await,
                 }
             };
@@ -315,7 +315,7 @@ struct Assembled {
     durable: Arc<DurableIndex>,
     cluster: Option<ClusterView>,
     /// What a member's reads consult for their consistency.
-    member_reads: Option<consistency::MemberReads>,
+    member_reads: Option<read_gate::MemberReads>,
     raft: Option<uuidmap_cluster::replica::IndexRaft>,
     /// The member's Raft TLS, to ask a node being added who it is.
     raft_tls: Option<uuidmap_cluster::raft_tls::RaftTls>,

@@ -1,6 +1,6 @@
 //! The data service `uuidmap.v1.UuidMap`: lookups straight from the index
 //! (lock-free, after an optional wait for `min_lsn`, and on a replica
-//! group member for the read's consistency: `consistency`), writes through
+//! group member for the read's consistency: `read_gate`), writes through
 //! the single-writer pipeline.
 //!
 //! Read-your-writes: a write answers with its LSN only after it is applied
@@ -16,16 +16,16 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::admission::Admission;
 use super::config::Limits;
-use super::consistency::{Consistency, MemberReads, ReadGate};
 use super::deadline::{call_deadline, wait_deadline};
 use super::errors::RequestError;
+use super::grpc_status::{read_refused, write_error};
 use super::lookup::{LookupMetrics, LookupStream, Lookups};
-use super::proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
-use super::scan;
-use super::status::{read_refused, write_error};
+use super::read_gate::{Consistency, MemberReads, ReadGate};
+use super::scan_rpc;
 use super::wait;
 use super::wire::{bytes_of, key, optional_uuid, pack_values, packed_keys, uuid};
 use uuidmap_engine::writer::{DurableIndex, WriteError, WriteOp};
+use uuidmap_proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
 
 /// The data service over one durable index.
 #[derive(Clone)]
@@ -40,7 +40,7 @@ pub struct DataService {
     /// Becomes `true` when the server starts stopping: waits end at once.
     stopping: watch::Receiver<bool>,
     /// What this service's scans examined; `/metrics` reads it.
-    scan_counters: Arc<scan::ScanCounters>,
+    scan_counters: Arc<scan_rpc::ScanCounters>,
     /// A replica group member's view of its group (`None`: a single node).
     cluster: Option<crate::ClusterView>,
     /// Admits reads at their consistency.
@@ -79,7 +79,7 @@ impl DataService {
     }
 
     /// Admits a read at its consistency, after `min_lsn` (module
-    /// `consistency`); returns the applied LSN to answer with.
+    /// `read_gate`); returns the applied LSN to answer with.
     async fn admit_read<T>(
         &self,
         request: &Request<T>,
@@ -102,7 +102,7 @@ impl DataService {
     }
 
     /// The counters of this service's scans (for the metrics endpoint).
-    pub fn scan_counters(&self) -> Arc<scan::ScanCounters> {
+    pub fn scan_counters(&self) -> Arc<scan_rpc::ScanCounters> {
         Arc::clone(&self.scan_counters)
     }
 
@@ -328,7 +328,7 @@ impl UuidMap for DataService {
         }))
     }
 
-    type ScanStream = scan::ScanStream;
+    type ScanStream = scan_rpc::ScanStream;
 
     /// See `server::scan`.
     async fn scan(
@@ -336,11 +336,11 @@ impl UuidMap for DataService {
         request: Request<pb::ScanRequest>,
     ) -> Result<Response<Self::ScanStream>, Status> {
         let r = request.get_ref();
-        let plan = scan::plan(&self.durable.index(), r, &self.limits)?;
+        let plan = scan_rpc::plan(&self.durable.index(), r, &self.limits)?;
         let applied_lsn = self
             .admit_read(&request, (r.consistency, r.max_staleness_ms), r.min_lsn)
             .await?;
-        let stream = scan::start(
+        let stream = scan_rpc::start(
             plan,
             applied_lsn,
             self.stopping.clone(),
@@ -349,7 +349,7 @@ impl UuidMap for DataService {
         Ok(Response::new(stream))
     }
 
-    type WatchStream = super::watch::WatchStream;
+    type WatchStream = super::watch_rpc::WatchStream;
 
     /// See `server::watch`.
     async fn watch(
@@ -357,7 +357,8 @@ impl UuidMap for DataService {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let after_lsn = request.get_ref().after_lsn;
-        let stream = super::watch::start(&self.durable, after_lsn, self.stopping.clone()).await?;
+        let stream =
+            super::watch_rpc::start(&self.durable, after_lsn, self.stopping.clone()).await?;
         Ok(Response::new(stream))
     }
 

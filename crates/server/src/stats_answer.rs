@@ -3,10 +3,9 @@
 //! budget. Used by the `Stats` call (`service`) and the cluster service's
 //! `Status`; `/metrics` renders the same figures (`metrics`).
 
-use uuidmap_cluster::status::ClusterStatus;
+use uuidmap_cluster::cluster_status::ClusterStatus;
 use uuidmap_engine::writer::DurableIndex;
-
-use crate::proto::v1 as pb;
+use uuidmap_proto::v1 as pb;
 
 /// The `Stats` answer's view of the replica group.
 pub fn cluster_stats(c: &ClusterStatus) -> pb::ClusterStats {

@@ -293,8 +293,8 @@ fn percent_decode(value: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::v1 as pb;
     use prost::Message;
+    use uuidmap_proto::v1 as pb;
 
     fn wording(limits: Limits) -> Wording {
         Wording {

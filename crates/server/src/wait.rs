@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::errors::WaitBound;
-use super::status::{stopping_wait, wait_timed_out};
+use super::grpc_status::{stopping_wait, wait_timed_out};
 use uuidmap_engine::writer::DurableIndex;
 
 /// Waits until `lsn` is applied, or `bound` (its end, and which bound that

@@ -10,9 +10,9 @@ use uuidmap_engine::store::raft_state::{LogPos, VoteState};
 use uuidmap_engine::store::wal::{EntryHead, EntryKind, WalRecord};
 use uuidmap_proto::raft::v1 as pb;
 
-use crate::batch::RaftBatch;
+use crate::raft_batch::RaftBatch;
+use crate::raft_wire::{FromWire, ToWire};
 use crate::types::{Entry, EntryPayload, LeaderId, LogId, Membership, Vote, log_id};
-use crate::wire::{FromWire, ToWire};
 
 /// The record of `entry`: its head, its op count and its body.
 pub(crate) fn entry_record(entry: &Entry) -> (EntryHead, u32, Bytes) {

@@ -10,8 +10,9 @@
 //!    refused at its first failing compare-and-set;
 //! 2. the log takes the blind writes: the WAL group commit gives them the
 //!    next LSN and appends them to its group (`pipeline`), a leader's
-//!    proposer logs them through Raft (`replica`). The core records them
-//!    in the overlay under the log's tag (the LSN, or the proposal number);
+//!    proposer logs them through Raft (`replica_pipeline`). The core
+//!    records them in the overlay under the log's tag (the LSN, or the
+//!    proposal number);
 //! 3. **apply** ([`WriterCore::apply`]): once the log says they are
 //!    durable (and, in a group, committed), in log order, with their LSN
 //!    as the index's stamp, retiring them from the overlay;

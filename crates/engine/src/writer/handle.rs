@@ -1,7 +1,8 @@
 //! [`WriteHandle`]: how callers reach a writer thread, the same for both
 //! logs. A caller's batch goes into a bounded queue with a one-shot channel
-//! for its answer; the writer thread (`pipeline` on a single node, `replica`
-//! on a group member) answers it once the batch is applied, or refused.
+//! for its answer; the writer thread (`pipeline` on a single node,
+//! `replica_pipeline` on a group member) answers it once the batch is
+//! applied, or refused.
 //! [`PipelineStats`] are the counters both threads keep.
 
 use std::sync::Arc;

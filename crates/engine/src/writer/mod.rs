@@ -9,9 +9,9 @@
 //! - `take_snapshot_error`: [`TakeSnapshotError`], why a snapshot asked
 //!   for was not taken.
 //! - `durable_index`: [`DurableIndex`], recovery plus both threads.
-//! - `replica`: [`ReplicaPipeline`], the writer thread of a replica group
-//!   member: decides what the leader proposes, applies what the group
-//!   committed.
+//! - `replica_pipeline`: [`ReplicaPipeline`], the writer thread of a
+//!   replica group member: decides what the leader proposes, applies what
+//!   the group committed.
 //! - `read_lease`: [`ReadLease`], whether a member that believes it leads
 //!   may answer a read.
 //! - `lease_clock`: the clocks a lease is measured on (CLOCK_BOOTTIME, and
@@ -29,7 +29,7 @@ mod overlay;
 mod pipeline;
 mod policy;
 mod read_lease;
-mod replica;
+mod replica_pipeline;
 mod request;
 mod running;
 mod snapshotter;
@@ -45,7 +45,7 @@ pub use handle::{PipelineExit, PipelineStats, WriteHandle, WriteSteps};
 pub use pipeline::{Pipeline, PipelineConfig, PipelineFailure, VOUCH_AFTER_IDLE};
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
 pub use read_lease::{LeaseAck, ReadLease, ReadRefused};
-pub use replica::{
+pub use replica_pipeline::{
     ApplyOutcome, CONFIRM_FLAG, CommittedEntry, DecidedBatch, LoadedSnapshot, ProposalChain,
     Proposer, ReplicaControl, ReplicaIndex, ReplicaPipeline, WriteReply, WriterStopped,
     proposal_epoch,

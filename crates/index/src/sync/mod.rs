@@ -8,7 +8,7 @@
 //!   serves the newest waiter first, bounded queue, deadline-aware; release
 //!   only wakes.
 //!
-//! Both ship with loom models (`loom_models`, run with
+//! Both ship with loom models (`sync_loom_models`, run with
 //! `RUSTFLAGS="--cfg uuidmap_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2
 //! cargo test -p uuidmap-index --release --lib --target-dir target/loom -- loom`).
 
@@ -21,7 +21,7 @@ mod lifo_semaphore;
 mod lsn_watermark;
 
 #[cfg(all(test, uuidmap_loom))]
-mod loom_models;
+mod sync_loom_models;
 
 #[cfg(not(feature = "tokio"))]
 pub(crate) use std::time::Instant;

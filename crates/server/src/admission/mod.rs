@@ -24,7 +24,7 @@
 //! arrival by `deadline::DeadlineLayer`, less the margin that lets our answer
 //! reach the client first), or `--max-wait-ms` for a call without one. When
 //! the class's queue is full, the call is answered RESOURCE_EXHAUSTED at
-//! once. Statuses are built in `status.rs`.
+//! once. Statuses are built in `grpc_status.rs`.
 //!
 //! Long polls wait for an LSN or stream changes for as long as their caller
 //! likes, using no CPU meanwhile; holding a read permit that long would let

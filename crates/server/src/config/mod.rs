@@ -55,16 +55,16 @@
 //! The module's parts:
 //! - `options`: the declaration of every option, once (`serve_options!`):
 //!   flag, environment variable and TOML key; [`ServeArgs`];
-//! - `values`: the parsers of the options' own value types (`--peers`,
+//! - `option_values`: the parsers of the options' own value types (`--peers`,
 //!   `--raft-dial`, switches, the snapshot interval, the replay budget);
-//! - `resolve`: the options over the file over the defaults, checked
+//! - `resolve_options`: the options over the file over the defaults, checked
 //!   against their minimums and against each other;
-//! - `error`: [`ConfigError`].
+//! - `config_error`: [`ConfigError`].
 
-mod error;
+mod config_error;
+mod option_values;
 mod options;
-mod resolve;
-mod values;
+mod resolve_options;
 
 #[cfg(test)]
 mod tests;
@@ -79,9 +79,9 @@ use uuidmap_engine::store::replay_apply::ReplayWorkers;
 use uuidmap_engine::store::wal::Preallocate;
 use uuidmap_engine::writer::{DurableConfig, FsyncPolicy};
 
-pub use error::ConfigError;
+pub use config_error::ConfigError;
+pub use option_values::{MaxReplay, MetricsListen, OnOff, Peers, RaftDial, SnapshotInterval};
 pub use options::{ServeArgs, ServeOptions};
-pub use values::{MaxReplay, MetricsListen, OnOff, Peers, RaftDial, SnapshotInterval};
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";

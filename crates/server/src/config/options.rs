@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::values::{
+use super::option_values::{
     MaxReplay, MetricsListen, OnOff, Peers, RaftDial, SnapshotInterval, as_flag_text,
 };
 use uuidmap_engine::store::replay_apply::ReplayWorkers;

@@ -8,15 +8,15 @@
 mod metrics_text;
 pub mod pki;
 mod raw_grpc;
+mod request_fields;
 mod test_group;
 mod test_server;
-mod values;
 
 pub use metrics_text::{http_get, sample, scrape};
 pub use raw_grpc::{
     RPCS, RawAnswer, RawCodec, RawConnection, RawDecoder, RawEncoder, framed, percent_decode,
     raw_call, raw_status,
 };
+pub use request_fields::{b, cas_req, put_op, put_req, spread_key, u};
 pub use test_group::{Configure, TestGroup, member_config};
 pub use test_server::{MAX_BATCH_KEYS, MAX_FILTER_VALUES, MAX_WRITE_OPS, TestServer, config};
-pub use values::{b, cas_req, put_op, put_req, spread_key, u};

@@ -60,6 +60,7 @@
 //! A file in place is never modified (it is mapped copy-on-write by a
 //! running server). The two newest snapshots are kept.
 
+#[path = "snapshot_files.rs"]
 mod files;
 mod format;
 mod open;

@@ -35,6 +35,7 @@
 //!   streams).
 
 mod commit_timing;
+#[path = "wal_files.rs"]
 mod files;
 mod follow;
 mod reader;

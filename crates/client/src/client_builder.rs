@@ -13,10 +13,10 @@ use uuidmap_proto::error_chain::error_chain;
 use crate::attempt_policy::ReadAttempts;
 use crate::budget::{RetryBudget, RetryBudgetConfig};
 use crate::client::{Client, Shared};
+use crate::endpoint_source::Source;
 use crate::endpoints::{self, Endpoints, MakePool, ProbeSettings};
 use crate::error::{ClientError, connect_error};
 use crate::pool::{Pool, PoolConfig};
-use crate::resolve::Source;
 use crate::retry::RetryPolicy;
 
 /// Builds a [`Client`]; start from [`Client::builder`].

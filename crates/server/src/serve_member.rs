@@ -133,7 +133,7 @@ impl Member {
         // peers are in. A peer that answers is asked; one that does not
         // (the first start of every member at once) proves nothing.
         for p in &cluster.peers {
-            if let Some(crate::proto::v1::ClusterStats { voters, .. }) =
+            if let Some(uuidmap_proto::v1::ClusterStats { voters, .. }) =
                 peer_group(&p.client_url).await
             {
                 return Err(ServeError::RaftFailed(format!(
@@ -205,9 +205,9 @@ impl Member {
         &self.replica
     }
 
-    /// What its reads consult for their consistency (`consistency`).
-    pub(crate) fn reads(&self) -> crate::consistency::MemberReads {
-        crate::consistency::MemberReads {
+    /// What its reads consult for their consistency (`read_gate`).
+    pub(crate) fn reads(&self) -> crate::read_gate::MemberReads {
+        crate::read_gate::MemberReads {
             read_index: self.replica.read_index().clone(),
             staleness: self.replica.staleness().clone(),
             lease: self
@@ -279,9 +279,9 @@ async fn peer_incarnation(
 
 /// The voters of the group the server at `url` is in, if it answers
 /// within a second and is in one.
-async fn peer_group(url: &str) -> Option<crate::proto::v1::ClusterStats> {
-    use crate::proto::v1 as pb;
+async fn peer_group(url: &str) -> Option<uuidmap_proto::v1::ClusterStats> {
     use pb::uuid_map_cluster_client::UuidMapClusterClient;
+    use uuidmap_proto::v1 as pb;
     let ask = async {
         let channel = tonic::transport::Endpoint::from_shared(url.to_string())
             .ok()?

@@ -39,11 +39,11 @@ use prost::bytes::BytesMut;
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
-use super::proto::v1 as pb;
-use super::status::{stopping_watch, watch_error};
+use super::grpc_status::{stopping_watch, watch_error};
 use uuidmap_engine::store::{Op, WalFollowError};
 use uuidmap_engine::writer::{ChangeReader, DurableIndex};
 use uuidmap_index::sync::LsnWatermark;
+use uuidmap_proto::v1 as pb;
 
 /// Most bytes of one response, unless a single batch is larger.
 pub const MAX_RESPONSE_BYTES: usize = 256 << 10;

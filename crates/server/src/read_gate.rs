@@ -27,12 +27,12 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::errors::{ConsistencyError, RequestError, WaitBound};
-use super::proto::v1 as pb;
-use super::status::{read_index_error, read_refused};
+use super::grpc_status::{read_index_error, read_refused};
 use super::wait;
 use uuidmap_cluster::read_index::ReadIndex;
 use uuidmap_cluster::staleness::Staleness;
 use uuidmap_engine::writer::{DurableIndex, ReadLease};
+use uuidmap_proto::v1 as pb;
 
 /// What a read asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

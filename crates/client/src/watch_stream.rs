@@ -34,7 +34,7 @@ use crate::client::Client;
 use crate::endpoints::Endpoint;
 use crate::error::ClientError;
 use crate::pool::Lease;
-use crate::scan::{ScanOptions, ScanStream};
+use crate::scan_stream::{ScanOptions, ScanStream};
 use pb::uuid_map_client::UuidMapClient;
 
 /// The changes of one write batch, in batch order (a compare-and-set

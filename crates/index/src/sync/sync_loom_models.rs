@@ -8,7 +8,7 @@
 //!
 //! A lost wakeup shows up as a deadlock (every thread blocked in
 //! `loom::future::block_on`), which loom reports as a failure; a lost or
-//! invented permit shows up in the final counts. As in `index::loom_models`,
+//! invented permit shows up in the final counts. As in `index_loom_models`,
 //! actors run in spawned threads, and each model records what its iterations
 //! saw and asserts that the interesting interleavings were reached, so a
 //! model that stops exploring fails instead of passing.

@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuidmap_proto::raft::v1 as pb;
 
-use crate::batch::RaftBatch;
 use crate::node::ClusterNode;
+use crate::raft_batch::RaftBatch;
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, Entry, EntryPayload, LeaderId, LogId, Membership,
     SnapshotMeta, SnapshotResponse, StoredMembership, TransferLeaderError, TransferLeaderRequest,

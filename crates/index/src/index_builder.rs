@@ -7,9 +7,9 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 
 use super::atomic::AtomicUsize;
-use super::error::BuildError;
 use super::growth;
 use super::hasher::{HashSeeds, KeyHasher};
+use super::index_error::BuildError;
 use super::map::{Index, physical_memory};
 use super::segment::Segment;
 use super::shared::Shared;

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::values::{check_host_port, check_url};
+use super::option_values::{check_host_port, check_url};
 use super::{
     ClusterOptions, ConfigError, DEFAULT_DATA_DIR, DEFAULT_METRICS_LISTEN, MIN_SNAPSHOT_INTERVAL,
     MIN_SNAPSHOT_WAL_BYTES, MIN_WAL_FILE_BYTES, MaxReplay, OnOff, ServeArgs, ServeConfig,

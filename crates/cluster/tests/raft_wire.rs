@@ -8,12 +8,12 @@ use uuidmap_engine::writer::ProposalChain;
 use proptest::prelude::*;
 use prost::Message;
 use uuid::Uuid;
+use uuidmap_cluster::raft_wire::SnapshotHeader;
 use uuidmap_cluster::types::{
     AppendEntriesRequest, AppendEntriesResponse, Entry, EntryPayload, LeaderId, LogId, Membership,
     SnapshotMeta, SnapshotResponse, StoredMembership, TransferLeaderError, TransferLeaderRequest,
     Vote, VoteRequest, VoteResponse, log_id,
 };
-use uuidmap_cluster::wire::SnapshotHeader;
 use uuidmap_cluster::{ClusterNode, FromWire, RaftBatch, ToWire, WireError};
 use uuidmap_engine::store::Op;
 use uuidmap_index::Key;

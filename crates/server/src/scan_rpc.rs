@@ -50,8 +50,8 @@ use uuid::Uuid;
 
 use super::config::Limits;
 use super::errors::RequestError;
-use super::proto::v1 as pb;
 use uuidmap_index::{Index, ScanCursor, Scanner, ValueFilter};
+use uuidmap_proto::v1 as pb;
 
 /// Entries in a message, normally (128 KiB).
 pub const TARGET_ENTRIES: usize = (128 << 10) / ENTRY_BYTES;
