@@ -60,13 +60,12 @@
 //! A file in place is never modified (it is mapped copy-on-write by a
 //! running server). The two newest snapshots are kept.
 
-#[path = "snapshot_files.rs"]
-mod files;
 mod format;
 mod open;
+mod snapshot_files;
 mod write;
 
-pub use files::{list_snapshots, set_aside_damaged, snapshot_path};
 pub use format::SegmentEntry;
 pub use open::{OpenOptions, OpenedSnapshot, Restored, RestoredIndex, open_snapshot};
+pub use snapshot_files::{list_snapshots, set_aside_damaged, snapshot_path};
 pub use write::{SnapshotInfo, write_snapshot};

@@ -16,8 +16,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::files::{list_snapshots, prune, snapshot_name, temp_name};
 use super::format::{Header, PAGE, PROLOGUE_LEN, SegmentEntry, prologue, trailer};
+use super::snapshot_files::{list_snapshots, prune, snapshot_name, temp_name};
 use crate::store::{
     FileError, Io, IoFile, SnapshotCorrupt, SnapshotLoadError, SnapshotWriteError, WalWriteError,
 };

@@ -29,9 +29,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::files::{WalFile, list_wal_files};
 use super::record::{EntryHead, HEADER_LEN, WalFormat, check_header, claimed_len, decode_record};
 use super::spare::all_zero;
+use super::wal_files::{WalFile, list_wal_files};
 use crate::store::{FileError, Io, Op, WalCorrupt, WalFollowError};
 
 /// Bytes a follower reads at a time (more when one record is larger).

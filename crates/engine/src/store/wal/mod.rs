@@ -35,19 +35,18 @@
 //!   streams).
 
 mod commit_timing;
-#[path = "wal_files.rs"]
-mod files;
 mod follow;
 mod reader;
 mod record;
 mod replay;
 mod spare;
+mod wal_files;
 mod writer;
 
-pub use files::{WalFile, list_wal_files, parse_wal_file_name, remove_covered, wal_file_name};
 pub use follow::WalFollower;
 pub use reader::{TornTail, WalCursor, WalRecord};
 pub use record::{EntryHead, EntryKind, HEADER_LEN, MAX_BATCH_OPS, MAX_OPS_LEN, WalFormat};
 pub use replay::{ReplayOptions, ReplayOutcome, WalCut, estimate_puts, replay};
 pub use spare::{Preallocate, SPARE_NAME};
+pub use wal_files::{WalFile, list_wal_files, parse_wal_file_name, remove_covered, wal_file_name};
 pub use writer::{WalOptions, WalWriter};

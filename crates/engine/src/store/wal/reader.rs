@@ -42,12 +42,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::files::{WalFile, list_wal_files};
 use super::record::{
     BadRecord, EntryHead, HEADER_LEN, SyncedEnd, WalFormat, check_header, decode_record,
     read_synced_end,
 };
 use super::spare::{all_zero, records_end};
+use super::wal_files::{WalFile, list_wal_files};
 use crate::store::{FileError, Io, Op, WalCorrupt, WalReadError};
 
 /// A record read from the WAL. The ops borrow the cursor's buffer.

@@ -20,9 +20,9 @@
 
 use std::path::Path;
 
-use super::files::WalFile;
 use super::reader::WalCursor;
 use super::record::{HEADER_LEN, SyncedEnd, check_header, decode_record, encode_synced_end};
+use super::wal_files::WalFile;
 use crate::store::{FileError, Io, Op, WalCorrupt, WalReadError};
 
 /// How replay treats corruption.
@@ -211,7 +211,7 @@ const PUT_BYTES: u64 = 1 + 16 + 16;
 /// A file whose size cannot be read counts as empty (replay reports the
 /// error).
 pub fn estimate_puts(io: &dyn Io, dir: &Path, after_lsn: u64) -> Result<u64, FileError> {
-    let files = super::files::list_wal_files(io, dir)?;
+    let files = super::wal_files::list_wal_files(io, dir)?;
     let mut bytes = 0u64;
     for (i, file) in files.iter().enumerate() {
         if files

@@ -67,12 +67,12 @@ use std::sync::Arc;
 
 mod raft_log;
 
-use super::files::wal_file_name;
 use super::record::{
     EntryHead, HEADER_LEN, RECORD_OVERHEAD, SyncedEnd, WalFormat, check_header, decode_record,
     empty_synced_end, encode_entry, encode_header, encode_record, encode_synced_end,
 };
 use super::spare::{Preallocate, Spares, all_zero};
+use super::wal_files::wal_file_name;
 use crate::store::{FileError, FileSync, Io, IoFile, Op, WalWriteError};
 
 /// Tuning of the WAL writer.

@@ -6,9 +6,9 @@
 use std::path::Path;
 
 use super::{WalWriter, record_offset};
-use crate::store::wal::files::list_wal_files;
 use crate::store::wal::record::{EntryHead, HEADER_LEN, WalFormat, encode_entry};
 use crate::store::wal::replay::cut_and_vouch;
+use crate::store::wal::wal_files::list_wal_files;
 use crate::store::{FileError, WalWriteError};
 
 impl WalWriter {
