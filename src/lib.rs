@@ -23,6 +23,7 @@ pub use uuidmap_engine::{store, writer};
 pub use uuidmap_index as index;
 pub use uuidmap_index::sync;
 pub use uuidmap_proto::error_chain;
+pub use uuidmap_resp as resp;
 pub use uuidmap_server as server;
 
 pub use index::{CasError, Index, IndexBuilder, IndexWriter, Key, KeyError};

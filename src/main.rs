@@ -154,25 +154,38 @@ fn serve(args: &uuidmap::server::ServeArgs) -> Result<(), String> {
         .thread_name("uuidmap-rpc")
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime
-        .block_on(uuidmap::server::serve(config, shutdown_signal()))
-        .map_err(|e| {
-            use uuidmap::server::ServeError;
-            match &e {
-                ServeError::Open(store) => format!("{e}{}", repair_hint(store, &dir)),
-                ServeError::NotLoopback { .. } => format!(
-                    "{e}. Flags: --tls-cert and --tls-key for TLS; --tokens-file or \
-                     --tls-client-ca for client authentication; --insecure \
-                     (UUIDMAP_INSECURE=true) to serve anyway"
-                ),
-                ServeError::MetricsNotLoopback { .. } => format!(
-                    "{e}. Flags: --metrics-listen 127.0.0.1:7879, --metrics-listen off, or \
-                     --insecure (UUIDMAP_INSECURE=true)"
-                ),
-                ServeError::Tls(t) => format!("{e} (the files of {})", t.flags()),
-                _ => e.to_string(),
-            }
-        })
+    runtime.block_on(async {
+        // The Redis protocol beside gRPC, over the same handles.
+        let mut front_ends: Vec<Box<dyn uuidmap::server::front_end::FrontEnd>> = Vec::new();
+        if let Some(addr) = config.resp_listen {
+            let resp = uuidmap::resp::RespFrontEnd::bind(addr, &config)
+                .await
+                .map_err(|e| format!("{e} (--resp-listen)"))?;
+            front_ends.push(Box::new(resp));
+        }
+        uuidmap::server::serve_with(config, front_ends, shutdown_signal())
+            .await
+            .map_err(|e| describe(&e, &dir))
+    })
+}
+
+/// What `serve` says when the server cannot start or stopped on an error.
+fn describe(e: &uuidmap::server::ServeError, dir: &std::path::Path) -> String {
+    use uuidmap::server::ServeError;
+    match e {
+        ServeError::Open(store) => format!("{e}{}", repair_hint(store, dir)),
+        ServeError::NotLoopback { .. } => format!(
+            "{e}. Flags: --tls-cert and --tls-key for TLS; --tokens-file or \
+             --tls-client-ca for client authentication; --insecure \
+             (UUIDMAP_INSECURE=true) to serve anyway"
+        ),
+        ServeError::MetricsNotLoopback { .. } => format!(
+            "{e}. Flags: --metrics-listen 127.0.0.1:7879, --metrics-listen off, or \
+             --insecure (UUIDMAP_INSECURE=true)"
+        ),
+        ServeError::Tls(t) => format!("{e} (the files of {})", t.flags()),
+        _ => e.to_string(),
+    }
 }
 
 /// Lets jemalloc's background threads hand freed pages back to the kernel.

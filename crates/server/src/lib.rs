@@ -28,6 +28,8 @@
 //!   class, role, streaming) that auth, admission and metrics read.
 //! - `metrics`: the per-call Prometheus series and the text they render;
 //!   `metrics_endpoint`: `GET /metrics` over HTTP/1.1 (hyper).
+//! - `front_end`: the handles another protocol's front end shares with
+//!   the gRPC services (the Redis protocol: the `uuidmap-resp` crate).
 //! - `serve_member`: serving as a member of a replica group (`--node-id`):
 //!   the member, its Raft service on its own listener, `--cluster-init`.
 //!
@@ -54,6 +56,7 @@ pub mod deadline;
 pub mod end_on_stop;
 pub mod errors;
 pub mod exposition;
+pub mod front_end;
 pub mod lookup;
 pub mod methods;
 pub mod metrics;
@@ -77,7 +80,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use config::{ServeArgs, ServeConfig};
-pub use serve::{ServerParts, check_listen_address, check_metrics_address, serve, serve_on};
+pub use serve::{
+    ServerParts, check_listen_address, check_metrics_address, serve, serve_on, serve_with,
+};
 
 use uuidmap_engine::store::{StoreError, WalWriteError};
 use uuidmap_engine::writer::TakeSnapshotError;

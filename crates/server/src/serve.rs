@@ -29,6 +29,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic_reflection::pb::v1::server_reflection_server::ServerReflectionServer;
 use tonic_reflection::pb::v1alpha::server_reflection_server::ServerReflectionServer as ServerReflectionServerV1Alpha;
 
+use crate::front_end::{FrontEnd, Shared};
 use crate::transport_errors;
 use crate::{ClusterView, ServeConfig, ServeError};
 use crate::{admin, admission, auth, cluster_service, deadline, end_on_stop, read_gate};
@@ -103,9 +104,19 @@ pub async fn serve(
     config: ServeConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    serve_with(config, Vec::new(), shutdown).await
+}
+
+/// [`serve`], with other protocols' front ends beside gRPC (the binary's
+/// `--resp-listen`), over the same handles.
+pub async fn serve_with(
+    config: ServeConfig,
+    front_ends: Vec<Box<dyn FrontEnd>>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
     check_listen_address(config.listen, &config)?;
     let listener = bind(config.listen).await?;
-    serve_on(listener, config, shutdown).await
+    serve_listener(listener, config, front_ends, shutdown).await
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
@@ -122,6 +133,17 @@ pub async fn serve_on(
     config: ServeConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    serve_listener(listener, config, Vec::new(), shutdown).await
+}
+
+/// Binds the metrics address, if any, and serves on `listener` with
+/// `front_ends` beside gRPC.
+async fn serve_listener(
+    listener: TcpListener,
+    config: ServeConfig,
+    front_ends: Vec<Box<dyn FrontEnd>>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
     let metrics = match config.metrics_listen {
         Some(addr) => {
             check_metrics_address(addr, &config)?;
@@ -129,10 +151,9 @@ pub async fn serve_on(
         }
         None => None,
     };
-    ServerParts::new(listener, config)
-        .metrics(metrics)
-        .serve(shutdown)
-        .await
+    let mut parts = ServerParts::new(listener, config).metrics(metrics);
+    parts.front_ends = front_ends;
+    parts.serve(shutdown).await
 }
 
 /// What a server is assembled from: its listeners, its options and the
@@ -153,6 +174,9 @@ pub struct ServerParts {
     /// A member's Raft listener; wins over the replica group options'
     /// `raft_listen` (`None`: bound from them, when there are any).
     pub raft: Option<TcpListener>,
+    /// Other protocols served beside gRPC over the same handles
+    /// (`front_end`); none by default.
+    pub front_ends: Vec<Box<dyn FrontEnd>>,
 }
 
 impl ServerParts {
@@ -165,7 +189,14 @@ impl ServerParts {
             config,
             io: Arc::new(OsIo),
             raft: None,
+            front_ends: Vec::new(),
         }
+    }
+
+    /// Serves `front_end` beside gRPC, over the same handles.
+    pub fn front_end(mut self, front_end: Box<dyn FrontEnd>) -> ServerParts {
+        self.front_ends.push(front_end);
+        self
     }
 
     /// Serves a member's Raft calls on `listener` instead of binding
@@ -198,6 +229,7 @@ impl ServerParts {
             config,
             io,
             raft,
+            front_ends,
         } = self;
         let addr = listener.local_addr().map_err(|source| ServeError::Bind {
             addr: config.listen,
@@ -287,6 +319,7 @@ impl ServerParts {
             raft_tls,
             transfer,
             stopping,
+            front_ends,
         };
         let result = run(assembled, &config, shutdown).await;
         let failure = durable.wal_failure();
@@ -321,6 +354,8 @@ struct Assembled {
     raft_tls: Option<uuidmap_cluster::raft_tls::RaftTls>,
     transfer: Option<uuidmap_cluster::transfer::LeaderTransfer>,
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// Other protocols, served over the same handles.
+    front_ends: Vec<Box<dyn FrontEnd>>,
 }
 
 async fn open(config: &ServeConfig, io: Arc<dyn Io>) -> Result<Arc<DurableIndex>, ServeError> {
@@ -378,6 +413,7 @@ async fn run(
         raft_tls,
         transfer,
         stopping,
+        front_ends,
     } = assembled;
     let max_message = transport_errors::decoder_limit(&config.limits);
     let catalog = Arc::new(reflection::Catalog::of_server());
@@ -394,7 +430,21 @@ async fn run(
         stopping.clone(),
     )
     .with_cluster(cluster.clone())
-    .with_member_reads(member_reads);
+    .with_member_reads(member_reads.clone());
+    let shared = Shared {
+        durable: durable.clone(),
+        limits: config.limits.clone(),
+        admission: Arc::clone(&admission),
+        gate: read_gate::ReadGate::new(durable.clone(), member_reads, stopping.clone()),
+        tokens: security.tokens.clone(),
+        cluster: cluster.clone(),
+        stopping: stopping.clone(),
+        stop_grace: config.stop_grace,
+    };
+    let front_ends: Vec<_> = front_ends
+        .into_iter()
+        .map(|f| tokio::spawn(f.serve(shared.clone())))
+        .collect();
     let metrics_addr = match metrics_listener {
         Some(m) => {
             let maddr = m.local_addr().ok();
@@ -504,7 +554,7 @@ async fn run(
     // The stop waits for the calls in flight, but not forever: a stream
     // whose client stopped reading blocks its sender, and its HTTP/2
     // stream, until the client reads again.
-    let mut stop_began = stopping;
+    let mut stop_began = stopping.clone();
     let grace = config.stop_grace;
     tokio::select! {
         served = served => {
@@ -522,6 +572,19 @@ async fn run(
                 grace.as_millis()
             );
         }
+    }
+    // The front ends saw the stop too: they finish the command in flight
+    // on each connection (a write is answered once durable), then close.
+    let front_ends_done = async {
+        for f in front_ends {
+            let _ = f.await;
+        }
+    };
+    if tokio::time::timeout(grace, front_ends_done).await.is_err() {
+        tracing::warn!(
+            "front-end connections still open {} ms after the stop; closing them",
+            grace.as_millis()
+        );
     }
     Ok(())
 }

@@ -9,7 +9,6 @@
 //! the lookup, so the answer reflects at least every write up to it.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
@@ -301,31 +300,10 @@ impl UuidMap for DataService {
         &self,
         _request: Request<pb::StatsRequest>,
     ) -> Result<Response<pb::StatsResponse>, Status> {
-        let s = self.durable.stats();
-        let snapshot_age_ms = (s.last_snapshot_unix_ms > 0).then(|| {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            now.saturating_sub(s.last_snapshot_unix_ms)
-        });
-        Ok(Response::new(pb::StatsResponse {
-            entries: s.entries,
-            table_bytes: s.table_bytes,
-            applied_lsn: s.applied_lsn,
-            wal_bytes: s.wal_bytes,
-            snapshots_taken: s.snapshots_taken,
-            snapshots_failed: s.snapshots_failed,
-            last_snapshot_lsn: s.last_snapshot_lsn,
-            snapshot_age_ms,
-            last_snapshot_duration_us: s.last_snapshot_duration_us,
-            wal_failures: s.wal_failures,
-            queued_batches: s.queued_batches,
-            restart: Some(super::stats_answer::restart_stats(&self.durable)),
-            cluster: self
-                .cluster
-                .as_ref()
-                .map(|view| super::stats_answer::cluster_stats(&view())),
-        }))
+        Ok(Response::new(super::stats_answer::stats(
+            &self.durable,
+            self.cluster.as_ref(),
+        )))
     }
 
     type ScanStream = scan_rpc::ScanStream;

@@ -1,11 +1,43 @@
 //! The `Stats` answer's parts built from the engine's and the cluster's
 //! figures: the replica group's view, and the recovery and the restart
-//! budget. Used by the `Stats` call (`service`) and the cluster service's
-//! `Status`; `/metrics` renders the same figures (`metrics`).
+//! budget. Used by the `Stats` call (`service`), the Redis protocol's
+//! `INFO` (the `uuidmap-resp` crate) and the cluster service's `Status`;
+//! `/metrics` renders the same figures (`metrics`).
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use uuidmap_cluster::cluster_status::ClusterStatus;
 use uuidmap_engine::writer::DurableIndex;
 use uuidmap_proto::v1 as pb;
+
+use crate::ClusterView;
+
+/// The whole `Stats` answer: the index's figures now, and on a member its
+/// view of the group.
+pub fn stats(durable: &DurableIndex, cluster: Option<&ClusterView>) -> pb::StatsResponse {
+    let s = durable.stats();
+    let snapshot_age_ms = (s.last_snapshot_unix_ms > 0).then(|| {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        now.saturating_sub(s.last_snapshot_unix_ms)
+    });
+    pb::StatsResponse {
+        entries: s.entries,
+        table_bytes: s.table_bytes,
+        applied_lsn: s.applied_lsn,
+        wal_bytes: s.wal_bytes,
+        snapshots_taken: s.snapshots_taken,
+        snapshots_failed: s.snapshots_failed,
+        last_snapshot_lsn: s.last_snapshot_lsn,
+        snapshot_age_ms,
+        last_snapshot_duration_us: s.last_snapshot_duration_us,
+        wal_failures: s.wal_failures,
+        queued_batches: s.queued_batches,
+        restart: Some(restart_stats(durable)),
+        cluster: cluster.map(|view| cluster_stats(&view())),
+    }
+}
 
 /// The `Stats` answer's view of the replica group.
 pub fn cluster_stats(c: &ClusterStatus) -> pb::ClusterStats {

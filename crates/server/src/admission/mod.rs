@@ -249,7 +249,18 @@ impl Admission {
         &self,
         wait: (tokio::time::Instant, WaitBound),
     ) -> Result<OwnedPermit, AdmissionError> {
-        let gate = self.gate(Class::Read);
+        self.permit(Class::Read, wait).await
+    }
+
+    /// A permit of `class` for a call that reaches the server by another
+    /// protocol than gRPC (a RESP command: `front_end`), taken and refused
+    /// exactly as [`Admission::read_permit`] takes a read permit.
+    pub async fn permit(
+        &self,
+        class: Class,
+        wait: (tokio::time::Instant, WaitBound),
+    ) -> Result<OwnedPermit, AdmissionError> {
+        let gate = self.gate(class);
         if let Some(permit) = gate.sem.try_acquire_owned() {
             return Ok(permit);
         }

@@ -29,6 +29,7 @@
 //! scan_queue = 64
 //! max_long_polls = 100000
 //! metrics_listen = "127.0.0.1:7879"   # or "off"
+//! resp_listen = "127.0.0.1:6380"     # the Redis protocol; off when absent
 //! wal_file_bytes = 67108864           # 64 MiB; at least 1 MiB
 //! snapshot_wal_bytes = 268435456      # 256 MiB; at least 1 MiB
 //! snapshot_interval = 600             # seconds, or "10m", or "off"; at least 1 s
@@ -227,6 +228,9 @@ pub struct ServeConfig {
     /// Prometheus `GET /metrics` on this address; `None`: off (the
     /// default of [`ServeConfig::new`], so tests do not share a port).
     pub metrics_listen: Option<SocketAddr>,
+    /// The Redis protocol (RESP2) on this address, served by the
+    /// `uuidmap-resp` crate beside gRPC; `None`: off (the default).
+    pub resp_listen: Option<SocketAddr>,
     /// Serve as a member of a replica group; `None`: a single node (the
     /// default).
     pub cluster: Option<ClusterOptions>,
@@ -298,6 +302,7 @@ impl ServeConfig {
             stop_grace: DEFAULT_STOP_GRACE,
             replay_workers: store.recovery.replay_workers,
             metrics_listen: None,
+            resp_listen: None,
             cluster: None,
         }
     }

@@ -119,6 +119,11 @@ serve_options! {
     /// or `off` [default: 127.0.0.1:7879]. Only loopback unless --insecure.
     #[arg(long, env = "UUIDMAP_METRICS_LISTEN")]
     metrics_listen: MetricsListen,
+    /// Also serve the Redis protocol (RESP2) on this address, over the same
+    /// index, admission, auth and metrics as gRPC [default: off]. Plaintext:
+    /// only loopback unless --insecure (README, "The Redis protocol").
+    #[arg(long, env = "UUIDMAP_RESP_LISTEN")]
+    resp_listen: SocketAddr,
     /// Start a new WAL file when the current one reaches this many bytes;
     /// at least 1 MiB [default: 67108864 (64 MiB)]. A snapshot lets the
     /// files it covers be removed, and Watch can start only as far back as

@@ -65,6 +65,7 @@ impl ServeOptions {
             .metrics_listen
             .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.parse().expect("the default parses"))
             .0;
+        c.resp_listen = self.resp_listen;
 
         let l = &mut c.limits;
         at_least_1!(self.max_batch_keys => l.max_batch_keys, "no BatchGet could hold a key");

@@ -225,6 +225,25 @@ fn metrics_listen_comes_from_the_flag_or_the_file_and_can_be_off() {
 }
 
 #[test]
+fn resp_listen_is_off_by_default_and_comes_from_the_flag_or_the_file() {
+    assert_eq!(ServeArgs::default().resolve().unwrap().resp_listen, None);
+    assert_eq!(ServeConfig::new("d").resp_listen, None);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("uuidmap.toml");
+    std::fs::write(&path, "resp_listen = \"127.0.0.1:6390\"\n").unwrap();
+    let from_file = ServeArgs {
+        config: Some(path.clone()),
+        ..ServeArgs::default()
+    };
+    let file_addr = "127.0.0.1:6390".parse().unwrap();
+    assert_eq!(from_file.resolve().unwrap().resp_listen, Some(file_addr));
+    let mut args = parse(&["x", "--resp-listen", "127.0.0.1:6391"]).unwrap();
+    args.config = Some(path);
+    let flag_addr = "127.0.0.1:6391".parse().unwrap();
+    assert_eq!(args.resolve().unwrap().resp_listen, Some(flag_addr));
+}
+
+#[test]
 fn flags_override_the_file_which_overrides_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("uuidmap.toml");
@@ -608,7 +627,7 @@ fn each_option_is_a_flag_a_variable_and_a_file_key_spelled_alike() {
         count += 1;
     }
     assert_eq!(
-        count, 41,
+        count, 42,
         "a new option? add it to the README and the module doc"
     );
 }

@@ -1,0 +1,249 @@
+//! `SET` (with `NX` or `XX`), `DEL` and `MSET`: each one batch through
+//! the single writer (`WriteHandle::write`, the call gRPC's `Write` makes),
+//! answered once the batch is applied and durable under the server's
+//! `--fsync`.
+//!
+//! Redis answers `DEL` with the number of keys removed and `SET XX` only if
+//! the key exists; our writes do not report what they replaced. So both
+//! read the current values and write compare-and-sets expecting them: the
+//! batch applies only if no key changed meanwhile, else it is decided again
+//! with the values the writer reports (at most [`MAX_RETRIES`] times).
+
+use uuid::Uuid;
+use uuidmap_engine::writer::{Key, LeaderHint, WriteError, WriteOp};
+use uuidmap_server::front_end::Shared;
+
+use crate::reply;
+use crate::uuid_arg::{parse_key, parse_value};
+
+/// How many times a compare-and-set batch is decided again after the keys
+/// it expected changed.
+pub const MAX_RETRIES: usize = 16;
+
+/// Why a write command wrote nothing, as its RESP error text.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// The writer refused the batch.
+    #[error("{}", write_refusal(.0))]
+    Write(#[from] WriteError),
+    /// The keys changed under a compare-and-set batch [`MAX_RETRIES`]
+    /// times in a row.
+    #[error(
+        "ERR the keys changed under the command {MAX_RETRIES} times in a row; nothing was \
+         written: retry"
+    )]
+    Contended,
+}
+
+/// The RESP error for a refused write. A follower's refusal names the
+/// leader as `MOVED 0 <host:port>` (README, "The Redis protocol").
+pub fn write_refusal(e: &WriteError) -> String {
+    match e {
+        WriteError::NotLeader { leader } => match leader.as_ref().and_then(leader_address) {
+            Some(addr) => format!("MOVED 0 {addr}"),
+            None => "CLUSTERDOWN this member does not lead and no leader is known yet (an \
+                     election is under way): retry"
+                .to_string(),
+        },
+        WriteError::TooLarge { len, max } => format!(
+            "ERR a write of {len} operations is over the server's limit of {max} \
+             (--max-write-ops): split it"
+        ),
+        e => format!("ERR {e}"),
+    }
+}
+
+/// `host:port` of the leader's client URL (`http://host:port`).
+fn leader_address(leader: &LeaderHint) -> Option<&str> {
+    let url = leader.url.as_deref()?;
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let addr = rest.split('/').next().unwrap_or(rest);
+    (!addr.is_empty()).then_some(addr)
+}
+
+/// Submits `ops`; `Ok` once applied and durable.
+async fn submit(shared: &Shared, ops: Vec<WriteOp>) -> Result<(), WriteError> {
+    shared.durable.writes().write(ops).await.map(|_| ())
+}
+
+/// Refuses a batch over `--max-write-ops` before any work, as gRPC does.
+fn check_size(shared: &Shared, len: usize, out: &mut Vec<u8>) -> bool {
+    let max = shared.limits.max_write_ops;
+    if len > max {
+        reply::error(out, &write_refusal(&WriteError::TooLarge { len, max }));
+        return false;
+    }
+    true
+}
+
+/// `SET key value [NX|XX]`.
+pub async fn set(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
+    let (key, value) = match (parse_key(args[1]), parse_value(args[2])) {
+        (Ok((k, _)), Ok(v)) => (k, v),
+        (Err(e), _) | (_, Err(e)) => return reply::error(out, &e.to_string()),
+    };
+    let mut nx = false;
+    let mut xx = false;
+    for opt in &args[3..] {
+        if opt.eq_ignore_ascii_case(b"NX") {
+            nx = true;
+        } else if opt.eq_ignore_ascii_case(b"XX") {
+            xx = true;
+        } else if [&b"EX"[..], b"PX", b"EXAT", b"PXAT", b"KEEPTTL", b"GET"]
+            .iter()
+            .any(|o| opt.eq_ignore_ascii_case(o))
+        {
+            return reply::error(
+                out,
+                "ERR uuidmap keeps no expiry and SET answers no old value: EX, PX, EXAT, PXAT, \
+                 KEEPTTL and GET are not supported",
+            );
+        } else {
+            return reply::error(out, "ERR syntax error");
+        }
+    }
+    if nx && xx {
+        return reply::error(out, "ERR syntax error");
+    }
+    let outcome = if nx {
+        let op = WriteOp::CompareAndSet {
+            key,
+            expected: None,
+            new: Some(value),
+        };
+        match submit(shared, vec![op]).await {
+            Ok(()) => Ok(true),
+            Err(WriteError::CasMismatch { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    } else if xx {
+        replace_existing(shared, key, value).await
+    } else {
+        let op = WriteOp::Put { key, value };
+        submit(shared, vec![op])
+            .await
+            .map(|()| true)
+            .map_err(Refusal::from)
+    };
+    match outcome {
+        Ok(true) => reply::simple(out, "OK"),
+        Ok(false) => reply::null(out),
+        Err(e) => reply::error(out, &e.to_string()),
+    }
+}
+
+/// `SET XX`: sets `key` only if it has a value; `Ok(false)` if it has none.
+async fn replace_existing(shared: &Shared, key: Key, value: Uuid) -> Result<bool, Refusal> {
+    let mut current = shared.durable.index().get(key.as_uuid());
+    for _ in 0..MAX_RETRIES {
+        let Some(expected) = current else {
+            return Ok(false);
+        };
+        let op = WriteOp::CompareAndSet {
+            key,
+            expected: Some(expected),
+            new: Some(value),
+        };
+        match submit(shared, vec![op]).await {
+            Ok(()) => return Ok(true),
+            Err(WriteError::CasMismatch { current: now, .. }) => current = now,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Refusal::Contended)
+}
+
+/// `DEL key [key ...]`: the number of keys that had a value and no longer
+/// have one (a key named twice counts once).
+pub async fn del(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
+    if !check_size(shared, args.len() - 1, out) {
+        return;
+    }
+    let mut keys = Vec::with_capacity(args.len() - 1);
+    for a in &args[1..] {
+        match parse_key(a) {
+            Ok((k, _)) => keys.push(k),
+            Err(e) => return reply::error(out, &e.to_string()),
+        }
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    let index = shared.durable.index();
+    let mut present: Vec<(Key, Uuid)> = keys
+        .iter()
+        .filter_map(|k| index.get(k.as_uuid()).map(|v| (*k, v)))
+        .collect();
+    drop(index);
+    for _ in 0..MAX_RETRIES {
+        if present.is_empty() {
+            return reply::integer(out, 0);
+        }
+        let ops = present
+            .iter()
+            .map(|&(key, v)| WriteOp::CompareAndSet {
+                key,
+                expected: Some(v),
+                new: None,
+            })
+            .collect();
+        match submit(shared, ops).await {
+            Ok(()) => return reply::integer(out, present.len() as i64),
+            Err(WriteError::CasMismatch { index, current, .. }) => match current {
+                Some(now) => present[index].1 = now,
+                None => {
+                    present.remove(index);
+                }
+            },
+            Err(e) => return reply::error(out, &write_refusal(&e)),
+        }
+    }
+    reply::error(out, &Refusal::Contended.to_string());
+}
+
+/// `MSET key value [key value ...]`: one batch of puts, all or none.
+pub async fn mset(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
+    let pairs = &args[1..];
+    if !pairs.len().is_multiple_of(2) {
+        return reply::error(out, "ERR wrong number of arguments for 'mset' command");
+    }
+    if !check_size(shared, pairs.len() / 2, out) {
+        return;
+    }
+    let mut ops = Vec::with_capacity(pairs.len() / 2);
+    for pair in pairs.chunks_exact(2) {
+        match (parse_key(pair[0]), parse_value(pair[1])) {
+            (Ok((key, _)), Ok(value)) => ops.push(WriteOp::Put { key, value }),
+            (Err(e), _) | (_, Err(e)) => return reply::error(out, &e.to_string()),
+        }
+    }
+    match submit(shared, ops).await {
+        Ok(()) => reply::simple(out, "OK"),
+        Err(e) => reply::error(out, &write_refusal(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_follower_names_the_leader_as_moved_host_port() {
+        let hint = |url: Option<&str>| WriteError::NotLeader {
+            leader: Some(LeaderHint {
+                id: 2,
+                url: url.map(str::to_string),
+            }),
+        };
+        assert_eq!(
+            write_refusal(&hint(Some("http://10.0.0.2:7878"))),
+            "MOVED 0 10.0.0.2:7878"
+        );
+        assert_eq!(
+            write_refusal(&hint(Some("https://db2.example:7878/"))),
+            "MOVED 0 db2.example:7878"
+        );
+        assert!(write_refusal(&hint(None)).starts_with("CLUSTERDOWN "));
+        let none = WriteError::NotLeader { leader: None };
+        assert!(write_refusal(&none).starts_with("CLUSTERDOWN "));
+    }
+}
