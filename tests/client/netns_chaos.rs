@@ -328,15 +328,18 @@ impl Rig {
     }
 
     /// Every fault healed: links up, no drops, the base delay, no one
-    /// paused.
-    fn heal_all(&self) {
+    /// paused. A member that exited by itself (a full disk) is left to
+    /// `restart_exited`: its process is gone, there is nothing to resume.
+    fn heal_all(&mut self) {
         for i in 0..MEMBERS {
             let _ = self.hosts.link(host(i), true);
             for j in (0..MEMBERS).filter(|&j| j != i) {
                 // Fails when there is no such rule: nothing to heal.
                 let _ = self.hosts.drop_from(host(i), host(j), false);
             }
-            if let Some(c) = &self.running[i] {
+            if let Some(c) = self.running[i].as_mut()
+                && c.running()
+            {
                 c.signal(libc::SIGCONT);
             }
         }
