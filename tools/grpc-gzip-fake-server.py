@@ -30,18 +30,7 @@ import h2.events
 import h2.exceptions
 
 
-def _grpc_body():
-    """tools/grpc-body.py (its name has a dash), for its protobuf helpers."""
-    import importlib.util
-    import pathlib
-    path = pathlib.Path(__file__).with_name("grpc-body.py")
-    spec = importlib.util.spec_from_file_location("grpc_body", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_body = _grpc_body()
+import grpc_body as _body  # tools/grpc_body.py: grpc-body.py's helpers
 varint = _body.varint
 
 
