@@ -355,6 +355,21 @@ async fn cluster_stats(server: &TestServer) -> pb::ClusterStats {
         .expect("a member says so")
 }
 
+/// A member's view of the group once openraft's metrics show `lsn`
+/// applied. The engine applies an entry (and serves reads at its LSN)
+/// before openraft's core hears back and publishes its metrics, so the
+/// raft view may trail a read that already sees the write by a moment.
+async fn cluster_stats_applied(server: &TestServer, lsn: u64) -> pb::ClusterStats {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = cluster_stats(server).await;
+        if s.applied_index >= Some(lsn) || Instant::now() > until {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_and_cluster_status_show_each_members_view_of_the_group() {
     let group = TestGroup::start(3).await;
@@ -373,7 +388,13 @@ async fn stats_and_cluster_status_show_each_members_view_of_the_group() {
     let follower = (leader + 1) % 3;
     // The follower applies the write before it is asked.
     get_at(group.member(follower).unwrap(), 3, lsn).await;
-    let l = cluster_stats(group.member(leader).unwrap()).await;
+    // The engine's applied LSN covers the write at once.
+    for i in [leader, follower] {
+        let mut c = group.member(i).unwrap().client().await;
+        let s = c.stats(pb::StatsRequest {}).await.unwrap().into_inner();
+        assert!(s.applied_lsn >= lsn, "member {}: {s:?}", i + 1);
+    }
+    let l = cluster_stats_applied(group.member(leader).unwrap(), lsn).await;
     assert_eq!(l.node_id, leader as u64 + 1);
     assert_eq!(l.role, "leader");
     assert_eq!(l.leader_id, Some(l.node_id));
@@ -381,7 +402,7 @@ async fn stats_and_cluster_status_show_each_members_view_of_the_group() {
     assert_eq!(l.voters, vec![1, 2, 3]);
     assert!(l.applied_index >= Some(lsn) && l.commit_index >= Some(lsn));
     assert_eq!(l.followers.len(), 2, "{l:?}");
-    let f = cluster_stats(group.member(follower).unwrap()).await;
+    let f = cluster_stats_applied(group.member(follower).unwrap(), lsn).await;
     assert_eq!(f.role, "follower");
     assert_eq!(f.leader_id, l.leader_id);
     assert!(f.applied_index >= Some(lsn));
