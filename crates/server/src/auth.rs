@@ -223,7 +223,17 @@ impl Tokens {
 
     /// Decides a call to `path` with these request headers.
     pub fn check(&self, path: &str, headers: &http::HeaderMap) -> Result<(), AuthError> {
-        let Some(needed) = required_role(path) else {
+        self.check_as(required_role(path), path, headers)
+    }
+
+    /// Decides a call to `path`, which needs `needed`, with these headers.
+    fn check_as(
+        &self,
+        needed: Option<Role>,
+        path: &str,
+        headers: &http::HeaderMap,
+    ) -> Result<(), AuthError> {
+        let Some(needed) = needed else {
             return Ok(());
         };
         let value = headers
@@ -269,7 +279,12 @@ fn warn_if_readable_by_others(path: &Path) {
 /// handshake verified, on a server without tokens: up to `write`
 /// (module docs).
 pub fn check_certificate_only(path: &str) -> Result<(), AuthError> {
-    match required_role(path) {
+    certificate_only_as(required_role(path), path)
+}
+
+/// [`check_certificate_only`] for a call that needs `needed`.
+fn certificate_only_as(needed: Option<Role>, path: &str) -> Result<(), AuthError> {
+    match needed {
         Some(needed) if needed > Role::Write => Err(AuthError::CertificateOnly {
             method: path.trim_start_matches('/').to_string(),
             needed,
@@ -339,10 +354,11 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let needed = methods::of_request(&request).role;
         let verdict = match &self.tokens {
-            None if self.certificate_clients => check_certificate_only(request.uri().path()),
+            None if self.certificate_clients => certificate_only_as(needed, request.uri().path()),
             None => Ok(()),
-            Some(tokens) => tokens.check(request.uri().path(), request.headers()),
+            Some(tokens) => tokens.check_as(needed, request.uri().path(), request.headers()),
         };
         match verdict {
             Ok(()) => AuthFuture::Allowed {

@@ -194,8 +194,7 @@ where
             timeout,
         };
         request.extensions_mut().insert(call);
-        let writes =
-            methods::method(request.uri().path()).1.admission == AdmitAs::Permit(Class::Write);
+        let writes = methods::of_request(&request).admission == AdmitAs::Permit(Class::Write);
         DeadlineFuture::Timed {
             inner: self.inner.call(request),
             timer: None,

@@ -9,6 +9,10 @@
 //! test checks that every method of every service the server registers (as
 //! the reflection catalog lists them) has its row.
 //!
+//! **Resolved once per call.** The outermost layer (`metrics`) looks the
+//! path up ([`resolve`]) and leaves the answer in the request's extensions
+//! ([`CallMethod`]); the layers inside read it from there ([`of_request`]).
+//!
 //! **The one fallback** for a path not in the table ([`method`]): it is
 //! counted as `unknown`, needs a write token (deny by default; an admin
 //! token for a method of the cluster service, whose methods change the
@@ -226,6 +230,34 @@ pub fn method(path: &str) -> (usize, &'static Method) {
     }
 }
 
+/// The RPC of a call, as the outermost layer resolved it: carried in the
+/// request's extensions so that no layer looks the path up again.
+#[derive(Clone, Copy, Debug)]
+pub struct CallMethod {
+    /// The row index ([`UNKNOWN`] for a path not in the table).
+    pub index: usize,
+    /// The row, or the fallback.
+    pub method: &'static Method,
+}
+
+/// Looks the call's path up once and leaves the answer in its extensions
+/// for the layers inside; returns it.
+pub fn resolve<B>(request: &mut http::Request<B>) -> CallMethod {
+    let (index, method) = method(request.uri().path());
+    let call = CallMethod { index, method };
+    request.extensions_mut().insert(call);
+    call
+}
+
+/// The RPC of a call: what [`resolve`] left in its extensions, or (for a
+/// layer used without the outermost one, as in tests) the path looked up.
+pub fn of_request<B>(request: &http::Request<B>) -> &'static Method {
+    match request.extensions().get::<CallMethod>() {
+        Some(call) => call.method,
+        None => method(request.uri().path()).1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +280,22 @@ mod tests {
             }
         }
         assert_eq!(seen, METHODS.len(), "METHODS lists an RPC nobody serves");
+    }
+
+    #[test]
+    fn a_resolved_call_carries_its_row_and_an_unresolved_one_is_looked_up() {
+        let mut request = http::Request::new(());
+        *request.uri_mut() = "/uuidmap.v1.UuidMap/Put".parse().unwrap();
+        assert_eq!(of_request(&request).method, "Put");
+        let call = resolve(&mut request);
+        assert_eq!(call.method.method, "Put");
+        assert_eq!(
+            call.index,
+            METHODS.iter().position(|m| m.method == "Put").unwrap()
+        );
+        // The layers inside read the resolved row, not the path again.
+        *request.uri_mut() = "/uuidmap.v1.UuidMap/Get".parse().unwrap();
+        assert_eq!(of_request(&request).method, "Put");
     }
 
     #[test]

@@ -282,10 +282,12 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        // The outermost layer: the one look-up of the path, for every layer.
+        let rpc = methods::resolve(&mut request).index;
         let pending = self.series.as_ref().map(|series| Pending {
             series: series.clone(),
-            rpc: methods::method(request.uri().path()).0,
+            rpc,
             start: Instant::now(),
             done: false,
         });

@@ -98,7 +98,11 @@ pub enum Route {
 /// The route of a call to `path` (`/package.Service/Method`): the method
 /// table's admission class and streaming (`methods`).
 pub fn route(path: &str) -> Route {
-    let method = methods::method(path).1;
+    route_of(methods::method(path).1)
+}
+
+/// The route of a call to `method`.
+fn route_of(method: &methods::Method) -> Route {
     let streaming = method.streaming;
     match method.admission {
         AdmitAs::Free => Route::Free,
@@ -341,7 +345,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let (ticket, streaming) = match route(request.uri().path()) {
+        let (ticket, streaming) = match route_of(methods::of_request(&request)) {
             Route::Free => (None, false),
             Route::LongPoll { streaming } => match self.admission.open_long_poll() {
                 Ok(slot) => (Some(Ticket::LongPoll(slot)), streaming),
