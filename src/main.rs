@@ -23,7 +23,7 @@ mod cli_common;
 
 use std::time::Instant;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use uuid::Uuid;
 use uuidmap::Index;
 
@@ -69,7 +69,7 @@ enum Command {
     /// running server.
     Check {
         /// The data directory.
-        #[arg(long, env = "UUIDMAP_DATA_DIR", default_value = uuidmap::server::config::DEFAULT_DATA_DIR)]
+        #[arg(long, env = "UUIDMAP_DATA_DIR", default_value = uuidmap::server::config::default_text("data_dir"))]
         data_dir: std::path::PathBuf,
         /// Skip the snapshot checksum pass (faster; trusts the segment bytes).
         #[arg(long)]
@@ -83,7 +83,7 @@ enum Command {
     /// must be stopped.
     Repair {
         /// The data directory.
-        #[arg(long, env = "UUIDMAP_DATA_DIR", default_value = uuidmap::server::config::DEFAULT_DATA_DIR)]
+        #[arg(long, env = "UUIDMAP_DATA_DIR", default_value = uuidmap::server::config::default_text("data_dir"))]
         data_dir: std::path::PathBuf,
         /// Change nothing; report what a repair would cut and lose.
         #[arg(long)]
@@ -92,7 +92,9 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // `serve`'s help shows each option's default from its row.
+    let command = Cli::command().mut_subcommand("serve", uuidmap::server::config::show_defaults);
+    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

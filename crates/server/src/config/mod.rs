@@ -2,9 +2,10 @@
 //! variables and an optional TOML file.
 //!
 //! Precedence, highest first: a flag, its environment variable, the TOML
-//! file (`--config` / `UUIDMAP_CONFIG`), the default. Defaults: listen on
-//! `127.0.0.1:7878`, data in `./uuidmap-data`, fsync `always`, metrics on
-//! `127.0.0.1:7879` (`ServeConfig::new`, used by tests: metrics off).
+//! file (`--config` / `UUIDMAP_CONFIG`), the default. Each default is
+//! written once, in its option's row (`options`), from which `serve --help`
+//! shows it and a test holds the README's table of options to it
+//! (`ServeConfig::new`, used by embedders and tests, turns metrics off).
 //!
 //! The TOML file uses the flags' names with underscores, for example:
 //!
@@ -55,7 +56,8 @@
 //!
 //! The module's parts:
 //! - `options`: the declaration of every option, once (`serve_options!`):
-//!   flag, environment variable and TOML key; [`ServeArgs`];
+//!   flag, environment variable and TOML key, default and minimum;
+//!   [`ServeArgs`];
 //! - `option_values`: the parsers of the options' own value types (`--peers`,
 //!   `--raft-dial`, switches, the snapshot interval, the replay budget);
 //! - `resolve_options`: the options over the file over the defaults, checked
@@ -78,27 +80,31 @@ use std::time::Duration;
 use super::tls::{RaftTlsFiles, TlsFiles};
 use uuidmap_engine::store::replay_apply::ReplayWorkers;
 use uuidmap_engine::store::wal::Preallocate;
-use uuidmap_engine::writer::{DurableConfig, FsyncPolicy};
+use uuidmap_engine::writer::FsyncPolicy;
 
 pub use config_error::ConfigError;
 pub use option_values::{MaxReplay, MetricsListen, OnOff, Peers, RaftDial, SnapshotInterval};
-pub use options::{ServeArgs, ServeOptions};
+pub use options::{OPTION_DEFAULTS, ServeArgs, ServeOptions, show_defaults};
 
-/// The default listen address.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
-/// The default `--metrics-listen`.
-pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:7879";
-/// How long a stop waits for the calls in flight by default.
-pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
-/// The default data directory (relative to the working directory).
-pub const DEFAULT_DATA_DIR: &str = "uuidmap-data";
-/// The smallest `--wal-file-bytes`: smaller files would mean a file
-/// creation (and directory fsync) every few writes.
-pub const MIN_WAL_FILE_BYTES: u64 = 1 << 20;
-/// The smallest `--snapshot-wal-bytes`: every snapshot writes the whole
-/// index, so it must not be asked for every few writes.
-pub const MIN_SNAPSHOT_WAL_BYTES: u64 = 1 << 20;
-/// The shortest `--snapshot-interval`, for the same reason.
+/// An option's default as its row states it (`options`), as the flag's
+/// text: for a clap argument outside `serve` that shares the option.
+///
+/// # Panics
+///
+/// If `option` has no default: a typo in the caller, caught by its tests.
+pub fn default_text(option: &str) -> &'static str {
+    options::OPTION_DEFAULTS
+        .iter()
+        .find(|(name, _)| *name == option)
+        .map(|(_, text)| *text)
+        .unwrap_or_else(|| panic!("the option {option} has no default"))
+}
+
+/// What a row with a default holds after [`ServeOptions::defaults`].
+pub(crate) const DEFAULTED: &str = "the option's row states its default";
+
+/// The shortest `--snapshot-interval`: every snapshot writes the whole
+/// index, so it must not be asked for every second.
 pub const MIN_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Limits a request must stay within.
@@ -116,13 +122,9 @@ pub struct Limits {
 }
 
 impl Default for Limits {
+    /// The options' defaults (`options`).
     fn default() -> Self {
-        Limits {
-            max_batch_keys: 65_536,
-            max_write_ops: 100_000,
-            max_wait: Duration::from_secs(60),
-            max_filter_values: 65_536,
-        }
+        ServeConfig::new("").limits
     }
 }
 
@@ -170,16 +172,9 @@ pub struct AdmissionLimits {
 }
 
 impl Default for AdmissionLimits {
+    /// The options' defaults (`options`).
     fn default() -> Self {
-        AdmissionLimits {
-            read_permits: 1024,
-            read_queue: 512,
-            write_permits: 256,
-            write_queue: 512,
-            scan_permits: 4,
-            scan_queue: 64,
-            max_long_polls: 100_000,
-        }
+        ServeConfig::new("").admission
     }
 }
 
@@ -279,31 +274,16 @@ pub struct Peer {
 }
 
 impl ServeConfig {
-    /// The defaults, with `data_dir`.
+    /// The options' defaults (`options`), with `data_dir`, and with the
+    /// metrics endpoint off (the embedder's choice, as in tests; `serve`'s
+    /// own default turns it on).
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        let data_dir = data_dir.into();
-        // The store's defaults are stated once, in `DurableConfig::new`.
-        let store = DurableConfig::new(&data_dir);
-        ServeConfig {
-            listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
-            data_dir,
-            fsync: FsyncPolicy::Always,
-            insecure: false,
-            tls: None,
-            tokens_file: None,
-            limits: Limits::default(),
-            admission: AdmissionLimits::default(),
-            wal_file_bytes: store.wal_segment_bytes,
-            wal_preallocate: store.wal_preallocate,
-            wal_overlap_syncs: store.pipeline.overlap_syncs,
-            snapshot_wal_bytes: store.pipeline.snapshot_every_bytes,
-            snapshot_interval: store.snapshot_every,
-            max_replay: store.max_replay,
-            stop_grace: DEFAULT_STOP_GRACE,
-            replay_workers: store.recovery.replay_workers,
-            metrics_listen: None,
-            resp_listen: None,
-            cluster: None,
+        ServeOptions {
+            data_dir: Some(data_dir.into()),
+            metrics_listen: Some(MetricsListen(None)),
+            ..ServeOptions::default()
         }
+        .into_config()
+        .expect("the defaults are valid")
     }
 }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use std::net::SocketAddr;
 
-use super::{DEFAULT_METRICS_LISTEN, Peer};
+use super::{Peer, default_text};
 
 /// `--peers`: members separated by commas, each `ID=RAFT_ADDR@CLIENT_URL`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -213,7 +213,10 @@ impl FromStr for MetricsListen {
             return Ok(MetricsListen(None));
         }
         s.parse().map(|a| MetricsListen(Some(a))).map_err(|_| {
-            format!("{s:?} is neither an address like {DEFAULT_METRICS_LISTEN} nor `off`")
+            format!(
+                "{s:?} is neither an address like {} nor `off`",
+                default_text("metrics_listen")
+            )
         })
     }
 }

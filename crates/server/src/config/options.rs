@@ -2,9 +2,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use serde::Deserialize;
 
+use super::ConfigError;
 use super::option_values::{
     MaxReplay, MetricsListen, OnOff, Peers, RaftDial, SnapshotInterval, as_flag_text,
 };
@@ -12,15 +14,25 @@ use uuidmap_engine::store::replay_apply::ReplayWorkers;
 use uuidmap_engine::store::wal::Preallocate;
 use uuidmap_engine::writer::FsyncPolicy;
 
-/// Declares the options of `uuidmap serve` once. Each field becomes a flag
-/// (`--read-permits`), an environment variable (`UUIDMAP_READ_PERMITS`,
-/// through clap's `env`) and a key of the TOML file (`read_permits`); a test
-/// checks that the three spellings follow that rule, which is how error
-/// messages name them. Every field is optional, so that a set of options can
-/// be laid over another ([`ServeOptions::or`]) and the defaults come last,
-/// in [`ServeOptions::into_config`].
+/// Declares the options of `uuidmap serve` once, one row each. Each field
+/// becomes a flag (`--read-permits`), an environment variable
+/// (`UUIDMAP_READ_PERMITS`, through clap's `env`) and a key of the TOML file
+/// (`read_permits`); a test checks that the three spellings follow that
+/// rule, which is how error messages name them. Every field is optional, so
+/// that a set of options can be laid over another ([`ServeOptions::or`])
+/// and the defaults come last, in [`ServeOptions::into_config`].
+///
+/// A row may end with its default, as the flag's text (`= "1024"`): the
+/// help shows that text ([`show_defaults`]), and [`ServeOptions::defaults`]
+/// parses it as a given flag would be, so the default is written once. A
+/// numeric row may add its minimum and why (`= "1024" at_least 1 "no read
+/// could ever run"`): [`ServeOptions::check_minimums`] refuses a smaller
+/// value with an error that names the option.
 macro_rules! serve_options {
-    ($( $(#[$attr:meta])* $field:ident : $ty:ty, )*) => {
+    ($(
+        $(#[$attr:meta])*
+        $field:ident : $ty:ty $( = $default:literal $( at_least $min:literal $why:literal )? )? ,
+    )*) => {
         /// The options of `uuidmap serve`, as flags and environment
         /// variables (clap) or as the keys of the TOML file (serde). A TOML
         /// value is read as the flag's text is, so `snapshot_interval = 30`
@@ -35,6 +47,11 @@ macro_rules! serve_options {
             )*
         }
 
+        /// Each option with a default, and the default as the flag's text.
+        pub const OPTION_DEFAULTS: &[(&str, &str)] = &[
+            $( $( (stringify!($field), $default), )? )*
+        ];
+
         impl ServeOptions {
             /// Each option of `self`, else of `lower`.
             pub fn or(self, lower: ServeOptions) -> ServeOptions {
@@ -42,21 +59,84 @@ macro_rules! serve_options {
                     $( $field: self.$field.or(lower.$field), )*
                 }
             }
+
+            /// Every option that has a default, set to it.
+            pub fn defaults() -> ServeOptions {
+                ServeOptions {
+                    $( $field: None $( .or(Some(default_value::<$ty>(stringify!($field), $default))) )?, )*
+                }
+            }
+
+            /// Refuses an option below its minimum, naming it.
+            pub fn check_minimums(&self) -> Result<(), ConfigError> {
+                $( $( $(
+                    if let Some(value) = self.$field && value < $min {
+                        return Err(ConfigError::TooSmall {
+                            option: stringify!($field),
+                            min: size_text($min),
+                            value: value.to_string(),
+                            why: $why,
+                        });
+                    }
+                )? )? )*
+                Ok(())
+            }
         }
     };
 }
 
+/// `serve`'s command with each option's default at the end of its help,
+/// as its row states it. (clap's own `[default: ...]` would come with a
+/// default value, which would hide whether a flag was given, and a
+/// doc comment cannot be built by `macro_rules`: clap reads its text before
+/// `concat!` is expanded.)
+pub fn show_defaults(serve: clap::Command) -> clap::Command {
+    OPTION_DEFAULTS.iter().fold(serve, |cmd, (option, text)| {
+        cmd.mut_arg(*option, |arg| {
+            let shown = format!("[default: {text}]");
+            let help = arg
+                .get_help()
+                .map_or_else(|| shown.clone(), |h| format!("{h} {shown}"));
+            let long = arg.get_long_help().map(|h| format!("{h}\n\n{shown}"));
+            let arg = arg.help(help);
+            match long {
+                Some(long) => arg.long_help(long),
+                None => arg,
+            }
+        })
+    })
+}
+
+/// An option's default, parsed from its row's text as a flag's would be.
+fn default_value<T: FromStr>(option: &str, text: &str) -> T
+where
+    T::Err: std::fmt::Display,
+{
+    text.parse()
+        .unwrap_or_else(|e| panic!("the default of {option}, {text:?}, does not parse: {e}"))
+}
+
+/// A minimum as the error shows it: a whole number of MiB says so too.
+fn size_text(n: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    if n >= MIB && n.is_multiple_of(MIB) {
+        format!("{n} ({} MiB)", n / MIB)
+    } else {
+        n.to_string()
+    }
+}
+
 serve_options! {
-    /// Address to listen on [default: 127.0.0.1:7878]. Without TLS and
-    /// auth, only loopback addresses are accepted unless --insecure.
+    /// Address to listen on. Without TLS and auth, only loopback addresses
+    /// are accepted unless --insecure.
     #[arg(long, env = "UUIDMAP_LISTEN")]
-    listen: SocketAddr,
-    /// The data directory [default: ./uuidmap-data].
+    listen: SocketAddr = "127.0.0.1:7878",
+    /// The data directory.
     #[arg(long, env = "UUIDMAP_DATA_DIR")]
-    data_dir: PathBuf,
-    /// WAL fsync policy: `always`, `never` or `interval=<ms>` [default: always].
+    data_dir: PathBuf = "uuidmap-data",
+    /// WAL fsync policy: `always`, `never` or `interval=<ms>`.
     #[arg(long, env = "UUIDMAP_FSYNC")]
-    fsync: FsyncPolicy,
+    fsync: FsyncPolicy = "always",
     /// Listen on a non-loopback address without TLS or auth: anyone who can
     /// reach the port can read and change every entry.
     #[arg(
@@ -80,98 +160,94 @@ serve_options! {
     /// lines (see the README).
     #[arg(long, env = "UUIDMAP_TOKENS_FILE")]
     tokens_file: PathBuf,
-    /// Most keys in one BatchGet [default: 65536].
+    /// Most keys in one BatchGet.
     #[arg(long, env = "UUIDMAP_MAX_BATCH_KEYS")]
-    max_batch_keys: usize,
-    /// Most operations in one Write [default: 100000].
+    max_batch_keys: usize = "65536" at_least 1 "no BatchGet could hold a key",
+    /// Most operations in one Write.
     #[arg(long, env = "UUIDMAP_MAX_WRITE_OPS")]
-    max_write_ops: usize,
-    /// Longest wait for min_lsn or WaitFor, in ms [default: 60000].
+    max_write_ops: usize = "100000" at_least 1 "no Write could hold an operation",
+    /// Longest wait for min_lsn or WaitFor, in ms.
     #[arg(long, env = "UUIDMAP_MAX_WAIT_MS")]
-    max_wait_ms: u64,
-    /// Most values in one Scan filter [default: 65536].
+    max_wait_ms: u64 = "60000",
+    /// Most values in one Scan filter.
     #[arg(long, env = "UUIDMAP_MAX_FILTER_VALUES")]
-    max_filter_values: usize,
-    /// Reads (Get, BatchGet, Stats, Ping) running at once [default: 1024].
+    max_filter_values: usize = "65536" at_least 1 "no Scan filter could hold a value",
+    /// Reads (Get, BatchGet, Stats, Ping) running at once.
     #[arg(long, env = "UUIDMAP_READ_PERMITS")]
-    read_permits: usize,
-    /// Reads waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 512].
+    read_permits: usize = "1024" at_least 1 "no read could ever run",
+    /// Reads waiting for a permit; beyond, RESOURCE_EXHAUSTED.
     #[arg(long, env = "UUIDMAP_READ_QUEUE")]
-    read_queue: usize,
-    /// Writes (Put, Delete, CompareAndSet, Write, Snapshot) running at once
-    /// [default: 256].
+    read_queue: usize = "512" at_least 1 "no read could wait for a permit",
+    /// Writes (Put, Delete, CompareAndSet, Write, Snapshot) running at once.
     #[arg(long, env = "UUIDMAP_WRITE_PERMITS")]
-    write_permits: usize,
-    /// Writes waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 512].
+    write_permits: usize = "256" at_least 1 "no write could ever run",
+    /// Writes waiting for a permit; beyond, RESOURCE_EXHAUSTED.
     #[arg(long, env = "UUIDMAP_WRITE_QUEUE")]
-    write_queue: usize,
-    /// Scans streaming at once [default: 4].
+    write_queue: usize = "512" at_least 1 "no write could wait for a permit",
+    /// Scans streaming at once.
     #[arg(long, env = "UUIDMAP_SCAN_PERMITS")]
-    scan_permits: usize,
-    /// Scans waiting for a permit; beyond, RESOURCE_EXHAUSTED [default: 64].
+    scan_permits: usize = "4" at_least 1 "no scan could ever run",
+    /// Scans waiting for a permit; beyond, RESOURCE_EXHAUSTED.
     #[arg(long, env = "UUIDMAP_SCAN_QUEUE")]
-    scan_queue: usize,
-    /// WaitFor and Watch calls open at once; beyond, RESOURCE_EXHAUSTED
-    /// [default: 100000].
+    scan_queue: usize = "64" at_least 1 "no scan could wait for a permit",
+    /// WaitFor and Watch calls open at once; beyond, RESOURCE_EXHAUSTED.
     #[arg(long, env = "UUIDMAP_MAX_LONG_POLLS")]
-    max_long_polls: usize,
+    max_long_polls: usize = "100000" at_least 1 "every WaitFor and Watch would be refused",
     /// Serve Prometheus metrics (plain HTTP, GET /metrics) on this address,
-    /// or `off` [default: 127.0.0.1:7879]. Only loopback unless --insecure.
+    /// or `off`. Only loopback unless --insecure.
     #[arg(long, env = "UUIDMAP_METRICS_LISTEN")]
-    metrics_listen: MetricsListen,
+    metrics_listen: MetricsListen = "127.0.0.1:7879",
     /// Also serve the Redis protocol (RESP2) on this address, over the same
     /// index, admission, auth and metrics as gRPC [default: off]. Plaintext:
     /// only loopback unless --insecure (README, "The Redis protocol").
     #[arg(long, env = "UUIDMAP_RESP_LISTEN")]
     resp_listen: SocketAddr,
     /// Start a new WAL file when the current one reaches this many bytes;
-    /// at least 1 MiB [default: 67108864 (64 MiB)]. A snapshot lets the
+    /// at least 1 MiB (the default is 64 MiB). A snapshot lets the
     /// files it covers be removed, and Watch can start only as far back as
     /// the oldest file kept.
     #[arg(long, env = "UUIDMAP_WAL_FILE_BYTES")]
-    wal_file_bytes: u64,
+    wal_file_bytes: u64 = "67108864" at_least 1048576 "smaller files would mean a new file every few writes",
     /// Take a snapshot each time this many bytes were written to the WAL;
-    /// at least 1 MiB [default: 268435456 (256 MiB)]. Bounds the WAL a
+    /// at least 1 MiB (the default is 256 MiB). Bounds the WAL a
     /// restart replays; each snapshot writes the whole index.
     #[arg(long, env = "UUIDMAP_SNAPSHOT_WAL_BYTES")]
-    snapshot_wal_bytes: u64,
+    snapshot_wal_bytes: u64 = "268435456" at_least 1048576 "each snapshot writes the whole index, so not every few writes",
     /// Take a snapshot this long after the previous one: seconds (600), or
     /// with a unit (90s, 10m, 1h), at least 1 s; or `off` for snapshots
-    /// only on WAL growth, on request and at shutdown [default: 600].
+    /// only on WAL growth, on request and at shutdown.
     #[arg(long, env = "UUIDMAP_SNAPSHOT_INTERVAL")]
-    snapshot_interval: SnapshotInterval,
+    snapshot_interval: SnapshotInterval = "600",
     /// The restart budget in milliseconds, at least 1, or `off`: take a
     /// snapshot before the WAL a restart would replay takes longer than
     /// this to replay (at the replay rate the last recovery measured, or a
     /// conservative default), and right after a recovery whose replay took
-    /// longer. --snapshot-wal-bytes and --snapshot-interval stay as caps
-    /// [default: 500].
+    /// longer. --snapshot-wal-bytes and --snapshot-interval stay as caps.
     #[arg(long, env = "UUIDMAP_MAX_REPLAY_MS")]
-    max_replay_ms: MaxReplay,
+    max_replay_ms: MaxReplay = "500",
     /// Milliseconds a stop (SIGTERM, Ctrl-C) waits for the calls in
     /// flight to finish before it closes them: a stream whose client
     /// stopped reading would otherwise hold the stop forever. Writes
-    /// already queued are drained and synced either way [default: 10000].
+    /// already queued are drained and synced either way.
     #[arg(long, env = "UUIDMAP_STOP_GRACE_MS")]
-    stop_grace_ms: u64,
+    stop_grace_ms: u64 = "10000",
     /// Threads that replay the WAL at start: `auto` (one per core),
-    /// `serial` (on the starting thread), or a count [default: auto].
+    /// `serial` (on the starting thread), or a count.
     #[arg(long, env = "UUIDMAP_REPLAY_WORKERS")]
-    replay_workers: ReplayWorkers,
+    replay_workers: ReplayWorkers = "auto",
     /// `on`: make each next WAL file ahead of need, on a background
     /// thread, as a file of written zeros (one --wal-file-bytes of disk
     /// beyond the WAL), so that a WAL fsync is a data-only flush and
-    /// cheaper; `off`: WAL files grow as they are written [default: on].
+    /// cheaper; `off`: WAL files grow as they are written.
     #[arg(long, env = "UUIDMAP_WAL_PREALLOCATE")]
-    wal_preallocate: Preallocate,
+    wal_preallocate: Preallocate = "on",
     /// Under --fsync always: `on` overlaps the fsync of one write group
     /// with writing the next while writes keep coming (a second thread
     /// runs the fsync; a lone writer is still synced inline), `off` syncs
     /// every group on the writer thread. Off by default: on a 2-core
-    /// machine shared with its clients it cost throughput (BENCHMARKS.md)
-    /// [default: off].
+    /// machine shared with its clients it cost throughput (BENCHMARKS.md).
     #[arg(long, env = "UUIDMAP_WAL_OVERLAP_SYNCS")]
-    wal_overlap_syncs: OnOff,
+    wal_overlap_syncs: OnOff = "off",
     /// Serve as member N (at least 1) of a replica group, replicated with
     /// Raft, instead of as a single node; needs --raft-listen. The data
     /// directory then holds the member's Raft log (README, "Replica
@@ -205,15 +281,13 @@ serve_options! {
     )]
     cluster_init: bool,
     /// A member takes a snapshot once this many Raft log entries were
-    /// applied since its last one (0: only on --snapshot-interval)
-    /// [default: 100000].
+    /// applied since its last one (0: only on --snapshot-interval).
     #[arg(long, env = "UUIDMAP_RAFT_SNAPSHOT_ENTRIES")]
-    raft_snapshot_entries: u64,
+    raft_snapshot_entries: u64 = "100000",
     /// Raft log entries a member keeps behind its newest snapshot: a
-    /// member further behind is sent the snapshot instead [default:
-    /// 10000].
+    /// member further behind is sent the snapshot instead.
     #[arg(long, env = "UUIDMAP_RAFT_KEEP_ENTRIES")]
-    raft_keep_entries: u64,
+    raft_keep_entries: u64 = "10000",
     /// The address this member dials for member ID's Raft service instead
     /// of the one in the membership (a proxy, a NAT'd address):
     /// ID=HOST:PORT, separated by commas.

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use super::option_values::{check_host_port, check_url};
 use super::{
-    ClusterOptions, ConfigError, DEFAULT_DATA_DIR, DEFAULT_METRICS_LISTEN, MIN_SNAPSHOT_INTERVAL,
-    MIN_SNAPSHOT_WAL_BYTES, MIN_WAL_FILE_BYTES, MaxReplay, OnOff, ServeArgs, ServeConfig,
-    ServeOptions, SnapshotInterval,
+    AdmissionLimits, ClusterOptions, ConfigError, DEFAULTED, Limits, MIN_SNAPSHOT_INTERVAL,
+    ServeArgs, ServeConfig, ServeOptions,
 };
 use crate::tls::{RaftTlsFiles, TlsFiles};
 
@@ -25,19 +24,11 @@ impl ServeArgs {
     }
 }
 
-/// Sets `$target` from the option `$field` (else keeps the default it
-/// holds), refusing 0 with an error that names the option (its key is the
-/// field's name).
-macro_rules! at_least_1 {
-    ($options:ident . $field:ident => $target:expr, $why:literal) => {
-        $target = at_least_1(stringify!($field), $options.$field.unwrap_or($target), $why)?
-    };
-}
-
 impl ServeOptions {
     /// A server configuration: these options over the defaults, each
     /// checked against its minimum.
     pub fn into_config(self) -> Result<ServeConfig, ConfigError> {
+        self.check_minimums()?;
         // Checked last, against the listen address and TLS.
         let cluster = ServeOptions {
             node_id: self.node_id,
@@ -55,62 +46,41 @@ impl ServeOptions {
             raft_insecure: self.raft_insecure,
             ..ServeOptions::default()
         };
-        let mut c = ServeConfig::new(self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
-        c.listen = self.listen.unwrap_or(c.listen);
-        c.fsync = self.fsync.unwrap_or(c.fsync);
-        c.insecure = self.insecure.unwrap_or(false);
-        c.tls = tls_files(self.tls_cert, self.tls_key, self.tls_client_ca)?;
-        c.tokens_file = self.tokens_file;
-        c.metrics_listen = self
-            .metrics_listen
-            .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.parse().expect("the default parses"))
-            .0;
-        c.resp_listen = self.resp_listen;
-
-        let l = &mut c.limits;
-        at_least_1!(self.max_batch_keys => l.max_batch_keys, "no BatchGet could hold a key");
-        at_least_1!(self.max_write_ops => l.max_write_ops, "no Write could hold an operation");
-        at_least_1!(
-            self.max_filter_values => l.max_filter_values,
-            "no Scan filter could hold a value"
-        );
-        if let Some(ms) = self.max_wait_ms {
-            l.max_wait = Duration::from_millis(ms);
-        }
-
-        let a = &mut c.admission;
-        at_least_1!(self.read_permits => a.read_permits, "no read could ever run");
-        at_least_1!(self.read_queue => a.read_queue, "no read could wait for a permit");
-        at_least_1!(self.write_permits => a.write_permits, "no write could ever run");
-        at_least_1!(self.write_queue => a.write_queue, "no write could wait for a permit");
-        at_least_1!(self.scan_permits => a.scan_permits, "no scan could ever run");
-        at_least_1!(self.scan_queue => a.scan_queue, "no scan could wait for a permit");
-        at_least_1!(
-            self.max_long_polls => a.max_long_polls,
-            "every WaitFor and Watch would be refused"
-        );
-
-        c.wal_file_bytes = self.wal_file_bytes.unwrap_or(c.wal_file_bytes);
-        if c.wal_file_bytes < MIN_WAL_FILE_BYTES {
-            return Err(ConfigError::TooSmall {
-                option: "wal_file_bytes",
-                min: format!("{MIN_WAL_FILE_BYTES} (1 MiB)"),
-                value: c.wal_file_bytes.to_string(),
-                why: "smaller files would mean a new file every few writes",
-            });
-        }
-        c.snapshot_wal_bytes = self.snapshot_wal_bytes.unwrap_or(c.snapshot_wal_bytes);
-        if c.snapshot_wal_bytes < MIN_SNAPSHOT_WAL_BYTES {
-            return Err(ConfigError::TooSmall {
-                option: "snapshot_wal_bytes",
-                min: format!("{MIN_SNAPSHOT_WAL_BYTES} (1 MiB)"),
-                value: c.snapshot_wal_bytes.to_string(),
-                why: "each snapshot writes the whole index, so not every few writes",
-            });
-        }
-        if let Some(SnapshotInterval(every)) = self.snapshot_interval {
-            c.snapshot_interval = every;
-        }
+        let o = self.or(ServeOptions::defaults());
+        let mut c = ServeConfig {
+            listen: o.listen.expect(DEFAULTED),
+            data_dir: o.data_dir.expect(DEFAULTED),
+            fsync: o.fsync.expect(DEFAULTED),
+            insecure: o.insecure.unwrap_or(false),
+            tls: tls_files(o.tls_cert, o.tls_key, o.tls_client_ca)?,
+            tokens_file: o.tokens_file,
+            limits: Limits {
+                max_batch_keys: o.max_batch_keys.expect(DEFAULTED),
+                max_write_ops: o.max_write_ops.expect(DEFAULTED),
+                max_wait: Duration::from_millis(o.max_wait_ms.expect(DEFAULTED)),
+                max_filter_values: o.max_filter_values.expect(DEFAULTED),
+            },
+            admission: AdmissionLimits {
+                read_permits: o.read_permits.expect(DEFAULTED),
+                read_queue: o.read_queue.expect(DEFAULTED),
+                write_permits: o.write_permits.expect(DEFAULTED),
+                write_queue: o.write_queue.expect(DEFAULTED),
+                scan_permits: o.scan_permits.expect(DEFAULTED),
+                scan_queue: o.scan_queue.expect(DEFAULTED),
+                max_long_polls: o.max_long_polls.expect(DEFAULTED),
+            },
+            wal_file_bytes: o.wal_file_bytes.expect(DEFAULTED),
+            wal_preallocate: o.wal_preallocate.expect(DEFAULTED),
+            wal_overlap_syncs: o.wal_overlap_syncs.expect(DEFAULTED).0,
+            snapshot_wal_bytes: o.snapshot_wal_bytes.expect(DEFAULTED),
+            snapshot_interval: o.snapshot_interval.expect(DEFAULTED).0,
+            max_replay: o.max_replay_ms.expect(DEFAULTED).0,
+            stop_grace: Duration::from_millis(o.stop_grace_ms.expect(DEFAULTED)),
+            replay_workers: o.replay_workers.expect(DEFAULTED),
+            metrics_listen: o.metrics_listen.expect(DEFAULTED).0,
+            resp_listen: o.resp_listen,
+            cluster: None,
+        };
         if let Some(every) = c.snapshot_interval
             && every < MIN_SNAPSHOT_INTERVAL
         {
@@ -122,9 +92,6 @@ impl ServeOptions {
                       snapshots off",
             });
         }
-        if let Some(MaxReplay(budget)) = self.max_replay_ms {
-            c.max_replay = budget;
-        }
         if c.max_replay.is_some_and(|b| b.is_zero()) {
             return Err(ConfigError::TooSmall {
                 option: "max_replay_ms",
@@ -134,14 +101,6 @@ impl ServeOptions {
                       --snapshot-wal-bytes alone",
             });
         }
-        c.replay_workers = self.replay_workers.unwrap_or(c.replay_workers);
-        if let Some(ms) = self.stop_grace_ms {
-            c.stop_grace = Duration::from_millis(ms);
-        }
-        c.wal_preallocate = self.wal_preallocate.unwrap_or(c.wal_preallocate);
-        c.wal_overlap_syncs = self
-            .wal_overlap_syncs
-            .map_or(c.wal_overlap_syncs, |OnOff(on)| on);
         c.cluster = cluster.cluster_options(&c)?;
         Ok(c)
     }
@@ -149,6 +108,7 @@ impl ServeOptions {
     /// The replica group options, checked (`None`: a single node).
     fn cluster_options(&self, c: &ServeConfig) -> Result<Option<ClusterOptions>, ConfigError> {
         let err = |m: String| Err(ConfigError::Cluster(m));
+        let defaults = ServeOptions::defaults();
         let Some(node_id) = self.node_id else {
             let given = [
                 ("--raft-listen", self.raft_listen.is_some()),
@@ -246,10 +206,12 @@ impl ServeOptions {
             init: self.cluster_init.unwrap_or(false),
             snapshot_entries: self
                 .raft_snapshot_entries
-                .unwrap_or(uuidmap_cluster::replica::SNAPSHOT_ENTRIES),
+                .or(defaults.raft_snapshot_entries)
+                .expect(DEFAULTED),
             keep_entries: self
                 .raft_keep_entries
-                .unwrap_or(uuidmap_cluster::replica::LOGS_TO_KEEP),
+                .or(defaults.raft_keep_entries)
+                .expect(DEFAULTED),
             dial: dial.into_iter().collect(),
             tls: self.raft_tls_files()?,
             raft_insecure: self.raft_insecure.unwrap_or(false),
@@ -282,19 +244,6 @@ impl ServeOptions {
                 )))
             }
         }
-    }
-}
-
-/// `value`, unless it is 0: then the error naming `option`.
-fn at_least_1(option: &'static str, value: usize, why: &'static str) -> Result<usize, ConfigError> {
-    match value {
-        0 => Err(ConfigError::TooSmall {
-            option,
-            min: "1".into(),
-            value: "0".into(),
-            why,
-        }),
-        n => Ok(n),
     }
 }
 

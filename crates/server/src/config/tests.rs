@@ -682,3 +682,66 @@ fn metrics_listen_is_an_address_or_off() {
     let e = "localhost".parse::<MetricsListen>().unwrap_err();
     assert!(e.contains("off") && e.contains("7879"), "{e}");
 }
+
+#[test]
+fn each_default_is_shown_in_the_help_and_the_readme_as_its_row_states_it() {
+    use clap::CommandFactory;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let help = show_defaults(Cli::command()).render_long_help().to_string();
+    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"));
+    let mut in_readme = 0;
+    for (option, text) in OPTION_DEFAULTS {
+        let flag = format!("--{}", option.replace('_', "-"));
+        let shown = format!("[default: {text}]");
+        let at = help
+            .find(&format!("{flag} <"))
+            .expect("every option is a flag");
+        let next = help[at..].find("\n\n  ").map_or(help.len(), |n| at + n);
+        assert!(
+            help[at..next].contains(&shown),
+            "{flag}: {}",
+            &help[at..next]
+        );
+        // The README's table of options says the same.
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with("| `") && l.contains(&format!("`{flag}`")));
+        if let Some(row) = row {
+            assert!(row.contains(text), "README's row of {flag}: {row}");
+            in_readme += 1;
+        }
+    }
+    assert!(
+        in_readme >= 20,
+        "the README's table lists {in_readme} options"
+    );
+}
+
+#[test]
+fn the_servers_defaults_for_the_store_and_the_group_are_the_librarys() {
+    let server = ServeConfig::new("d");
+    let store = uuidmap_engine::writer::DurableConfig::new("d");
+    assert_eq!(server.wal_file_bytes, store.wal_segment_bytes);
+    assert_eq!(server.wal_preallocate, store.wal_preallocate);
+    assert_eq!(server.wal_overlap_syncs, store.pipeline.overlap_syncs);
+    assert_eq!(
+        server.snapshot_wal_bytes,
+        store.pipeline.snapshot_every_bytes
+    );
+    assert_eq!(server.snapshot_interval, store.snapshot_every);
+    assert_eq!(server.max_replay, store.max_replay);
+    assert_eq!(server.replay_workers, store.recovery.replay_workers);
+    let d = ServeOptions::defaults();
+    assert_eq!(
+        d.raft_snapshot_entries,
+        Some(uuidmap_cluster::replica::SNAPSHOT_ENTRIES)
+    );
+    assert_eq!(
+        d.raft_keep_entries,
+        Some(uuidmap_cluster::replica::LOGS_TO_KEEP)
+    );
+}
