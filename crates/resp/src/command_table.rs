@@ -15,10 +15,12 @@ pub enum Which {
     MGet,
     /// `EXISTS key [key ...]`.
     Exists,
-    /// `SET key value [NX|XX]`.
+    /// `SET key value [NX|XX|IFEQ old]`.
     Set,
     /// `DEL key [key ...]`.
     Del,
+    /// `DELIFEQ key old` (Valkey 9.0).
+    DelIfEq,
     /// `MSET key value [key value ...]`.
     MSet,
     /// `DBSIZE`.
@@ -88,6 +90,7 @@ pub const COMMANDS: &[Command] = &[
     row("exists", Which::Exists, -2, READ, Some(Role::Read)),
     row("set", Which::Set, -3, WRITE, Some(Role::Write)),
     row("del", Which::Del, -2, WRITE, Some(Role::Write)),
+    row("delifeq", Which::DelIfEq, 3, WRITE, Some(Role::Write)),
     row("mset", Which::MSet, -3, WRITE, Some(Role::Write)),
     row("ping", Which::Ping, -1, READ, Some(Role::Read)),
     row("dbsize", Which::DbSize, 1, READ, Some(Role::Read)),

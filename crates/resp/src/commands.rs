@@ -162,6 +162,7 @@ impl Commands {
             Which::Exists => self.mget(&args[1..], out, true).await,
             Which::Set => write_commands::set(&self.shared, args, out).await,
             Which::Del => write_commands::del(&self.shared, args, out).await,
+            Which::DelIfEq => write_commands::del_if_eq(&self.shared, args, out).await,
             Which::MSet => write_commands::mset(&self.shared, args, out).await,
             Which::DbSize => {
                 if self.admit_read(out).await {
@@ -475,7 +476,7 @@ fn command_info(args: &[&[u8]], out: &mut Vec<u8>) {
 /// last key, step.
 fn command_entry(c: &Command, out: &mut Vec<u8>) {
     let (first, last, step) = match c.which {
-        Which::Get | Which::Set => (1, 1, 1),
+        Which::Get | Which::Set | Which::DelIfEq => (1, 1, 1),
         Which::MGet | Which::Exists | Which::Del => (1, -1, 1),
         Which::MSet => (1, -1, 2),
         _ => (0, 0, 0),

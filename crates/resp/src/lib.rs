@@ -13,8 +13,8 @@
 //!   role, metric label);
 //! - `commands`: one command from its checks to its answer (reads,
 //!   handshake, `SCAN`, `INFO`, `COMMAND`, `CLIENT`);
-//! - `write_commands`: `SET` (`NX`/`XX`), `DEL`, `MSET`, and the redirect
-//!   a follower answers with;
+//! - `write_commands`: `SET` (`NX`/`XX`/`IFEQ`), `DEL`, `DELIFEQ`, `MSET`,
+//!   and the redirect a follower answers with;
 //! - `segment_scan`: `SCAN`'s 64-bit cursors over the index's exact-once
 //!   scan;
 //! - `info_text`: `INFO`, the gRPC `Stats` answer as INFO text;

@@ -1,4 +1,5 @@
-//! `SET` (with `NX` or `XX`), `DEL` and `MSET`: each one batch through
+//! `SET` (with `NX`, `XX` or Valkey's `IFEQ`), `DEL`, Valkey's `DELIFEQ`
+//! and `MSET`: each one batch through
 //! the single writer (`WriteHandle::write`, the call gRPC's `Write` makes),
 //! answered once the batch is applied and durable under the server's
 //! `--fsync`.
@@ -8,6 +9,13 @@
 //! read the current values and write compare-and-sets expecting them: the
 //! batch applies only if no key changed meanwhile, else it is decided again
 //! with the values the writer reports (at most [`MAX_RETRIES`] times).
+//!
+//! `SET key value IFEQ old` and `DELIFEQ key old` are the compare-and-set
+//! of the Redis protocol, as Valkey spells it (8.1 and 9.0): one
+//! `CompareAndSet` each, decided by the writer (by the leader at propose
+//! time, in a group), so a rebalancing job can move an entry through a
+//! Redis client as safely as through gRPC. Both leave an absent key
+//! absent, as Valkey's do.
 
 use uuid::Uuid;
 use uuidmap_engine::writer::{Key, LeaderHint, WriteError, WriteOp};
@@ -76,7 +84,7 @@ fn check_size(shared: &Shared, len: usize, out: &mut Vec<u8>) -> bool {
     true
 }
 
-/// `SET key value [NX|XX]`.
+/// `SET key value [NX|XX|IFEQ old]`.
 pub async fn set(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
     let (key, value) = match (parse_key(args[1]), parse_value(args[2])) {
         (Ok((k, _)), Ok(v)) => (k, v),
@@ -84,11 +92,21 @@ pub async fn set(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
     };
     let mut nx = false;
     let mut xx = false;
-    for opt in &args[3..] {
+    let mut if_eq = None;
+    let mut opts = args[3..].iter();
+    while let Some(opt) = opts.next() {
         if opt.eq_ignore_ascii_case(b"NX") {
             nx = true;
         } else if opt.eq_ignore_ascii_case(b"XX") {
             xx = true;
+        } else if opt.eq_ignore_ascii_case(b"IFEQ") {
+            let Some(old) = opts.next() else {
+                return reply::error(out, "ERR syntax error");
+            };
+            match parse_value(old) {
+                Ok(old) => if_eq = Some(old),
+                Err(e) => return reply::error(out, &e.to_string()),
+            }
         } else if [&b"EX"[..], b"PX", b"EXAT", b"PXAT", b"KEEPTTL", b"GET"]
             .iter()
             .any(|o| opt.eq_ignore_ascii_case(o))
@@ -102,10 +120,12 @@ pub async fn set(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
             return reply::error(out, "ERR syntax error");
         }
     }
-    if nx && xx {
+    if u8::from(nx) + u8::from(xx) + u8::from(if_eq.is_some()) > 1 {
         return reply::error(out, "ERR syntax error");
     }
-    let outcome = if nx {
+    let outcome = if let Some(old) = if_eq {
+        compare_and_set(shared, key, old, Some(value)).await
+    } else if nx {
         let op = WriteOp::CompareAndSet {
             key,
             expected: None,
@@ -128,6 +148,39 @@ pub async fn set(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
     match outcome {
         Ok(true) => reply::simple(out, "OK"),
         Ok(false) => reply::null(out),
+        Err(e) => reply::error(out, &e.to_string()),
+    }
+}
+
+/// One compare-and-set: `key` from `expected` to `new`; `Ok(false)` if
+/// its value is not `expected` (or it has none).
+async fn compare_and_set(
+    shared: &Shared,
+    key: Key,
+    expected: Uuid,
+    new: Option<Uuid>,
+) -> Result<bool, Refusal> {
+    let op = WriteOp::CompareAndSet {
+        key,
+        expected: Some(expected),
+        new,
+    };
+    match submit(shared, vec![op]).await {
+        Ok(()) => Ok(true),
+        Err(WriteError::CasMismatch { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `DELIFEQ key old`: 1 if `key` held `old` and no longer has a value, 0
+/// if it held something else or nothing.
+pub async fn del_if_eq(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
+    let (key, old) = match (parse_key(args[1]), parse_value(args[2])) {
+        (Ok((k, _)), Ok(v)) => (k, v),
+        (Err(e), _) | (_, Err(e)) => return reply::error(out, &e.to_string()),
+    };
+    match compare_and_set(shared, key, old, None).await {
+        Ok(deleted) => reply::integer(out, i64::from(deleted)),
         Err(e) => reply::error(out, &e.to_string()),
     }
 }

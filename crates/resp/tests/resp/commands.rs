@@ -71,6 +71,51 @@ async fn set_nx_sets_only_an_absent_key_and_xx_only_a_present_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_ifeq_and_delifeq_move_an_entry_only_from_the_value_expected() {
+    let (_dir, s) = server().await;
+    let mut c = s.connect().await;
+    let (k, shard_a, shard_b, shard_c, absent) = (text(1), text(2), text(3), text(4), text(5));
+    assert_eq!(c.call(&[b"SET", &k, &shard_a]).await, ok());
+    // A move from the shard it is on applies; one from a stale view does not.
+    assert_eq!(
+        c.call(&[b"SET", &k, &shard_b, b"IFEQ", &shard_a]).await,
+        ok()
+    );
+    assert_eq!(
+        c.call(&[b"SET", &k, &shard_c, b"ifeq", &shard_a]).await,
+        Reply::Bulk(None)
+    );
+    assert_eq!(c.call(&[b"GET", &k]).await, bulk(&shard_b));
+    // An absent key stays absent, as in Valkey.
+    assert_eq!(
+        c.call(&[b"SET", &absent, &shard_a, b"IFEQ", &shard_a])
+            .await,
+        Reply::Bulk(None)
+    );
+    assert_eq!(c.call(&[b"EXISTS", &absent]).await, Reply::Int(0));
+    // DELIFEQ deletes only the value expected.
+    assert_eq!(c.call(&[b"DELIFEQ", &k, &shard_a]).await, Reply::Int(0));
+    assert_eq!(c.call(&[b"GET", &k]).await, bulk(&shard_b));
+    assert_eq!(c.call(&[b"DELIFEQ", &k, &shard_b]).await, Reply::Int(1));
+    assert_eq!(c.call(&[b"GET", &k]).await, Reply::Bulk(None));
+    assert_eq!(c.call(&[b"DELIFEQ", &k, &shard_b]).await, Reply::Int(0));
+    // Bad shapes get Redis's words.
+    let e = c.call(&[b"SET", &k, &shard_a, b"IFEQ"]).await;
+    assert_eq!(e.error(), "ERR syntax error");
+    let e = c
+        .call(&[b"SET", &k, &shard_a, b"NX", b"IFEQ", &shard_b])
+        .await;
+    assert_eq!(e.error(), "ERR syntax error");
+    let e = c
+        .call(&[b"SET", &k, &shard_a, b"IFEQ", b"not-a-uuid"])
+        .await;
+    assert!(e.error().contains("not a UUID"), "{e:?}");
+    let e = c.call(&[b"DELIFEQ", &k]).await;
+    assert!(e.error().contains("wrong number of arguments"), "{e:?}");
+    s.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mset_writes_all_pairs_and_scan_returns_each_key_exactly_once() {
     let (_dir, s) = server().await;
     let mut c = s.connect().await;
@@ -151,8 +196,8 @@ async fn info_command_client_select_hello_and_quit_answer_what_clients_expect() 
             .unwrap()
             .contains("# Stats")
     );
-    assert_eq!(c.call(&[b"COMMAND", b"COUNT"]).await, Reply::Int(16));
-    assert_eq!(c.call(&[b"COMMAND"]).await.items().len(), 16);
+    assert_eq!(c.call(&[b"COMMAND", b"COUNT"]).await, Reply::Int(17));
+    assert_eq!(c.call(&[b"COMMAND"]).await.items().len(), 17);
     let get = c.call(&[b"COMMAND", b"INFO", b"get", b"nope"]).await;
     assert_eq!(get.items()[0].items()[0], Reply::Simple("get".into()));
     assert_eq!(get.items()[1], Reply::Array(None));
