@@ -81,6 +81,9 @@ pub struct ClusterStatus {
     /// Every member (voters and learners) and its client URL, from the
     /// membership in force.
     pub member_urls: Vec<(u64, String)>,
+    /// The members whose Redis-protocol address the membership records,
+    /// and that address (`host:port`).
+    pub member_resp_addrs: Vec<(u64, String)>,
     /// Each other member's progress, when this member leads.
     pub followers: Vec<FollowerProgress>,
     /// Read-index rounds this member began (`crate::read_index`); 0 where
@@ -160,6 +163,11 @@ where
         member_urls: membership
             .nodes()
             .map(|(id, node)| (*id, node.api_url.clone()))
+            .collect(),
+        member_resp_addrs: membership
+            .nodes()
+            .filter(|(_, node)| !node.resp_addr.is_empty())
+            .map(|(id, node)| (*id, node.resp_addr.clone()))
             .collect(),
         followers,
         counts: RaftCounts::default(),

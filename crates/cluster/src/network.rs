@@ -348,6 +348,28 @@ pub async fn identify(
     tls: Option<&RaftTls>,
     timeout: Duration,
 ) -> Result<crate::identity::MemberIdentity, String> {
+    identify_member(raft_addr, expected, tls, timeout)
+        .await
+        .map(|found| found.identity)
+}
+
+/// What a member says of itself when asked ([`identify_member`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identified {
+    /// Its node id and incarnation.
+    pub identity: crate::identity::MemberIdentity,
+    /// Where its Redis-protocol port listens (`host:port`); empty: none.
+    pub resp_addr: String,
+}
+
+/// [`identify`], and the member's Redis-protocol address, which a
+/// membership records beside its incarnation.
+pub async fn identify_member(
+    raft_addr: &str,
+    expected: u64,
+    tls: Option<&RaftTls>,
+    timeout: Duration,
+) -> Result<Identified, String> {
     let endpoint = endpoint(raft_addr, expected, tls)
         .map_err(|e| format!("the Raft address {raft_addr:?} is not usable: {e}"))?
         .connect_timeout(timeout)
@@ -368,8 +390,11 @@ pub async fn identify(
         .await
         .map_err(|_| format!("{raft_addr} did not answer within {timeout:?}"))??
         .into_inner();
-    Ok(crate::identity::MemberIdentity {
-        node_id: answer.node_id,
-        incarnation: answer.incarnation,
+    Ok(Identified {
+        identity: crate::identity::MemberIdentity {
+            node_id: answer.node_id,
+            incarnation: answer.incarnation,
+        },
+        resp_addr: answer.resp_addr,
     })
 }

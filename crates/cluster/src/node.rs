@@ -14,6 +14,9 @@ pub struct ClusterNode {
     /// Its data directory's incarnation ([`crate::identity`]); 0: unknown,
     /// not checked.
     pub incarnation: u64,
+    /// Where its Redis-protocol port listens (`host:port`), which a
+    /// follower names in `MOVED` for a write; empty: none, or unknown.
+    pub resp_addr: String,
 }
 
 impl fmt::Display for ClusterNode {
@@ -21,6 +24,9 @@ impl fmt::Display for ClusterNode {
         write!(f, "{{raft {}, api {}", self.raft_addr, self.api_url)?;
         if self.incarnation != 0 {
             write!(f, ", incarnation {}", self.incarnation)?;
+        }
+        if !self.resp_addr.is_empty() {
+            write!(f, ", resp {}", self.resp_addr)?;
         }
         write!(f, "}}")
     }

@@ -80,6 +80,9 @@ where
     /// The member's read lease, when it has one: while it holds, a
     /// `ReadIndex` call is answered from it ([`RaftService::lease_read_index`]).
     lease: Option<Arc<ReadLease>>,
+    /// Where this member's Redis-protocol port listens, which `Identify`
+    /// answers; empty: none.
+    resp_addr: String,
 }
 
 impl<SM> RaftService<SM>
@@ -109,7 +112,15 @@ where
             counters: Arc::default(),
             staleness: None,
             lease: None,
+            resp_addr: String::new(),
         }
+    }
+
+    /// The same service, answering `Identify` with `resp_addr`, where this
+    /// member's Redis-protocol port listens (`host:port`).
+    pub fn with_resp_addr(mut self, resp_addr: String) -> Self {
+        self.resp_addr = resp_addr;
+        self
     }
 
     /// The same service, checking votes with `guard` and counting in
@@ -593,6 +604,7 @@ where
         Ok(Response::new(pb::IdentifyResponse {
             node_id: self.identity.node_id,
             incarnation: self.identity.incarnation,
+            resp_addr: self.resp_addr.clone(),
         }))
     }
 

@@ -105,6 +105,7 @@ impl ToWire for ClusterNode {
             raft_addr: self.raft_addr.clone(),
             api_url: self.api_url.clone(),
             incarnation: self.incarnation,
+            resp_addr: self.resp_addr.clone(),
         }
     }
 }
@@ -116,6 +117,7 @@ impl FromWire for ClusterNode {
             raft_addr: n.raft_addr,
             api_url: n.api_url,
             incarnation: n.incarnation,
+            resp_addr: n.resp_addr,
         })
     }
 }

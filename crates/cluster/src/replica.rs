@@ -97,6 +97,9 @@ pub struct ReplicaConfig {
     /// The leader's proposals not yet answered, at most: a write over it
     /// is refused (`WriteError::ProposalsFull`).
     pub max_proposals: usize,
+    /// Where its Redis-protocol port listens (`host:port`), which its
+    /// Raft service's `Identify` answers for the membership; empty: none.
+    pub resp_addr: String,
 }
 
 /// The default of [`ReplicaConfig::snapshot_entries`]: a restart applies
@@ -125,6 +128,7 @@ impl ReplicaConfig {
             logs_to_keep: LOGS_TO_KEEP,
             tls: None,
             max_proposals: MAX_PROPOSALS,
+            resp_addr: String::new(),
         }
     }
 }
@@ -163,6 +167,8 @@ pub struct Replica {
     staleness: Arc<Staleness>,
     tasks: Vec<JoinHandle<()>>,
     tls: Option<Arc<RaftTls>>,
+    /// Where its Redis-protocol port listens; empty: none.
+    resp_addr: String,
 }
 
 impl Replica {
@@ -344,6 +350,7 @@ impl Replica {
             staleness: Arc::default(),
             tasks,
             tls,
+            resp_addr: config.resp_addr,
         })
     }
 
@@ -446,7 +453,8 @@ impl Replica {
         .with_vote_trust(self.trust.clone())
         .guarded(self.shared.guard.clone(), self.shared.counters.clone())
         .with_staleness(self.staleness.clone(), self.durable.watermark().clone())
-        .with_lease(self.shared.lease.clone());
+        .with_lease(self.shared.lease.clone())
+        .with_resp_addr(self.resp_addr.clone());
         match self.tls {
             Some(_) => service.verify_callers().into_server(),
             None => service.into_server(),

@@ -42,13 +42,18 @@ fn arb_vote() -> impl Strategy<Value = Vote> {
 }
 
 fn arb_node() -> impl Strategy<Value = ClusterNode> {
-    ("[a-z0-9.:]{0,20}", "[a-z0-9.:/]{0,24}", any::<u64>()).prop_map(
-        |(raft_addr, api_url, incarnation)| ClusterNode {
+    (
+        "[a-z0-9.:]{0,20}",
+        "[a-z0-9.:/]{0,24}",
+        any::<u64>(),
+        "[a-z0-9.:]{0,20}",
+    )
+        .prop_map(|(raft_addr, api_url, incarnation, resp_addr)| ClusterNode {
             raft_addr,
             api_url,
             incarnation,
-        },
-    )
+            resp_addr,
+        })
 }
 
 /// A valid membership: one or two voter sets (a joint change), every voter
@@ -307,11 +312,13 @@ fn fields_land_where_the_proto_file_says() {
         raft_addr: "10.0.0.1:7879".into(),
         api_url: "http://10.0.0.1:7878".into(),
         incarnation: 77,
+        resp_addr: "10.0.0.1:6380".into(),
     };
     let wire = node.to_wire();
     assert_eq!(wire.raft_addr, "10.0.0.1:7879");
     assert_eq!(wire.api_url, "http://10.0.0.1:7878");
     assert_eq!(wire.incarnation, 77);
+    assert_eq!(wire.resp_addr, "10.0.0.1:6380");
     let m = Membership::new(
         vec![[1, 2].into_iter().collect()],
         [(1, node.clone()), (2, node.clone()), (5, node)]

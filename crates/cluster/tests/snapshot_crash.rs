@@ -103,6 +103,7 @@ fn node(id: u64) -> ClusterNode {
         api_url: format!("http://client-port-of-{id}:7000"),
         // Unknown: not checked (the identity is tested elsewhere).
         incarnation: 0,
+        resp_addr: String::new(),
     }
 }
 

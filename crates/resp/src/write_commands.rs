@@ -69,9 +69,28 @@ fn leader_address(leader: &LeaderHint) -> Option<&str> {
     (!addr.is_empty()).then_some(addr)
 }
 
-/// Submits `ops`; `Ok` once applied and durable.
+/// Submits `ops`; `Ok` once applied and durable. A follower's refusal
+/// names the leader's Redis-protocol address (`redis://host:port`) when
+/// the membership records one, else its gRPC URL.
 async fn submit(shared: &Shared, ops: Vec<WriteOp>) -> Result<(), WriteError> {
-    shared.durable.writes().write(ops).await.map(|_| ())
+    match shared.durable.writes().write(ops).await {
+        Ok(_) => Ok(()),
+        Err(WriteError::NotLeader {
+            leader: Some(mut hint),
+        }) => {
+            if let Some(addr) = shared.cluster.as_ref().and_then(|view| {
+                let status = view();
+                status
+                    .member_resp_addrs
+                    .into_iter()
+                    .find_map(|(id, addr)| (id == hint.id).then_some(addr))
+            }) {
+                hint.url = Some(format!("redis://{addr}"));
+            }
+            Err(WriteError::NotLeader { leader: Some(hint) })
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Refuses a batch over `--max-write-ops` before any work, as gRPC does.
@@ -294,6 +313,11 @@ mod tests {
         assert_eq!(
             write_refusal(&hint(Some("https://db2.example:7878/"))),
             "MOVED 0 db2.example:7878"
+        );
+        // The leader's RESP port, when the membership records it.
+        assert_eq!(
+            write_refusal(&hint(Some("redis://10.0.0.2:6380"))),
+            "MOVED 0 10.0.0.2:6380"
         );
         assert!(write_refusal(&hint(None)).starts_with("CLUSTERDOWN "));
         let none = WriteError::NotLeader { leader: None };

@@ -126,8 +126,9 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
             .map_err(|e: String| Status::invalid_argument(e))?;
         let p = &parsed.0[0];
         // The membership records its incarnation, which every Raft call to
-        // it then carries (uuidmap_cluster::identity).
-        let found = network::identify(
+        // it then carries (uuidmap_cluster::identity), and its
+        // Redis-protocol address.
+        let found = network::identify_member(
             &p.raft_addr,
             r.node_id,
             self.raft_tls.as_ref(),
@@ -142,16 +143,17 @@ impl pb::uuid_map_cluster_server::UuidMapCluster for ClusterService {
                 r.node_id, r.node_id
             ))
         })?;
-        if found.node_id != r.node_id {
+        if found.identity.node_id != r.node_id {
             return Err(Status::failed_precondition(format!(
                 "node {} was not added: the member at {} is node {}",
-                r.node_id, p.raft_addr, found.node_id
+                r.node_id, p.raft_addr, found.identity.node_id
             )));
         }
         let node = ClusterNode {
             raft_addr: p.raft_addr.clone(),
             api_url: p.client_url.clone(),
-            incarnation: found.incarnation,
+            incarnation: found.identity.incarnation,
+            resp_addr: found.resp_addr,
         };
         membership::add_learner(raft, r.node_id, node)
             .await

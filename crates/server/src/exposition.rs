@@ -375,6 +375,7 @@ mod tests {
             voters: vec![1, 2, 3],
             learners: vec![],
             member_urls: vec![],
+            member_resp_addrs: vec![],
             followers: vec![
                 uuidmap_cluster::cluster_status::FollowerProgress {
                     id: 1,

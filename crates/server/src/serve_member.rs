@@ -36,6 +36,9 @@ pub(crate) struct Member {
     replica: Replica,
     /// Its peers are asked who they are over it (`--cluster-init`).
     raft_tls: Option<RaftTls>,
+    /// Where its Redis-protocol port listens, for the membership
+    /// `--cluster-init` makes; empty: none.
+    resp_addr: String,
     raft_server: JoinHandle<Result<(), tonic::transport::Error>>,
     stop_raft: oneshot::Sender<()>,
 }
@@ -71,6 +74,7 @@ pub(crate) async fn start(
         None => None,
     };
     replica_config.tls = raft_tls.clone();
+    replica_config.resp_addr = cluster.resp_advertise.clone();
     let replica = Replica::start(replica_config)
         .await
         .map_err(ServeError::Member)?;
@@ -97,6 +101,7 @@ pub(crate) async fn start(
     let member = Member {
         replica,
         raft_tls,
+        resp_addr: cluster.resp_advertise.clone(),
         raft_server,
         stop_raft,
     };
@@ -152,22 +157,25 @@ impl Member {
                 raft_addr: cluster.raft_advertise.clone(),
                 api_url: cluster.advertise_url.clone(),
                 incarnation: self.replica.identity().incarnation,
+                resp_addr: self.resp_addr.clone(),
             },
         );
-        let incarnations = futures_util::future::join_all(
+        let identities = futures_util::future::join_all(
             cluster
                 .peers
                 .iter()
-                .map(|p| peer_incarnation(p, self.raft_tls.as_ref())),
+                .map(|p| peer_identity(p, self.raft_tls.as_ref())),
         )
         .await;
-        for (p, incarnation) in cluster.peers.iter().zip(incarnations) {
+        for (p, found) in cluster.peers.iter().zip(identities) {
+            let (incarnation, resp_addr) = found?;
             members.insert(
                 p.id,
                 ClusterNode {
                     raft_addr: p.raft_addr.clone(),
                     api_url: p.client_url.clone(),
-                    incarnation: incarnation?,
+                    incarnation,
+                    resp_addr,
                 },
             );
         }
@@ -241,26 +249,33 @@ impl Member {
 const IDENTIFY_WAIT: Duration = Duration::from_secs(5);
 
 /// The incarnation of peer `p` for the membership `--cluster-init` makes
-/// (uuidmap_cluster::identity): asked until it answers, for up to
-/// [`IDENTIFY_WAIT`] (its members start at about the same time). A peer
-/// that does not answer is recorded as unknown (0, not checked), with a
-/// warning; one that answers with another node id stops the start.
-/// With `tls`, the peer proves its node id by its certificate.
-async fn peer_incarnation(
+/// (uuidmap_cluster::identity), and its Redis-protocol address: asked
+/// until it answers, for up to [`IDENTIFY_WAIT`] (its members start at
+/// about the same time). A peer that does not answer is recorded as
+/// unknown (incarnation 0, not checked; no Redis-protocol address), with a
+/// warning; one that answers with another node id stops the start. With
+/// `tls`, the peer proves its node id by its certificate.
+async fn peer_identity(
     p: &crate::config::Peer,
     tls: Option<&RaftTls>,
-) -> Result<u64, ServeError> {
+) -> Result<(u64, String), ServeError> {
     let until = tokio::time::Instant::now() + IDENTIFY_WAIT;
     loop {
-        match uuidmap_cluster::network::identify(&p.raft_addr, p.id, tls, Duration::from_secs(1))
-            .await
-        {
-            Ok(found) if found.node_id == p.id => return Ok(found.incarnation),
+        let asked = uuidmap_cluster::network::identify_member(
+            &p.raft_addr,
+            p.id,
+            tls,
+            Duration::from_secs(1),
+        );
+        match asked.await {
+            Ok(found) if found.identity.node_id == p.id => {
+                return Ok((found.identity.incarnation, found.resp_addr));
+            }
             Ok(found) => {
                 return Err(ServeError::RaftFailed(format!(
                     "--cluster-init: peer {} is listed at {}, but the member there is node {}: \
                      check --peers",
-                    p.id, p.raft_addr, found.node_id
+                    p.id, p.raft_addr, found.identity.node_id
                 )));
             }
             Err(e) if tokio::time::Instant::now() >= until => {
@@ -270,7 +285,7 @@ async fn peer_incarnation(
                      records it without an incarnation, so a replaced directory under its id is \
                      not recognised until it is removed and added again"
                 );
-                return Ok(0);
+                return Ok((0, String::new()));
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }

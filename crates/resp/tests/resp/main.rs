@@ -5,6 +5,7 @@
 mod auth;
 mod bad_input;
 mod commands;
+mod group;
 mod pipelining;
 
 use std::net::SocketAddr;

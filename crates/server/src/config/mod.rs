@@ -243,6 +243,10 @@ pub struct ClusterOptions {
     pub raft_advertise: String,
     /// The URL clients are sent to when it leads.
     pub advertise_url: String,
+    /// Where Redis-protocol clients are sent (`MOVED`) when it leads
+    /// (host:port): `--resp-listen`, its host taken from `advertise_url`
+    /// when it listens on every interface; empty without `--resp-listen`.
+    pub resp_advertise: String,
     /// The other members it is started with.
     pub peers: Vec<Peer>,
     /// Make the group of this member and its peers, if it is not made yet.

@@ -197,11 +197,25 @@ impl ServeOptions {
                  does not dial itself"
             ));
         }
+        let resp_advertise = match c.resp_listen {
+            None => String::new(),
+            Some(at) if at.ip().is_unspecified() => {
+                let host = url_host(&advertise_url).ok_or_else(|| {
+                    ConfigError::Cluster(format!(
+                        "--resp-listen {at} is every interface, and --advertise-url \
+                         {advertise_url:?} names no host to send Redis clients to"
+                    ))
+                })?;
+                format!("{host}:{}", at.port())
+            }
+            Some(at) => at.to_string(),
+        };
         Ok(Some(ClusterOptions {
             node_id,
             raft_listen,
             raft_advertise,
             advertise_url,
+            resp_advertise,
             peers,
             init: self.cluster_init.unwrap_or(false),
             snapshot_entries: self
@@ -245,6 +259,18 @@ impl ServeOptions {
             }
         }
     }
+}
+
+/// The host of `url` (`scheme://host:port/...`), with its brackets for an
+/// IPv6 address.
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let host = match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => &authority[..i],
+        _ => authority,
+    };
+    (!host.is_empty()).then_some(host)
 }
 
 /// The TLS files, when the combination makes sense.

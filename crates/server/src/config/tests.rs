@@ -745,3 +745,36 @@ fn the_servers_defaults_for_the_store_and_the_group_are_the_librarys() {
         Some(uuidmap_cluster::replica::LOGS_TO_KEEP)
     );
 }
+
+#[test]
+fn a_members_resp_address_for_moved_is_its_resp_listen_or_the_advertised_host() {
+    let c = member(|_| {}).unwrap().cluster.unwrap();
+    assert_eq!(
+        c.resp_advertise, "",
+        "no RESP port, none to send clients to"
+    );
+    let c = member(|o| o.resp_listen = Some("127.0.0.1:6380".parse().unwrap()))
+        .unwrap()
+        .cluster
+        .unwrap();
+    assert_eq!(c.resp_advertise, "127.0.0.1:6380");
+    let c = member(|o| {
+        o.resp_listen = Some("0.0.0.0:6380".parse().unwrap());
+        o.advertise_url = Some("https://db1.example:7878".into());
+    })
+    .unwrap()
+    .cluster
+    .unwrap();
+    assert_eq!(
+        c.resp_advertise, "db1.example:6380",
+        "every interface: the URL's host"
+    );
+    let c = member(|o| {
+        o.resp_listen = Some("[::]:6380".parse().unwrap());
+        o.advertise_url = Some("http://[fd00::1]:7878".into());
+    })
+    .unwrap()
+    .cluster
+    .unwrap();
+    assert_eq!(c.resp_advertise, "[fd00::1]:6380");
+}

@@ -87,6 +87,7 @@ impl Member {
                 raft_addr: addr,
                 api_url: format!("http://api-of-{id}"),
                 incarnation: identity.incarnation,
+                resp_addr: String::new(),
             },
             log,
             stop: Some((stop, server)),

@@ -60,6 +60,7 @@ impl ReplicaNode {
                 raft_addr: addr,
                 api_url: format!("http://client-port-of-{id}:7000"),
                 incarnation,
+                resp_addr: String::new(),
             },
             stop: Some((stop, server)),
             dir,

@@ -32,6 +32,7 @@ pub fn member_config(
         raft_listen: raft,
         raft_advertise: raft.to_string(),
         advertise_url: format!("http://{listen}"),
+        resp_advertise: String::new(),
         peers,
         init,
         snapshot_entries: uuidmap_cluster::replica::SNAPSHOT_ENTRIES,
