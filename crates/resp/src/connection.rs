@@ -16,8 +16,7 @@
 
 use std::ops::Range;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::commands::{Commands, Session};
@@ -33,7 +32,7 @@ const INLINE_ARGS: usize = 8;
 /// Serves `stream` until the client closes it, `QUIT`, a protocol error,
 /// or the server's stop.
 pub async fn serve(
-    mut stream: TcpStream,
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
     commands: &Commands,
     limits: Limits,
     mut session: Session,

@@ -18,7 +18,8 @@
 //! - `segment_scan`: `SCAN`'s 64-bit cursors over the index's exact-once
 //!   scan;
 //! - `info_text`: `INFO`, the gRPC `Stats` answer as INFO text;
-//! - `connection`: one connection, pipelining, the stop.
+//! - `connection`: one connection, pipelining, the stop;
+//! - `resp_tls`: TLS on the port, from the server's own TLS files.
 //!
 //! Differences from Redis, the commands and the redirect form: README,
 //! "The Redis protocol".
@@ -37,6 +38,7 @@ pub mod connection;
 pub mod info_text;
 pub mod parser;
 pub mod reply;
+pub mod resp_tls;
 pub mod segment_scan;
 pub mod uuid_arg;
 pub mod write_commands;
@@ -47,6 +49,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 use uuidmap_server::ServeConfig;
 use uuidmap_server::front_end::{FrontEnd, Serving, Shared};
 
@@ -62,24 +65,21 @@ pub const MAX_BULK: usize = 64 << 10;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RespError {
-    /// A non-loopback address without `insecure`: the port has no TLS yet.
+    /// A non-loopback address without TLS or `insecure`.
     #[error(
-        "refusing to serve the Redis protocol on {addr}: it is plaintext (no TLS yet), so \
-         tokens and entries would cross the network in clear. Use a loopback address \
-         (127.0.0.1:6380) or set the server `insecure`"
+        "refusing to serve the Redis protocol on {addr}: without TLS it is plaintext, so \
+         tokens and entries would cross the network in clear. Give the server --tls-cert and \
+         --tls-key (the RESP port then serves TLS too), use a loopback address \
+         (127.0.0.1:6380), or set the server `insecure`"
     )]
     NotLoopback {
         /// The address asked for.
         addr: SocketAddr,
     },
-    /// Client certificates are the server's only authentication: the RESP
-    /// port has no TLS to check them, and would let anyone in.
-    #[error(
-        "refusing to serve the Redis protocol: the server authenticates clients by their TLS \
-         certificates only, which the RESP port (no TLS yet) cannot check; give the server a \
-         tokens file (--tokens-file) so that RESP clients authenticate with AUTH"
-    )]
-    CertificatesOnly,
+    /// The server's TLS files do not make a TLS configuration for the
+    /// port.
+    #[error("cannot serve the Redis protocol over TLS: {0}")]
+    Tls(String),
     /// The address could not be bound.
     #[error("cannot listen for the Redis protocol on {addr}: {source}")]
     Bind {
@@ -94,6 +94,8 @@ pub enum RespError {
 /// ([`uuidmap_server::ServerParts::front_end`]).
 pub struct RespFrontEnd {
     listener: TcpListener,
+    /// With the server's TLS: every connection's handshake.
+    tls: Option<TlsAcceptor>,
 }
 
 impl RespFrontEnd {
@@ -101,10 +103,11 @@ impl RespFrontEnd {
     /// binds it.
     pub async fn bind(addr: SocketAddr, config: &ServeConfig) -> Result<RespFrontEnd, RespError> {
         RespFrontEnd::check(addr, config)?;
+        let tls = RespFrontEnd::tls(config)?;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| RespError::Bind { addr, source })?;
-        Ok(RespFrontEnd { listener })
+        Ok(RespFrontEnd { listener, tls })
     }
 
     /// Serves on an already bound `listener` (a test's port 0), checked
@@ -115,21 +118,22 @@ impl RespFrontEnd {
             source,
         })?;
         RespFrontEnd::check(addr, config)?;
-        Ok(RespFrontEnd { listener })
+        let tls = RespFrontEnd::tls(config)?;
+        Ok(RespFrontEnd { listener, tls })
     }
 
-    /// The rules of the port: plaintext, so loopback only unless
-    /// `insecure`; and never open when the server asks clients for
-    /// certificates alone (the port cannot check them).
+    /// The rules of the port: it serves TLS when the server does (and
+    /// then asks for client certificates when the server does); without
+    /// TLS it is plaintext, so loopback only unless `insecure`.
     pub fn check(addr: SocketAddr, config: &ServeConfig) -> Result<(), RespError> {
-        if !addr.ip().is_loopback() && !config.insecure {
+        if config.tls.is_none() && !addr.ip().is_loopback() && !config.insecure {
             return Err(RespError::NotLoopback { addr });
         }
-        let certificates = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
-        if certificates && config.tokens_file.is_none() {
-            return Err(RespError::CertificatesOnly);
-        }
         Ok(())
+    }
+
+    fn tls(config: &ServeConfig) -> Result<Option<TlsAcceptor>, RespError> {
+        config.tls.as_ref().map(resp_tls::acceptor).transpose()
     }
 
     /// Where it listens.
@@ -140,12 +144,12 @@ impl RespFrontEnd {
 
 impl FrontEnd for RespFrontEnd {
     fn serve(self: Box<Self>, shared: Shared) -> Serving {
-        Box::pin(accept(self.listener, shared))
+        Box::pin(accept(self.listener, self.tls, shared))
     }
 }
 
 /// Accepts connections until the stop, then waits for them to close.
-async fn accept(listener: TcpListener, shared: Shared) {
+async fn accept(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Shared) {
     let port = listener.local_addr().map_or(0, |a| a.port());
     let limits = Limits {
         // The longest command: MSET of --max-write-ops pairs, or MGET of
@@ -159,7 +163,11 @@ async fn accept(listener: TcpListener, shared: Shared) {
     let open = metrics::gauge!("uuidmap_resp_connections");
     let ids = AtomicU64::new(1);
     let mut connections = JoinSet::new();
-    tracing::info!(port, "serving the Redis protocol (RESP2)");
+    tracing::info!(
+        port,
+        tls = tls.is_some(),
+        "serving the Redis protocol (RESP2)"
+    );
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -170,8 +178,22 @@ async fn accept(listener: TcpListener, shared: Shared) {
                 let stop = stopping.clone();
                 let open = open.clone();
                 open.increment(1.0);
+                let tls = tls.clone();
                 connections.spawn(async move {
-                    connection::serve(stream, &commands, limits, session, stop).await;
+                    match tls {
+                        None => connection::serve(stream, &commands, limits, session, stop).await,
+                        Some(tls) => {
+                            let shake = tls.accept(stream);
+                            match tokio::time::timeout(resp_tls::HANDSHAKE_TIMEOUT, shake).await {
+                                Ok(Ok(stream)) => {
+                                    connection::serve(stream, &commands, limits, session, stop)
+                                        .await;
+                                }
+                                Ok(Err(e)) => tracing::debug!("RESP TLS handshake failed: {e}"),
+                                Err(_) => tracing::debug!("RESP TLS handshake timed out"),
+                            }
+                        }
+                    }
                     open.decrement(1.0);
                 });
             }

@@ -49,7 +49,7 @@ async fn commands_need_auth_and_a_read_token_cannot_write() {
 }
 
 #[test]
-fn the_plaintext_port_is_loopback_only_and_never_open_to_certificate_only_servers() {
+fn the_plaintext_port_is_loopback_only_unless_insecure_or_served_with_tls() {
     let mut c = uuidmap_server::ServeConfig::new("d");
     let any: SocketAddr = "0.0.0.0:6380".parse().unwrap();
     assert!(RespFrontEnd::check("127.0.0.1:6380".parse().unwrap(), &c).is_ok());
@@ -59,13 +59,26 @@ fn the_plaintext_port_is_loopback_only_and_never_open_to_certificate_only_server
     ));
     c.insecure = true;
     assert!(RespFrontEnd::check(any, &c).is_ok());
+    c.insecure = false;
     c.tls = Some(uuidmap_server::tls::TlsFiles {
         cert: "c.pem".into(),
         key: "k.pem".into(),
         client_ca: Some("ca.pem".into()),
     });
-    let e = RespFrontEnd::check(any, &c).unwrap_err();
-    assert!(matches!(e, RespError::CertificatesOnly), "{e}");
-    c.tokens_file = Some("tokens".into());
-    assert!(RespFrontEnd::check(any, &c).is_ok());
+    assert!(RespFrontEnd::check(any, &c).is_ok(), "TLS: any address");
+}
+
+#[tokio::test]
+async fn tls_files_that_make_no_identity_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = uuidmap_server::ServeConfig::new(dir.path());
+    c.tls = Some(uuidmap_server::tls::TlsFiles {
+        cert: dir.path().join("missing-cert.pem"),
+        key: dir.path().join("k.pem"),
+        client_ca: None,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let e = RespFrontEnd::on(listener, &c).err().expect("no identity");
+    assert!(matches!(e, RespError::Tls(_)), "{e}");
+    assert!(e.to_string().contains("missing-cert.pem"), "{e}");
 }

@@ -7,6 +7,7 @@ mod bad_input;
 mod commands;
 mod group;
 mod pipelining;
+mod tls;
 
 use std::net::SocketAddr;
 

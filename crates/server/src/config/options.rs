@@ -198,8 +198,9 @@ serve_options! {
     #[arg(long, env = "UUIDMAP_METRICS_LISTEN")]
     metrics_listen: MetricsListen = "127.0.0.1:7879",
     /// Also serve the Redis protocol (RESP2) on this address, over the same
-    /// index, admission, auth and metrics as gRPC [default: off]. Plaintext:
-    /// only loopback unless --insecure (README, "The Redis protocol").
+    /// index, admission, auth and metrics as gRPC [default: off]. Over TLS
+    /// with --tls-cert; plaintext otherwise, and then only loopback unless
+    /// --insecure (README, "The Redis protocol").
     #[arg(long, env = "UUIDMAP_RESP_LISTEN")]
     resp_listen: SocketAddr,
     /// Start a new WAL file when the current one reaches this many bytes;
