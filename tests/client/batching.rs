@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use uuidmap_client::ClientError;
 use uuidmap_server::config::ServeConfig;
-use uuidmap_testkit::server::{TestServer, config, sample, scrape};
+use uuidmap_testkit::server::{TestServer, config, sample, scrape, stalled_call};
 
 use super::{key, quick, url};
 
@@ -111,5 +112,85 @@ async fn lookups_of_many_keys_share_requests_up_to_the_cap_and_keep_their_order(
         t.await.unwrap();
     }
     assert_eq!(client.lookup(&[]).await.unwrap(), Vec::new());
+    server.stop().await.unwrap();
+}
+
+/// A batched get whose caller's deadline is far shorter than the client's
+/// default (10 s) ends at its caller's deadline, as `DeadlineExceeded`; its
+/// request carried that deadline, so the server gave up on it then too
+/// (answered DEADLINE_EXCEEDED, instead of leaving it queued for a read
+/// permit until its maximum wait of 10 s), and the endpoint, which
+/// answered, is not pessimized. A get with time to spare is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batched_get_ends_at_its_callers_deadline_and_the_server_drops_its_request_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = with_metrics(dir.path());
+    cfg.admission.read_permits = 1;
+    cfg.admission.read_queue = 64;
+    cfg.limits.max_wait = Duration::from_secs(10);
+    let server = TestServer::start_with(cfg).await;
+    let client = quick([url(server.addr)])
+        .timeout(Duration::from_secs(10))
+        .attempt_timeout_fraction(1.0)
+        .hedging(false)
+        .build()
+        .unwrap();
+    client.put(key(1), key(2)).await.unwrap();
+    assert_eq!(client.get(key(1)).await.unwrap(), Some(key(2)));
+
+    // A Get stalled on its body holds the one read permit: until it does,
+    // a Ping (admitted as a read) with a short deadline gets through.
+    let stalled = stalled_call(server.addr, "Get").await;
+    let mut tries = 0;
+    while client
+        .with_timeout(Duration::from_millis(50))
+        .ping()
+        .await
+        .is_ok()
+    {
+        tries += 1;
+        assert!(tries < 100, "the stalled Get never held the read permit");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let timed_out = |text: &str| {
+        sample(
+            text,
+            "uuidmap_lookup_requests_total",
+            &[("code", "DEADLINE_EXCEEDED")],
+        )
+        .unwrap_or(0.0)
+    };
+    let before = timed_out(&scrape(&server).await);
+
+    const DEADLINE: Duration = Duration::from_millis(300);
+    let started = Instant::now();
+    let e = client
+        .with_timeout(DEADLINE)
+        .get(key(1))
+        .await
+        .expect_err("no read permit: no answer");
+    let took = started.elapsed();
+    assert!(
+        matches!(e, ClientError::DeadlineExceeded { .. }),
+        "{e} after {took:?}"
+    );
+    assert!(
+        took >= DEADLINE * 8 / 10 && took < DEADLINE + Duration::from_millis(200),
+        "{took:?}: not the caller's deadline of {DEADLINE:?}"
+    );
+    let after = timed_out(&scrape(&server).await);
+    assert_eq!(
+        after - before,
+        1.0,
+        "the server gave up on the request at its deadline"
+    );
+    assert!(!client.is_pessimized(0), "the endpoint answered in time");
+
+    drop(stalled);
+    let answer = client
+        .with_timeout(Duration::from_secs(5))
+        .get(key(1))
+        .await;
+    assert_eq!(answer.unwrap(), Some(key(2)));
     server.stop().await.unwrap();
 }

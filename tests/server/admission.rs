@@ -15,7 +15,7 @@ use uuidmap::server::ServeConfig;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 use uuidmap_testkit::server::{
-    TestServer, b, config, framed, put_op, raw_status, spread_key as key, u,
+    TestServer, b, config, framed, put_op, raw_status, spread_key as key, stalled_call, u,
 };
 
 type Client = UuidMapClient<Channel>;
@@ -64,41 +64,6 @@ async fn scan_all(c: &mut Client, timeout: Duration) -> Result<usize, tonic::Sta
         n += m.entries.len() / 32;
     }
     Ok(n)
-}
-
-/// A call to `method` admitted on its headers and then stalled: the body
-/// never comes, so the handler waits (holding the call's permit) until the
-/// returned stream is dropped.
-pub(crate) async fn stalled_call(server: &TestServer, method: &str) -> Stalled {
-    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    let mut client = client.ready().await.unwrap();
-    let request = http::Request::post(format!(
-        "http://{}/uuidmap.v1.UuidMap/{method}",
-        server.addr
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(())
-    .unwrap();
-    let (response, body) = client.send_request(request, false).unwrap();
-    // Keep the connection's client alive as long as the stream.
-    tokio::spawn(async move {
-        let _client = client;
-        let _ = response.await;
-    });
-    Stalled(body)
-}
-
-/// A stalled call; dropping it cancels the call (RST_STREAM), as a client
-/// that gives up does.
-pub(crate) struct Stalled(h2::SendStream<prost::bytes::Bytes>);
-
-impl Drop for Stalled {
-    fn drop(&mut self) {
-        self.0.send_reset(h2::Reason::CANCEL);
-    }
 }
 
 /// Waits until `ok` holds, for at most a second.
@@ -195,7 +160,7 @@ async fn a_put_whose_deadline_passes_while_queued_is_refused_and_never_applied()
     let mut c = server.client().await;
     let before = c.stats(pb::StatsRequest {}).await.unwrap().into_inner();
 
-    let stalled = stalled_call(&server, "Put").await;
+    let stalled = stalled_call(server.addr, "Put").await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let late = pb::PutRequest {
         key: b(u(42)),
@@ -248,7 +213,7 @@ async fn ping_pays_the_same_admission_as_get() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_with(tight(dir.path())).await;
     let mut c = server.client().await;
-    let stalled = stalled_call(&server, "Get").await;
+    let stalled = stalled_call(server.addr, "Get").await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     for _ in 0..2 {
         // Over bare HTTP/2, so that the answer is the server's (see above).

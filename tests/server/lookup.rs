@@ -17,7 +17,7 @@ use uuidmap::server::ServeConfig;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 use uuidmap_testkit::server::{
-    MAX_BATCH_KEYS, TestServer, b, config, put_op, sample, scrape, spread_key, u,
+    MAX_BATCH_KEYS, TestServer, b, config, put_op, sample, scrape, spread_key, stalled_call, u,
 };
 
 type Client = UuidMapClient<Channel>;
@@ -49,6 +49,18 @@ impl Stream {
             id,
             keys: keys.into(),
             min_lsn,
+            ..Default::default()
+        };
+        self.requests.send(request).await.unwrap();
+    }
+
+    /// As `send`, with a deadline of the request's own (`timeout_us`).
+    async fn send_timed(&self, id: u64, keys: &[Uuid], min_lsn: u64, timeout: Duration) {
+        let request = pb::LookupRequest {
+            id,
+            keys: keys.iter().flat_map(|k| *k.as_bytes()).collect(),
+            min_lsn,
+            timeout_us: timeout.as_micros() as u64,
             ..Default::default()
         };
         self.requests.send(request).await.unwrap();
@@ -295,7 +307,7 @@ async fn the_stream_is_a_long_poll_and_its_requests_are_admitted_as_reads() {
     // queue of one until the server's maximum wait, and a request that
     // finds the queue full is refused at once. Either stream may be the
     // one that queued.
-    let stalled = crate::admission::stalled_call(&server, "Get").await;
+    let stalled = stalled_call(server.addr, "Get").await;
     // Until the stalled call holds the permit, a ping with a short
     // deadline gets through.
     for tries in 0.. {
@@ -349,6 +361,103 @@ async fn the_stream_is_a_long_poll_and_its_requests_are_admitted_as_reads() {
     };
     drop(c2);
     drop(a);
+    server.stop().await.unwrap();
+}
+
+/// Each request's own deadline (`timeout_us`) on a stream without one:
+/// its waits (for its LSN, for a read permit) end there rather than at the
+/// server's maximum wait of 10 s; one whose deadline passes before its keys
+/// are looked up gets the deadline error, not an answer; and a request with
+/// time to spare is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_is_given_up_at_its_own_deadline_and_the_stream_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tight(dir.path());
+    cfg.limits.max_wait = Duration::from_secs(10);
+    let server = TestServer::start_with(cfg).await;
+    let mut c = server.client().await;
+    let entries: Vec<(Uuid, Uuid)> = (0..2_500).map(|i| (spread_key(i), u(7))).collect();
+    let lsn = load(&mut c, &entries).await;
+    let keys: Vec<Uuid> = entries.iter().map(|e| e.0).collect();
+    let mut stream = Stream::open(&mut c).await.unwrap();
+    const DEADLINE: Duration = Duration::from_millis(200);
+    let within_deadline = |took: Duration| took >= DEADLINE * 8 / 10 && took < DEADLINE * 5;
+
+    // An LSN never written: the wait ends at the request's deadline.
+    let started = std::time::Instant::now();
+    stream
+        .send_timed(1, &keys[..1], lsn + 1_000, DEADLINE)
+        .await;
+    let a = stream.next().await;
+    assert_eq!(
+        (a.id, code(&a)),
+        (1, Some(Code::DeadlineExceeded)),
+        "{:?}",
+        a.error
+    );
+    assert!(message(&a).contains("request's deadline"), "{:?}", a.error);
+    assert!(
+        within_deadline(started.elapsed()),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // 1 µs is over before the second permit's worth of keys (1,024 each)
+    // is looked up: no answer, whatever the first piece found.
+    stream
+        .send_timed(2, &keys, 0, Duration::from_micros(1))
+        .await;
+    let a = stream.next().await;
+    assert_eq!(
+        (a.id, code(&a)),
+        (2, Some(Code::DeadlineExceeded)),
+        "{:?}",
+        a.error
+    );
+    assert!(message(&a).contains("passed before"), "{:?}", a.error);
+    assert!(a.values.is_empty() && a.found.is_empty());
+
+    // With time to spare, the same keys are answered.
+    stream
+        .send_timed(3, &keys, 0, Duration::from_secs(10))
+        .await;
+    let a = stream.next().await;
+    assert_eq!((a.id, a.error), (3, None));
+    assert_eq!(a.found[..2_500 / 8], [0xff; 2_500 / 8]);
+
+    // The read permit held by a stalled Get: the wait for it ends at the
+    // request's deadline.
+    let stalled = stalled_call(server.addr, "Get").await;
+    for tries in 0.. {
+        let mut ping = tonic::Request::new(pb::PingRequest::default());
+        ping.set_timeout(Duration::from_millis(30));
+        match c.ping(ping).await {
+            Err(e) if e.code() == Code::DeadlineExceeded => break,
+            _ if tries < 100 => tokio::time::sleep(Duration::from_millis(10)).await,
+            other => panic!("the stalled Get never held the read permit: {other:?}"),
+        }
+    }
+    let started = std::time::Instant::now();
+    stream.send_timed(4, &keys[..1], 0, DEADLINE).await;
+    let a = stream.next().await;
+    assert_eq!(
+        (a.id, code(&a)),
+        (4, Some(Code::DeadlineExceeded)),
+        "{:?}",
+        a.error
+    );
+    assert!(
+        message(&a).contains("read") && message(&a).contains("request's deadline"),
+        "{:?}",
+        a.error
+    );
+    assert!(
+        within_deadline(started.elapsed()),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(stalled);
+    assert!(stream.finish().await.is_empty());
     server.stop().await.unwrap();
 }
 

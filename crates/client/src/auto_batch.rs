@@ -17,12 +17,25 @@
 //! the next batch.
 //!
 //! Deadlines: each caller brings the time its attempt may take (what is
-//! left of its call's deadline, cut to the client's attempt timeout), and
-//! the lane waits for an answer (and for a stream to open) until the
-//! latest of its batch's. An endpoint that lets that pass without a word
-//! is pessimized, the stream given up, and every caller of the batch gets
-//! [`ClientError::AttemptTimedOut`]: a read then tries another member.
-//! The stream itself carries no `grpc-timeout` (it outlives every call).
+//! left of its call's deadline, cut to the client's attempt timeout).
+//! - A caller whose attempt ends while it waits, queued or in a batch out
+//!   on the stream, is answered then ([`ClientError::AttemptTimedOut`], or
+//!   [`ClientError::DeadlineExceeded`] when the attempt was all its call
+//!   had left): a batch never holds a caller past its own deadline. One
+//!   whose attempt ended before the batch went out is left out of it.
+//! - The request carries the latest of its callers' deadlines as
+//!   `timeout_us` (the stream itself carries no `grpc-timeout`: it
+//!   outlives every call), so the server gives up on it when the last of
+//!   them does: it answers DEADLINE_EXCEEDED, and reads nothing, rather
+//!   than work for callers that are gone. That answer goes to the callers
+//!   still waiting (the call's deadline to a last attempt; a retryable
+//!   status, tried elsewhere, to the others); the endpoint answered, so it
+//!   is not pessimized, and the stream goes on.
+//! - The lane waits for an answer (and for a stream to open) until the
+//!   latest of its batch's deadlines. An endpoint that lets that pass
+//!   without a word is pessimized, the stream given up, and the callers
+//!   still waiting get [`ClientError::AttemptTimedOut`]: a read then tries
+//!   another member.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -49,9 +62,64 @@ struct Pending {
     keys: Vec<Uuid>,
     min_lsn: u64,
     consistency: crate::ReadConsistency,
-    /// When the caller's attempt gives up.
+    /// The time the caller's attempt may take (its attempt timeout, or
+    /// what is left of its call if that is less).
+    attempt: Duration,
+    /// When the caller's attempt gives up: when it was queued + `attempt`.
     answer_by: Instant,
-    reply: oneshot::Sender<Result<Answered, Failure>>,
+    /// `answer_by` is the call's own deadline: this attempt is its last.
+    last: bool,
+    /// Where the answer goes; taken when the caller is answered before
+    /// the rest of its batch (its own deadline came first).
+    reply: Option<oneshot::Sender<Result<Answered, Failure>>>,
+}
+
+impl Pending {
+    /// Answers the caller that its attempt ended (on endpoint `on`, if its
+    /// request went out; with `status` if the server said so), unless it
+    /// has been answered already.
+    fn time_out(&mut self, on: Option<&Endpoint>, status: Option<tonic::Status>) {
+        let Some(reply) = self.reply.take() else {
+            return;
+        };
+        let error = if self.last {
+            ClientError::DeadlineExceeded {
+                rpc: "Lookup",
+                timeout: self.attempt,
+                attempts: 1,
+                last: status.map(|status| {
+                    Box::new(ClientError::Status {
+                        rpc: "Lookup",
+                        status,
+                    })
+                }),
+            }
+        } else if let Some(status) = status {
+            ClientError::Status {
+                rpc: "Lookup",
+                status,
+            }
+        } else {
+            ClientError::AttemptTimedOut {
+                rpc: "Lookup",
+                server: on.map_or_else(
+                    || "(not sent: queued in a batching lane)".to_string(),
+                    |e| e.url.clone(),
+                ),
+                after: self.attempt,
+            }
+        };
+        let _ = reply.send(Err(Failure {
+            error,
+            endpoint: on.map(|e| e.id),
+            redirected: false,
+        }));
+    }
+
+    /// Whether the caller still waits for this batch's answer.
+    fn waits(&self) -> bool {
+        self.reply.as_ref().is_some_and(|r| !r.is_closed())
+    }
 }
 
 /// The lanes of one client.
@@ -113,6 +181,8 @@ impl Lanes {
     ) -> Result<Answered, Failure> {
         let (reply, answer) = oneshot::channel();
         let lane = self.next.fetch_add(1, Relaxed) % self.queues.len();
+        let last = attempt >= remaining;
+        let attempt = attempt.min(remaining);
         let gone = || Failure {
             error: ClientError::Status {
                 rpc: "Lookup",
@@ -126,8 +196,10 @@ impl Lanes {
                 keys,
                 min_lsn,
                 consistency,
-                answer_by: Instant::now() + attempt.min(remaining),
-                reply,
+                attempt,
+                answer_by: Instant::now() + attempt,
+                last,
+                reply: Some(reply),
             })
             .map_err(|_| gone())?;
         match tokio::time::timeout(remaining, answer).await {
@@ -194,26 +266,42 @@ impl Lane {
                     Err(_) => break,
                 }
             }
-            batch.retain(|p| !p.reply.is_closed());
+            // A caller whose attempt ended while it was queued is answered
+            // now and left out: the batch would not go out for it.
+            let now = Instant::now();
+            for p in batch.iter_mut().filter(|p| p.answer_by <= now) {
+                p.time_out(self.stream.as_ref().map(|s| &*s.endpoint), None);
+            }
+            batch.retain(Pending::waits);
             if batch.is_empty() {
                 continue;
             }
-            match self.lookup(&batch).await {
+            match self.lookup(&mut batch).await {
                 Ok((values, applied_lsn)) => {
                     // Each caller's values, in the order of its keys.
                     let mut rest = values.into_iter();
                     for p in batch.drain(..) {
                         let mine: Vec<Option<Uuid>> = rest.by_ref().take(p.keys.len()).collect();
-                        let _ = p.reply.send(Ok((mine, applied_lsn)));
+                        if let Some(reply) = p.reply {
+                            let _ = reply.send(Ok((mine, applied_lsn)));
+                        }
                     }
                 }
-                Err((error, endpoint)) => {
+                Err(LaneError::Failed(error, endpoint)) => {
                     for p in batch.drain(..) {
-                        let _ = p.reply.send(Err(Failure {
+                        let Some(reply) = p.reply else { continue };
+                        let _ = reply.send(Err(Failure {
                             error: clone_error(&error),
                             endpoint,
                             redirected: false,
                         }));
+                    }
+                }
+                // The server gave up at the request's deadline: each
+                // caller still waiting gets its own timeout.
+                Err(LaneError::Deadline(status, endpoint)) => {
+                    for mut p in batch.drain(..) {
+                        p.time_out(Some(&endpoint), Some(status.clone()));
                     }
                 }
             }
@@ -221,11 +309,9 @@ impl Lane {
     }
 
     /// One request for `batch`'s keys on the lane's stream (opened first
-    /// if need be).
-    async fn lookup(
-        &mut self,
-        batch: &[Pending],
-    ) -> Result<Answered, (ClientError, Option<usize>)> {
+    /// if need be), carrying the latest of their deadlines; a caller whose
+    /// own deadline comes first is answered when it does.
+    async fn lookup(&mut self, batch: &mut [Pending]) -> Result<Answered, LaneError> {
         // The latest of the callers' attempts bounds the lane's waits.
         let answer_by = batch
             .iter()
@@ -233,7 +319,7 @@ impl Lane {
             .max()
             .unwrap_or_else(Instant::now);
         if self.stream.is_none() {
-            self.stream = Some(self.open(answer_by).await?);
+            self.stream = Some(self.open(batch, answer_by).await?);
         }
         let stream = self.stream.as_mut().expect("opened");
         let endpoint = stream.endpoint.clone();
@@ -247,6 +333,11 @@ impl Lane {
             .reduce(crate::ReadConsistency::strongest)
             .unwrap_or_default()
             .to_wire();
+        let sent_at = Instant::now();
+        // At least 1 µs: 0 would mean no deadline at all.
+        let timeout = answer_by
+            .saturating_duration_since(sent_at)
+            .max(Duration::from_micros(1));
         let request = pb::LookupRequest {
             id,
             keys: batch
@@ -257,11 +348,11 @@ impl Lane {
             min_lsn: batch.iter().map(|p| p.min_lsn).max().unwrap_or(0),
             consistency: consistency.0,
             max_staleness_ms: consistency.1,
+            timeout_us: u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX),
         };
-        let sent_at = Instant::now();
         let sent = stream.requests.send(request).await.is_ok();
         let answer = if sent {
-            tokio::time::timeout_at(answer_by, stream.answers.message()).await
+            within(batch, answer_by, &endpoint, stream.answers.message()).await
         } else {
             Ok(Ok(None))
         };
@@ -272,9 +363,9 @@ impl Lane {
                 self.stream = None;
                 let status = match other {
                     Ok(Err(status)) => status,
-                    Err(_) => {
+                    Err(()) => {
                         self.endpoints.timed_out(&endpoint);
-                        return Err((
+                        return Err(LaneError::Failed(
                             ClientError::AttemptTimedOut {
                                 rpc: "Lookup",
                                 server: endpoint.url.clone(),
@@ -290,12 +381,20 @@ impl Lane {
                     Ok(Ok(None)) => tonic::Status::unavailable("the Lookup stream ended"),
                 };
                 let failure = endpoint_failure(&self.endpoints, &endpoint, "Lookup", status);
-                return Err((failure.error, failure.endpoint));
+                return Err(LaneError::Failed(failure.error, failure.endpoint));
             }
         };
         if let Some(e) = answer.error {
             let status = tonic::Status::new(tonic::Code::from_i32(e.code as i32), e.message);
-            return Err((
+            // The server's margin: it answers by its deadline less 10 %
+            // (at most 20 ms), counted from when it read the request.
+            let margin = (timeout / 10).min(Duration::from_millis(20));
+            if status.code() == tonic::Code::DeadlineExceeded
+                && Instant::now() + margin >= answer_by
+            {
+                return Err(LaneError::Deadline(status, endpoint));
+            }
+            return Err(LaneError::Failed(
                 ClientError::Status {
                     rpc: "Lookup",
                     status,
@@ -307,10 +406,17 @@ impl Lane {
         endpoint.latency.record(sent_at.elapsed());
         unpack_values("Lookup", n, &answer.values, &answer.found)
             .map(|values| (values, answer.applied_lsn))
-            .map_err(|e| (e, Some(endpoint.id)))
+            .map_err(|e| LaneError::Failed(e, Some(endpoint.id)))
     }
 
-    async fn open(&mut self, answer_by: Instant) -> Result<Stream, (ClientError, Option<usize>)> {
+    /// Opens a stream on the next healthy endpoint, waiting until
+    /// `answer_by` (a caller of `batch` whose own deadline comes first is
+    /// answered then).
+    async fn open(
+        &mut self,
+        batch: &mut [Pending],
+        answer_by: Instant,
+    ) -> Result<Stream, LaneError> {
         let e = self.endpoints.pick(None);
         let (requests, rx) = mpsc::channel(1);
         // A stream has no deadline: each request's answer is bounded
@@ -322,11 +428,10 @@ impl Lane {
         );
         let (channel, lease) = e.pool.lease();
         let started = Instant::now();
-        let Ok(opened) =
-            tokio::time::timeout_at(answer_by, UuidMapClient::new(channel).lookup(r)).await
+        let Ok(opened) = within(batch, answer_by, &e, UuidMapClient::new(channel).lookup(r)).await
         else {
             self.endpoints.timed_out(&e);
-            return Err((
+            return Err(LaneError::Failed(
                 ClientError::AttemptTimedOut {
                     rpc: "Lookup",
                     server: e.url.clone(),
@@ -344,7 +449,52 @@ impl Lane {
             }),
             Err(status) => {
                 let failure = endpoint_failure(&self.endpoints, &e, "Lookup", status);
-                Err((failure.error, failure.endpoint))
+                Err(LaneError::Failed(failure.error, failure.endpoint))
+            }
+        }
+    }
+}
+
+/// Why a batch got no values.
+enum LaneError {
+    /// The batch failed (on the endpoint with this id, if any): each
+    /// caller still waiting gets a copy.
+    Failed(ClientError, Option<usize>),
+    /// The endpoint answered DEADLINE_EXCEEDED at the request's deadline
+    /// (the latest of its callers'): each caller still waiting gets its
+    /// own timeout.
+    Deadline(tonic::Status, Arc<Endpoint>),
+}
+
+/// Runs `work` until `answer_by`, the latest deadline of `batch`'s
+/// callers; meanwhile each caller whose own deadline comes first is
+/// answered then, as timed out on `on`. `Err` when `answer_by` passed
+/// first (`work` is dropped then, and only then).
+async fn within<F: Future>(
+    batch: &mut [Pending],
+    answer_by: Instant,
+    on: &Endpoint,
+    work: F,
+) -> Result<F::Output, ()> {
+    let mut work = std::pin::pin!(work);
+    loop {
+        let now = Instant::now();
+        for p in batch.iter_mut().filter(|p| p.answer_by <= now) {
+            p.time_out(Some(on), None);
+        }
+        let wake = batch
+            .iter()
+            .filter(|p| p.reply.is_some())
+            .map(|p| p.answer_by)
+            .min()
+            .map_or(answer_by, |w| w.min(answer_by));
+        tokio::select! {
+            biased;
+            out = &mut work => return Ok(out),
+            () = tokio::time::sleep_until(wake) => {
+                if wake >= answer_by {
+                    return Err(());
+                }
             }
         }
     }

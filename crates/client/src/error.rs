@@ -255,7 +255,9 @@ pub enum ClientError {
     },
     /// One attempt of a read got no answer within its own timeout (a part
     /// of the call's deadline, [`crate::ClientBuilder::attempt_timeout`]):
-    /// the endpoint was pessimized, and the call tried another.
+    /// the call tried another endpoint. The endpoint is pessimized when it
+    /// lets an attempt pass without a word (a batched get's endpoint, once
+    /// the latest deadline of the get's batch has passed too).
     #[error("{rpc}: {server} did not answer within the attempt timeout of {after:?}")]
     AttemptTimedOut {
         /// The RPC called.

@@ -27,7 +27,10 @@
 //! the call's future.
 //!
 //! Only the future that produces the response headers is timed: a stream
-//! (`Scan`, `Watch`, reflection) runs as long as its client reads it.
+//! (`Scan`, `Watch`, reflection) runs as long as its client reads it. The
+//! requests of a `Lookup` stream carry deadlines of their own
+//! (`timeout_us`), each kept as a [`CallDeadline`] from when it is read
+//! ([`request_wait`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -94,6 +97,23 @@ pub fn call_deadline<T>(request: &tonic::Request<T>) -> Option<CallDeadline> {
 /// (`Lookup`) bounds each of its waits so, with the deadline it read once.
 pub fn wait_from_now(call: Option<CallDeadline>, max_wait: Duration) -> (Instant, WaitBound) {
     bound_wait(call, Instant::now(), max_wait)
+}
+
+/// [`wait_from_now`] for one request of a stream that carries a deadline
+/// of its own (`Lookup`'s `timeout_us`, as `request`): the earliest of
+/// the stream's deadline, the request's (each less its margin) and
+/// `max_wait`, all from `now`.
+pub fn request_wait(
+    stream: Option<CallDeadline>,
+    request: Option<CallDeadline>,
+    now: Instant,
+    max_wait: Duration,
+) -> (Instant, WaitBound) {
+    let (by, bound) = bound_wait(stream, now, max_wait);
+    match request.map(|r| r.answer_by()) {
+        Some(own) if own < by => (own, WaitBound::RequestDeadline),
+        _ => (by, bound),
+    }
 }
 
 /// [`wait_deadline`] for a layer below [`DeadlineLayer`], which sees the

@@ -203,6 +203,9 @@ pub enum AuthError {
 pub enum WaitBound {
     /// The call's deadline (`grpc-timeout`).
     CallDeadline,
+    /// A `Lookup` request's own deadline (its `timeout_us`), earlier than
+    /// its stream's.
+    RequestDeadline,
     /// The server's maximum wait (the call had no deadline, or a longer one).
     ServerMaximum,
 }

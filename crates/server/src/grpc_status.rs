@@ -201,6 +201,7 @@ pub fn membership_error(e: uuidmap_cluster::membership::MembershipError) -> Stat
 pub fn wait_timed_out(e: WaitTimedOut, bound: WaitBound) -> Status {
     let why = match bound {
         WaitBound::CallDeadline => "the call's deadline is near",
+        WaitBound::RequestDeadline => "the request's deadline (`timeout_us`) is near",
         WaitBound::ServerMaximum => {
             "the server's maximum wait passed (set a deadline on the call to wait longer, \
              up to the server's `max_wait_ms`)"
@@ -228,6 +229,15 @@ pub fn call_deadline_passed(timeout: Duration, writes: bool) -> Status {
              was changed. Retry, with a longer deadline if this repeats"
         ))
     }
+}
+
+/// The status for a `Lookup` request whose own deadline (`timeout_us`,
+/// less its margin) passed before it was looked up: nothing was read for
+/// it, since its caller no longer waits.
+pub fn request_deadline_passed(timeout: Duration) -> Status {
+    Status::deadline_exceeded(format!(
+        "the request's deadline (timeout_us: {timeout:?}) passed before the server could look          its keys up; retry, with a longer deadline if this repeats"
+    ))
 }
 
 /// The status for a wait cut short because the server is stopping.

@@ -28,9 +28,23 @@
 //! passes; the requests behind it do not wait for it, so answers may come
 //! out of order. At most [`MAX_WAITING`] requests of a stream wait at once;
 //! beyond that the stream reads no further request until one is done. Each
-//! wait is bounded by the stream's deadline (`grpc-timeout`, less its
-//! margin) and the server's `max_wait`, counted from when the request is
-//! read.
+//! wait is bounded by the request's deadline, the stream's and the server's
+//! `max_wait` (below).
+//!
+//! # Deadlines
+//!
+//! A stream outlives the calls it carries, so its `grpc-timeout` (if any)
+//! says nothing about when a request's caller gives up. Each request may
+//! carry its own: `timeout_us`, counted from when the request is read, and
+//! kept as a call's is ([`CallDeadline::answer_by`]: less a margin of 10 %,
+//! at most 20 ms, so the answer is there before the caller stops waiting).
+//! The earliest of the request's deadline, the stream's and `max_wait`
+//! bounds the request's waits: for its `min_lsn` or read index, and for
+//! admission (each piece's read permit). Before each piece is looked up the
+//! request's own deadline is checked: once it has passed, the keys are not
+//! read (the caller no longer waits for them) and the request is answered
+//! DEADLINE_EXCEEDED. Either way the answer is the request's alone; the
+//! stream goes on.
 //!
 //! # Admission
 //!
@@ -51,17 +65,20 @@
 //! requests, instead of the server buffering either.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use metrics::Counter;
 use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
 use uuid::Uuid;
 
 use super::admission::Admission;
 use super::config::Limits;
-use super::deadline::{CallDeadline, wait_from_now};
-use super::grpc_status::stopping_stream;
+use super::deadline::{CallDeadline, request_wait};
+use super::errors::WaitBound;
+use super::grpc_status::{request_deadline_passed, stopping_stream};
 use super::metrics::CODES;
 use super::read_gate::{Consistency, ReadGate};
 use super::transport_errors;
@@ -78,6 +95,10 @@ pub const MAX_WAITING: usize = 256;
 const CHANNEL_ANSWERS: usize = 16;
 /// The RPC's path, for the wording of transport errors.
 const PATH: &str = "/uuidmap.v1.UuidMap/Lookup";
+/// The longest `timeout_us` taken as given; a longer one is cut to it
+/// (`max_wait` bounds every wait long before), so that no deadline
+/// overflows the clock.
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(365 * 86_400);
 
 /// The response stream.
 pub type LookupStream = ReceiverStream<Result<pb::LookupResponse, Status>>;
@@ -221,6 +242,7 @@ impl Lookups {
                 }
             };
             let id = request.id;
+            let own = own_deadline(request.timeout_us, Instant::now());
             let keys = match packed_keys("keys", &request.keys, self.limits.max_batch_keys) {
                 Ok(keys) => keys,
                 Err(e) => {
@@ -240,7 +262,7 @@ impl Lookups {
                 }
             };
             let answer = match self.gate.at_once(consistency, request.min_lsn) {
-                Some(Ok(applied)) => self.answer(id, &keys, applied).await,
+                Some(Ok(applied)) => self.answer(id, &keys, applied, own).await,
                 Some(Err(status)) => refused(id, status),
                 None => {
                     let Ok(slot) = Arc::clone(&waiting).acquire_owned().await else {
@@ -249,7 +271,7 @@ impl Lookups {
                     let (lookups, answers) = (self.clone(), answers.clone());
                     tokio::spawn(async move {
                         let answer = lookups
-                            .after_wait(id, &keys, consistency, request.min_lsn)
+                            .after_wait(id, &keys, consistency, request.min_lsn, own)
                             .await;
                         lookups.reply(&answers, answer, keys.len()).await;
                         drop(slot);
@@ -271,30 +293,45 @@ impl Lookups {
     }
 
     /// The answer to a request that first waits until `min_lsn` is applied
-    /// (and, on a member, for its consistency).
+    /// (and, on a member, for its consistency); `own` is the request's
+    /// deadline.
     async fn after_wait(
         &self,
         id: u64,
         keys: &[Uuid],
         consistency: Consistency,
         min_lsn: u64,
+        own: Option<CallDeadline>,
     ) -> pb::LookupResponse {
-        let bound = wait_from_now(self.call, self.limits.max_wait);
+        let bound = request_wait(self.call, own, Instant::now(), self.limits.max_wait);
         match self.gate.admit(consistency, min_lsn, bound).await {
-            Ok(applied) => self.answer(id, keys, applied).await,
+            Ok(applied) => self.answer(id, keys, applied, own).await,
             Err(status) => refused(id, status),
         }
     }
 
-    /// Looks `keys` up, a read permit per [`KEYS_PER_PERMIT`] keys;
+    /// Looks `keys` up, a read permit per [`KEYS_PER_PERMIT`] keys, unless
+    /// the request's own deadline `own` has passed first;
     /// `applied_lsn` was read before the first lookup, after the request
     /// was admitted at its consistency.
-    async fn answer(&self, id: u64, keys: &[Uuid], applied_lsn: u64) -> pb::LookupResponse {
+    async fn answer(
+        &self,
+        id: u64,
+        keys: &[Uuid],
+        applied_lsn: u64,
+        own: Option<CallDeadline>,
+    ) -> pb::LookupResponse {
         let mut found = vec![None; keys.len()];
         let index = self.durable.index();
         let pieces = keys.chunks(KEYS_PER_PERMIT);
         for (keys, found) in pieces.zip(found.chunks_mut(KEYS_PER_PERMIT)) {
-            let bound = wait_from_now(self.call, self.limits.max_wait);
+            let now = Instant::now();
+            let bound = request_wait(self.call, own, now, self.limits.max_wait);
+            if let (Some(own), (by, WaitBound::RequestDeadline)) = (own, bound)
+                && by <= now
+            {
+                return refused(id, request_deadline_passed(own.timeout));
+            }
             let permit = match self.admission.read_permit(bound).await {
                 Ok(permit) => permit,
                 Err(e) => return refused(id, Status::from(&e)),
@@ -311,6 +348,15 @@ impl Lookups {
             error: None,
         }
     }
+}
+
+/// A request's own deadline from its `timeout_us` (0: none), read at
+/// `read`.
+fn own_deadline(timeout_us: u64, read: Instant) -> Option<CallDeadline> {
+    (timeout_us > 0).then(|| CallDeadline {
+        arrived: read,
+        timeout: Duration::from_micros(timeout_us).min(MAX_REQUEST_TIMEOUT),
+    })
 }
 
 /// The answer to a request that gets none: the status a `BatchGet` would

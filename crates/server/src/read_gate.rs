@@ -154,6 +154,9 @@ impl ReadGate {
                     .map_err(|_| ConsistencyError::ReadIndexTimedOut {
                         why: match bound.1 {
                             WaitBound::CallDeadline => "the call's deadline was near",
+                            WaitBound::RequestDeadline => {
+                                "the request's deadline (`timeout_us`) was near"
+                            }
                             WaitBound::ServerMaximum => "the server's maximum wait passed",
                         },
                     })?

@@ -333,7 +333,9 @@ mod tests {
                 id: u64::MAX,
                 keys: vec![0x7f; limits.max_batch_keys * 16].into(),
                 min_lsn: u64::MAX,
-                ..Default::default()
+                consistency: i32::MAX,
+                max_staleness_ms: u64::MAX,
+                timeout_us: u64::MAX,
             };
             assert!(lookup.encoded_len() <= limit, "{limits:?}");
             let cas = pb::WriteOp {

@@ -166,6 +166,9 @@ impl Gate {
                     permits: self.permits,
                     why: match bound {
                         WaitBound::CallDeadline => "the call's deadline was near",
+                        WaitBound::RequestDeadline => {
+                            "the request's deadline (`timeout_us`) was near"
+                        }
                         WaitBound::ServerMaximum => {
                             "the server's maximum wait passed (`max_wait_ms`; set a deadline \
                              on the call to choose your own)"

@@ -14,8 +14,8 @@ mod test_server;
 
 pub use metrics_text::{http_get, sample, scrape};
 pub use raw_grpc::{
-    RPCS, RawAnswer, RawCodec, RawConnection, RawDecoder, RawEncoder, framed, percent_decode,
-    raw_call, raw_status,
+    RPCS, RawAnswer, RawCodec, RawConnection, RawDecoder, RawEncoder, Stalled, framed,
+    percent_decode, raw_call, raw_status, stalled_call,
 };
 pub use request_fields::{b, cas_req, put_op, put_req, spread_key, u};
 pub use test_group::{Configure, TestGroup, member_config};

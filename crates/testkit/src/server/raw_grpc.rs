@@ -226,3 +226,35 @@ impl tonic::codec::Decoder for RawDecoder {
         Ok(Some(prost::bytes::Buf::copy_to_bytes(src, n).to_vec()))
     }
 }
+
+/// A call to `method` admitted on its headers and then stalled: the body
+/// never comes, so the handler waits (holding the call's permit) until the
+/// returned stream is dropped.
+pub async fn stalled_call(addr: std::net::SocketAddr, method: &str) -> Stalled {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::post(format!("http://{addr}/uuidmap.v1.UuidMap/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, body) = client.send_request(request, false).unwrap();
+    // Keep the connection's client alive as long as the stream.
+    tokio::spawn(async move {
+        let _client = client;
+        let _ = response.await;
+    });
+    Stalled(body)
+}
+
+/// A stalled call; dropping it cancels the call (RST_STREAM), as a client
+/// that gives up does.
+pub struct Stalled(h2::SendStream<Bytes>);
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        self.0.send_reset(h2::Reason::CANCEL);
+    }
+}
