@@ -21,6 +21,8 @@ pub enum Which {
     Del,
     /// `DELIFEQ key old` (Valkey 9.0).
     DelIfEq,
+    /// `WAIT numreplicas timeout`.
+    Wait,
     /// `MSET key value [key value ...]`.
     MSet,
     /// `DBSIZE`.
@@ -91,6 +93,8 @@ pub const COMMANDS: &[Command] = &[
     row("set", Which::Set, -3, WRITE, Some(Role::Write)),
     row("del", Which::Del, -2, WRITE, Some(Role::Write)),
     row("delifeq", Which::DelIfEq, 3, WRITE, Some(Role::Write)),
+    // No permit: it only waits, holding its own connection.
+    row("wait", Which::Wait, 3, None, Some(Role::Read)),
     row("mset", Which::MSet, -3, WRITE, Some(Role::Write)),
     row("ping", Which::Ping, -1, READ, Some(Role::Read)),
     row("dbsize", Which::DbSize, 1, READ, Some(Role::Read)),

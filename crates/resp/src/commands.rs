@@ -163,6 +163,7 @@ impl Commands {
             Which::Set => write_commands::set(&self.shared, args, out).await,
             Which::Del => write_commands::del(&self.shared, args, out).await,
             Which::DelIfEq => write_commands::del_if_eq(&self.shared, args, out).await,
+            Which::Wait => write_commands::wait(&self.shared, args, out).await,
             Which::MSet => write_commands::mset(&self.shared, args, out).await,
             Which::DbSize => {
                 if self.admit_read(out).await {

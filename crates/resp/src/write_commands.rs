@@ -16,6 +16,14 @@
 //! time, in a group), so a rebalancing job can move an entry through a
 //! Redis client as safely as through gRPC. Both leave an absent key
 //! absent, as Valkey's do.
+//!
+//! `WAIT numreplicas timeout` answers how many followers hold every write
+//! applied when it was called (the connection's own among them: a write
+//! is answered once applied, and a connection runs one command at a
+//! time), waiting up to `timeout` ms for `numreplicas` of them, as Redis
+//! counts replicas that acknowledged the connection's writes. A single
+//! node has none (0 at once); a follower refuses it, as a Redis replica
+//! does.
 
 use uuid::Uuid;
 use uuidmap_engine::writer::{Key, LeaderHint, WriteError, WriteOp};
@@ -168,6 +176,47 @@ pub async fn set(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
         Ok(true) => reply::simple(out, "OK"),
         Ok(false) => reply::null(out),
         Err(e) => reply::error(out, &e.to_string()),
+    }
+}
+
+/// How often `WAIT` looks at the followers' progress again.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// `WAIT numreplicas timeout`: the followers whose log holds the applied
+/// LSN, once `numreplicas` do or after `timeout` ms (0: `--max-wait-ms`,
+/// where Redis waits forever).
+pub async fn wait(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
+    let integer = |a: &[u8]| std::str::from_utf8(a).ok()?.parse::<i64>().ok();
+    let (Some(wanted), Some(timeout_ms)) = (integer(args[1]), integer(args[2])) else {
+        return reply::error(out, "ERR value is not an integer or out of range");
+    };
+    if timeout_ms < 0 {
+        return reply::error(out, "ERR timeout is negative");
+    }
+    let Some(view) = shared.cluster.as_ref() else {
+        return reply::integer(out, 0);
+    };
+    let lsn = shared.durable.watermark().current();
+    let max = shared.limits.max_wait;
+    let timeout = match timeout_ms {
+        0 => max,
+        ms => std::time::Duration::from_millis(ms as u64).min(max),
+    };
+    let until = tokio::time::Instant::now() + timeout;
+    loop {
+        let status = view();
+        if status.role.as_str() != "leader" {
+            return reply::error(out, "ERR WAIT cannot be used with replica instances");
+        }
+        let holding = status
+            .followers
+            .iter()
+            .filter(|f| f.matched.is_some_and(|m| m >= lsn))
+            .count() as i64;
+        if holding >= wanted || tokio::time::Instant::now() >= until {
+            return reply::integer(out, holding);
+        }
+        tokio::time::sleep(WAIT_POLL).await;
     }
 }
 

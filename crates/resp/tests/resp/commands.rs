@@ -112,6 +112,14 @@ async fn set_ifeq_and_delifeq_move_an_entry_only_from_the_value_expected() {
     assert!(e.error().contains("not a UUID"), "{e:?}");
     let e = c.call(&[b"DELIFEQ", &k]).await;
     assert!(e.error().contains("wrong number of arguments"), "{e:?}");
+    // A single node has no replicas to wait for: WAIT answers 0 at once.
+    let started = std::time::Instant::now();
+    assert_eq!(c.call(&[b"WAIT", b"1", b"5000"]).await, Reply::Int(0));
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    let e = c.call(&[b"WAIT", b"1", b"-1"]).await;
+    assert_eq!(e.error(), "ERR timeout is negative");
+    let e = c.call(&[b"WAIT", b"one", b"0"]).await;
+    assert_eq!(e.error(), "ERR value is not an integer or out of range");
     s.stop().await.unwrap();
 }
 
@@ -196,8 +204,8 @@ async fn info_command_client_select_hello_and_quit_answer_what_clients_expect() 
             .unwrap()
             .contains("# Stats")
     );
-    assert_eq!(c.call(&[b"COMMAND", b"COUNT"]).await, Reply::Int(17));
-    assert_eq!(c.call(&[b"COMMAND"]).await.items().len(), 17);
+    assert_eq!(c.call(&[b"COMMAND", b"COUNT"]).await, Reply::Int(18));
+    assert_eq!(c.call(&[b"COMMAND"]).await.items().len(), 18);
     let get = c.call(&[b"COMMAND", b"INFO", b"get", b"nope"]).await;
     assert_eq!(get.items()[0].items()[0], Reply::Simple("get".into()));
     assert_eq!(get.items()[1], Reply::Array(None));

@@ -108,10 +108,20 @@ async fn a_follower_sends_a_write_to_the_leaders_resp_port_and_it_lands_there() 
     // then reads the write.
     let target: SocketAddr = moved[0]["MOVED 0 ".len()..].parse().unwrap();
     let v2 = text(3);
+    let mut on_leader = Conn::connect(target).await;
+    assert_eq!(on_leader.call(&[b"SET", &k, &v2]).await, ok());
+    // WAIT: both followers come to hold the write (a majority already did
+    // when it was answered); a follower refuses WAIT, as a Redis replica.
     assert_eq!(
-        Conn::connect(target).await.call(&[b"SET", &k, &v2]).await,
-        ok()
+        on_leader.call(&[b"WAIT", b"2", b"5000"]).await,
+        Reply::Int(2)
     );
+    let follower = members.iter().find(|m| m.resp != target).unwrap();
+    let e = Conn::connect(follower.resp)
+        .await
+        .call(&[b"WAIT", b"1", b"100"])
+        .await;
+    assert!(e.error().contains("replica"), "{e:?}");
     for m in &members {
         assert_eq!(
             Conn::connect(m.resp).await.call(&[b"GET", &k]).await,
