@@ -53,8 +53,8 @@ class Conn:
         raw = line + b"\r\n"
         if kind == b"$" and int(rest) >= 0:
             raw += self._exact(int(rest) + 2)
-        elif kind == b"*" and int(rest) >= 0:
-            for _ in range(int(rest)):
+        elif kind in (b"*", b"%") and int(rest) >= 0:
+            for _ in range(int(rest) * (2 if kind == b"%" else 1)):
                 raw += self.reply()
         return raw
 
@@ -123,8 +123,11 @@ STEPS = [
     ),
     ("SELECT 1 (one database)", [["SELECT", "1"]], "prefix:-ERR"),
     ("QUIT", [["QUIT"]], None),
-    # On new connections: Redis's connection speaks RESP3 after this.
-    ("HELLO 3 (RESP2 only)", [["HELLO", "3"]], "prefix:-NOPROTO"),
+    # On new connections: both speak RESP3 after this.
+    ("HELLO 3: a map with proto 3", [["HELLO", "3"]], "prefix:%7\r\n"),
+    ("RESP3 null", [["GET", MISSING]], None),
+    ("RESP3 MGET with a null", [["MGET", K2, MISSING]], None),
+    ("HELLO 4", [["HELLO", "4"]], None),
 ]
 
 
@@ -134,7 +137,7 @@ def main():
     failed = 0
     same = 0
     for name, commands, expected in STEPS:
-        if name.startswith("HELLO"):
+        if name.startswith("HELLO 3"):
             redis, ours = Conn(redis_port), Conn(uuidmap_port)
         theirs = redis.pipeline(commands)
         mine = ours.pipeline(commands)

@@ -39,7 +39,7 @@ pub enum Which {
     Select,
     /// `QUIT`.
     Quit,
-    /// `HELLO [2 [AUTH user token] [SETNAME name]]`.
+    /// `HELLO [2|3 [AUTH user token] [SETNAME name]]`.
     Hello,
     /// `AUTH [user] token`.
     Auth,

@@ -29,6 +29,8 @@ pub struct Session {
     scan_rest: Option<SegmentRest>,
     /// Set by `QUIT`: the connection closes after this answer.
     pub quit: bool,
+    /// Whether `HELLO 3` chose RESP3 (its null and the `HELLO` map).
+    resp3: bool,
     /// `CLIENT ID`.
     id: u64,
 }
@@ -41,6 +43,7 @@ impl Session {
             name: None,
             scan_rest: None,
             quit: false,
+            resp3: false,
             id,
         }
     }
@@ -157,10 +160,10 @@ impl Commands {
                 Some(m) if args.len() == 2 => reply::bulk(out, m),
                 Some(_) => reply::error(out, "ERR wrong number of arguments for 'ping' command"),
             },
-            Which::Get => self.get(args[1], out).await,
-            Which::MGet => self.mget(&args[1..], out, false).await,
-            Which::Exists => self.mget(&args[1..], out, true).await,
-            Which::Set => write_commands::set(&self.shared, args, out).await,
+            Which::Get => self.get(args[1], out, session.resp3).await,
+            Which::MGet => self.mget(&args[1..], out, false, session.resp3).await,
+            Which::Exists => self.mget(&args[1..], out, true, session.resp3).await,
+            Which::Set => write_commands::set(&self.shared, args, out, session.resp3).await,
             Which::Del => write_commands::del(&self.shared, args, out).await,
             Which::DelIfEq => write_commands::del_if_eq(&self.shared, args, out).await,
             Which::Wait => write_commands::wait(&self.shared, args, out).await,
@@ -172,7 +175,7 @@ impl Commands {
             }
             Which::Scan => self.scan(session, args, out).await,
             Which::Info => self.info(args, out),
-            Which::Command => command_info(args, out),
+            Which::Command => command_info(args, out, session.resp3),
             Which::Client => client(session, args, out),
             Which::Select => match args[1] {
                 b"0" => reply::simple(out, "OK"),
@@ -211,7 +214,7 @@ impl Commands {
         }
     }
 
-    async fn get(&self, arg: &[u8], out: &mut Vec<u8>) {
+    async fn get(&self, arg: &[u8], out: &mut Vec<u8>, resp3: bool) {
         let (key, form) = match parse_key(arg) {
             Ok(k) => k,
             Err(e) => return reply::error(out, &e.to_string()),
@@ -221,12 +224,12 @@ impl Commands {
         }
         match self.shared.durable.index().get(key.as_uuid()) {
             Some(v) => reply::uuid(out, &v, form),
-            None => reply::null(out),
+            None => reply::null(out, resp3),
         }
     }
 
     /// `MGET` (the values) or `EXISTS` (how many of the keys have one).
-    async fn mget(&self, args: &[&[u8]], out: &mut Vec<u8>, exists: bool) {
+    async fn mget(&self, args: &[&[u8]], out: &mut Vec<u8>, exists: bool, resp3: bool) {
         let max = self.shared.limits.max_batch_keys;
         if args.len() > max {
             let n = args.len();
@@ -258,7 +261,7 @@ impl Commands {
         for (v, form) in values.iter().zip(forms) {
             match v {
                 Some(v) => reply::uuid(out, v, form),
-                None => reply::null(out),
+                None => reply::null(out, resp3),
             }
         }
     }
@@ -357,16 +360,16 @@ impl Commands {
             .ok_or("WRONGPASS invalid username-password pair or user is disabled.")
     }
 
-    /// `HELLO [2 [AUTH user token] [SETNAME name]]`: RESP2 only.
+    /// `HELLO [2|3 [AUTH user token] [SETNAME name]]`: the protocol for
+    /// the rest of the connection.
     fn hello(&self, session: &mut Session, args: &[&[u8]], out: &mut Vec<u8>) {
+        let mut resp3 = session.resp3;
         if let Some(version) = args.get(1) {
             match number(version) {
-                Some(2) => {}
+                Some(2) => resp3 = false,
+                Some(3) => resp3 = true,
                 Some(_) => {
-                    return reply::error(
-                        out,
-                        "NOPROTO sorry, this protocol version is not supported",
-                    );
+                    return reply::error(out, "NOPROTO unsupported protocol version");
                 }
                 None => {
                     return reply::error(
@@ -405,7 +408,12 @@ impl Commands {
         if let Some(n) = name {
             session.name = Some(n.into());
         }
-        reply::array(out, 14);
+        session.resp3 = resp3;
+        if resp3 {
+            reply::map(out, 7);
+        } else {
+            reply::array(out, 14);
+        }
         for (k, v) in [
             ("server", "uuidmap"),
             ("version", env!("CARGO_PKG_VERSION")),
@@ -414,7 +422,7 @@ impl Commands {
             reply::bulk(out, v.as_bytes());
         }
         reply::bulk(out, b"proto");
-        reply::integer(out, 2);
+        reply::integer(out, if resp3 { 3 } else { 2 });
         reply::bulk(out, b"id");
         reply::integer(out, session.id as i64);
         for (k, v) in [("mode", "standalone"), ("role", "master")] {
@@ -447,7 +455,7 @@ fn unknown_command(args: &[&[u8]], out: &mut Vec<u8>) {
 
 /// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name...`, `COMMAND DOCS`:
 /// enough for clients that ask what the server knows.
-fn command_info(args: &[&[u8]], out: &mut Vec<u8>) {
+fn command_info(args: &[&[u8]], out: &mut Vec<u8>, resp3: bool) {
     let Some(sub) = args.get(1) else {
         reply::array(out, COMMANDS.len());
         return COMMANDS.iter().for_each(|c| command_entry(c, out));
@@ -461,6 +469,7 @@ fn command_info(args: &[&[u8]], out: &mut Vec<u8>) {
         for name in &args[2..] {
             match lookup(name) {
                 Some((_, c)) => command_entry(c, out),
+                None if resp3 => reply::null(out, true),
                 None => out.extend_from_slice(b"*-1\r\n"),
             }
         }
@@ -514,7 +523,7 @@ fn client(session: &mut Session, args: &[&[u8]], out: &mut Vec<u8>) {
     } else if sub.eq_ignore_ascii_case(b"GETNAME") && args.len() == 2 {
         match &session.name {
             Some(n) => reply::bulk(out, n),
-            None => reply::null(out),
+            None => reply::null(out, session.resp3),
         }
     } else if sub.eq_ignore_ascii_case(b"SETINFO") && args.len() == 4 {
         reply::simple(out, "OK");

@@ -1,9 +1,10 @@
 //! uuidmap's Redis-protocol front end (`uuidmap serve --resp-listen ADDR`):
 //! redis-cli, redis-benchmark and any Redis client speak to the index
-//! directly. A thin layer beside the gRPC server: it parses RESP2, calls
+//! directly. A thin layer beside the gRPC server: it parses RESP, calls
 //! what the gRPC handlers call over the same handles
 //! ([`Shared`]: the index and its single writer, admission, the read gate,
-//! the tokens, the stop), and writes RESP2. It keeps no state of the map.
+//! the tokens, the stop), and writes RESP2, or RESP3 after `HELLO 3`. It
+//! keeps no state of the map.
 //!
 //! - `parser`: requests (arrays of bulk strings, inline commands) as
 //!   ranges of the connection's buffer, every limit checked on the header;
@@ -166,7 +167,7 @@ async fn accept(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Shared)
     tracing::info!(
         port,
         tls = tls.is_some(),
-        "serving the Redis protocol (RESP2)"
+        "serving the Redis protocol (RESP2 and RESP3)"
     );
     loop {
         tokio::select! {

@@ -1,4 +1,6 @@
-//! RESP2 answers, appended to the connection's output buffer (one buffer
+//! RESP2 answers (and RESP3's null, for a connection that asked for RESP3
+//! with `HELLO 3`: every other answer we give is the same in both),
+//! appended to the connection's output buffer (one buffer
 //! per connection, reused: an answer allocates nothing once the buffer has
 //! grown to the connection's largest batch of pipelined answers).
 
@@ -52,9 +54,14 @@ pub fn uuid(out: &mut Vec<u8>, value: &Uuid, form: UuidForm) {
     }
 }
 
-/// `$-1`: no value.
-pub fn null(out: &mut Vec<u8>) {
-    out.extend_from_slice(b"$-1\r\n");
+/// No value: RESP2's `$-1`, or RESP3's `_` when `resp3`.
+pub fn null(out: &mut Vec<u8>, resp3: bool) {
+    out.extend_from_slice(if resp3 { b"_\r\n" } else { b"$-1\r\n" });
+}
+
+/// `%<n>`: RESP3's map of the next `n` key and value pairs.
+pub fn map(out: &mut Vec<u8>, n: usize) {
+    let _ = write!(out, "%{n}\r\n");
 }
 
 /// `*<n>`: an array of the next `n` answers.

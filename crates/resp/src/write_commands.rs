@@ -112,7 +112,7 @@ fn check_size(shared: &Shared, len: usize, out: &mut Vec<u8>) -> bool {
 }
 
 /// `SET key value [NX|XX|IFEQ old]`.
-pub async fn set(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
+pub async fn set(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>, resp3: bool) {
     let (key, value) = match (parse_key(args[1]), parse_value(args[2])) {
         (Ok((k, _)), Ok(v)) => (k, v),
         (Err(e), _) | (_, Err(e)) => return reply::error(out, &e.to_string()),
@@ -174,7 +174,7 @@ pub async fn set(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
     };
     match outcome {
         Ok(true) => reply::simple(out, "OK"),
-        Ok(false) => reply::null(out),
+        Ok(false) => reply::null(out, resp3),
         Err(e) => reply::error(out, &e.to_string()),
     }
 }

@@ -124,6 +124,34 @@ async fn set_ifeq_and_delifeq_move_an_entry_only_from_the_value_expected() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_3_switches_the_connection_to_resp3_and_hello_2_back() {
+    let (_dir, s) = server().await;
+    let mut c = s.connect().await;
+    let (k, v, missing) = (text(1), text(2), text(3));
+    assert_eq!(c.call(&[b"SET", &k, &v]).await, ok());
+    let Reply::Map(fields) = c.call(&[b"HELLO", b"3"]).await else {
+        panic!("HELLO 3 answers a map");
+    };
+    let proto = fields.iter().position(|f| *f == bulk(b"proto")).unwrap();
+    assert_eq!(fields[proto + 1], Reply::Int(3));
+    // RESP3's null; everything else reads as in RESP2.
+    assert_eq!(c.call(&[b"GET", &missing]).await, Reply::Null);
+    assert_eq!(
+        c.call(&[b"MGET", &k, &missing]).await,
+        Reply::Array(Some(vec![bulk(&v), Reply::Null]))
+    );
+    assert_eq!(c.call(&[b"SET", &k, &v, b"NX"]).await, Reply::Null);
+    assert_eq!(c.call(&[b"CLIENT", b"GETNAME"]).await, Reply::Null);
+    assert_eq!(c.call(&[b"EXISTS", &k]).await, Reply::Int(1));
+    // Another connection still speaks RESP2.
+    let mut other = s.connect().await;
+    assert_eq!(other.call(&[b"GET", &missing]).await, Reply::Bulk(None));
+    assert!(!c.call(&[b"HELLO", b"2"]).await.items().is_empty());
+    assert_eq!(c.call(&[b"GET", &missing]).await, Reply::Bulk(None));
+    s.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mset_writes_all_pairs_and_scan_returns_each_key_exactly_once() {
     let (_dir, s) = server().await;
     let mut c = s.connect().await;
@@ -226,7 +254,7 @@ async fn info_command_client_select_hello_and_quit_answer_what_clients_expect() 
     let fields = hello.items();
     let proto = fields.iter().position(|f| *f == bulk(b"proto")).unwrap();
     assert_eq!(fields[proto + 1], Reply::Int(2));
-    let e = c.call(&[b"HELLO", b"3"]).await;
+    let e = c.call(&[b"HELLO", b"4"]).await;
     assert!(e.error().starts_with("NOPROTO"), "{e:?}");
     let e = c.call(&[b"FLUSHALL", b"ASYNC"]).await;
     assert_eq!(

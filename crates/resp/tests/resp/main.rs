@@ -85,6 +85,10 @@ pub enum Reply {
     Bulk(Option<Vec<u8>>),
     /// `*n` and answers, or `*-1`.
     Array(Option<Vec<Reply>>),
+    /// RESP3's `_`.
+    Null,
+    /// RESP3's `%n` and its keys and values, in order.
+    Map(Vec<Reply>),
 }
 
 impl Reply {
@@ -140,11 +144,12 @@ fn parse(buf: &[u8]) -> Option<(Reply, usize)> {
             let end = next + n as usize;
             (buf.len() >= end + 2).then(|| (bulk(&buf[next..end]), end + 2))
         }
-        b'*' => {
+        b'*' | b'%' => {
             let n: i64 = line.parse().unwrap();
             if n < 0 {
                 return Some((Reply::Array(None), next));
             }
+            let n = if buf[0] == b'%' { 2 * n } else { n };
             let mut at = next;
             let mut items = Vec::new();
             for _ in 0..n {
@@ -152,8 +157,12 @@ fn parse(buf: &[u8]) -> Option<(Reply, usize)> {
                 items.push(r);
                 at += len;
             }
-            Some((Reply::Array(Some(items)), at))
+            match buf[0] {
+                b'%' => Some((Reply::Map(items), at)),
+                _ => Some((Reply::Array(Some(items)), at)),
+            }
         }
+        b'_' => Some((Reply::Null, next)),
         other => panic!("not RESP: {:?}", char::from(other)),
     }
 }
