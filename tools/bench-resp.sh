@@ -16,16 +16,22 @@
 # loaded with the same N keys (MSET batches of 1000 over one socket), so
 # GETs hit.
 #
-# Rows: GET at 64 connections; GET -P 16 at 64 connections; SET at 1 and
-# at 64 connections, uuidmap under `--fsync always` and Redis under
-# `appendonly yes, appendfsync always` (both acknowledge a SET after its
-# fsync). Redis runs without RDB snapshots; uuidmap with its defaults
-# (metrics off).
+# Rows: GET at 64 connections; GET -P 16 at 64 connections; MGET of 100
+# keys at 64 connections (each of the 100 `__rand_int__` is drawn anew);
+# SET at 1 and at 64 connections, uuidmap under `--fsync always` and
+# Redis under `appendonly yes, appendfsync always` (both acknowledge a SET
+# after its fsync). Redis runs without RDB snapshots; uuidmap with its
+# defaults (metrics off). Then, unless UUIDMAP_BENCH_SCAN_N=0, both
+# servers are loaded up to UUIDMAP_BENCH_SCAN_N keys (default 10000000)
+# and `redis-cli --scan` walks each to the end, once with its default
+# COUNT (10) and once with `--count 1000`: the seconds, the keys counted
+# (every key, and no key twice on uuidmap), alternating which goes first.
 #
 # Knobs (environment): UUIDMAP_BENCH_N (keys, default 1000000),
 # UUIDMAP_BENCH_REQUESTS (GETs per round, default 500000),
 # UUIDMAP_BENCH_SET_REQUESTS (SETs per round, default 20000),
-# UUIDMAP_BENCH_RUNS (rounds, default 3), UUIDMAP_BIN (the binary;
+# UUIDMAP_BENCH_RUNS (rounds, default 3), UUIDMAP_BENCH_SCAN_N (keys for
+# the scan rows, default 10000000; 0: no scan rows), UUIDMAP_BIN (the binary;
 # default: target/release/uuidmap, built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +40,7 @@ n=${UUIDMAP_BENCH_N:-1000000}
 requests=${UUIDMAP_BENCH_REQUESTS:-500000}
 set_requests=${UUIDMAP_BENCH_SET_REQUESTS:-20000}
 runs=${UUIDMAP_BENCH_RUNS:-3}
+scan_n=${UUIDMAP_BENCH_SCAN_N:-10000000}
 
 . tools/install-redis.sh
 if [ -z "${UUIDMAP_BIN:-}" ]; then
@@ -75,14 +82,15 @@ for port in "$u_port" "$r_port"; do
   done
 done
 
-load() { # port: MSET the N keys, 1000 pairs a command, over one socket
-  python3 - "$1" "$n" "$value" <<'PY'
+load() { # port [from]: MSET keys from..N-1, 1000 pairs a command, over one socket
+  python3 - "$1" "$n" "$value" "${2:-0}" <<'PY'
 import socket, sys
 port, n, value = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].encode()
+first = int(sys.argv[4])
 s = socket.create_connection(("127.0.0.1", port))
 def bulk(b): return b"$%d\r\n%s\r\n" % (len(b), b)
 sent = 0
-for start in range(0, n, 1000):
+for start in range(first, n, 1000):
     keys = range(start, min(n, start + 1000))
     cmd = b"*%d\r\n" % (1 + 2 * len(keys)) + bulk(b"MSET")
     for i in keys:
@@ -133,7 +141,37 @@ echo "| redis-benchmark | uuidmap req/s | Redis req/s | uuidmap / Redis |"
 echo "| --- | --- | --- | --- |"
 row "GET, 64 connections" -c 64 -n "$requests" GET "$key_template"
 row "GET -P 16, 64 connections" -c 64 -P 16 -n "$requests" GET "$key_template"
+mget=()
+for _ in $(seq 1 100); do mget+=("$key_template"); done
+row "MGET of 100 keys, 64 connections" -c 64 -n "$((requests / 10))" MGET "${mget[@]}"
 row "SET, 1 connection (fsync always)" -c 1 -n "$((set_requests / 10))" \
   SET "$key_template" "$value"
 row "SET, 64 connections (fsync always)" -c 64 -n "$set_requests" \
   SET "$key_template" "$value"
+
+[ "$scan_n" -gt 0 ] || exit 0
+echo "loading each server up to $scan_n keys" >&2
+from=$n
+n=$scan_n
+load "$u_port" "$from"
+load "$r_port" "$from"
+echo
+echo "| redis-cli --scan, $scan_n keys | uuidmap s | keys | distinct | Redis s | keys | uuidmap / Redis |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+scan_once() { # port flags...: seconds, keys, distinct keys
+  local port=$1 start end
+  shift
+  start=$(date +%s.%N)
+  redis-cli -p "$port" --scan "$@" >"$work/keys"
+  end=$(date +%s.%N)
+  printf '%s %s %s\n' "$(echo "$start $end" | awk '{printf "%.2f", $2 - $1}')" \
+    "$(wc -l <"$work/keys")" "$(sort -u "$work/keys" | wc -l)"
+}
+for count in "" "--count 1000"; do
+  # shellcheck disable=SC2086 # $count is empty or two words
+  read -r us uk ud < <(scan_once "$u_port" $count)
+  # shellcheck disable=SC2086
+  read -r rs rk _ < <(scan_once "$r_port" $count)
+  printf '| %s | %s | %s | %s | %s | %s | %.1fx |\n' "${count:-default COUNT}" \
+    "$us" "$uk" "$ud" "$rs" "$rk" "$(echo "$us $rs" | awk '{print $2 / $1}')"
+done
