@@ -111,6 +111,20 @@ fn message(a: &pb::LookupResponse) -> &str {
     a.error.as_ref().map_or("", |e| &e.message)
 }
 
+/// `a` is request `id`'s DEADLINE_EXCEEDED, whose message holds every one
+/// of `says`.
+fn assert_deadline(a: &pb::LookupResponse, id: u64, says: &[&str]) {
+    assert_eq!(
+        (a.id, code(a)),
+        (id, Some(Code::DeadlineExceeded)),
+        "{:?}",
+        a.error
+    );
+    for words in says {
+        assert!(message(a).contains(words), "{words:?}: {:?}", a.error);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_answers_every_request_by_id_as_batch_get_would() {
     let dir = tempfile::tempdir().unwrap();
@@ -389,13 +403,7 @@ async fn a_request_is_given_up_at_its_own_deadline_and_the_stream_goes_on() {
         .send_timed(1, &keys[..1], lsn + 1_000, DEADLINE)
         .await;
     let a = stream.next().await;
-    assert_eq!(
-        (a.id, code(&a)),
-        (1, Some(Code::DeadlineExceeded)),
-        "{:?}",
-        a.error
-    );
-    assert!(message(&a).contains("request's deadline"), "{:?}", a.error);
+    assert_deadline(&a, 1, &["request's deadline"]);
     assert!(
         within_deadline(started.elapsed()),
         "{:?}",
@@ -408,13 +416,7 @@ async fn a_request_is_given_up_at_its_own_deadline_and_the_stream_goes_on() {
         .send_timed(2, &keys, 0, Duration::from_micros(1))
         .await;
     let a = stream.next().await;
-    assert_eq!(
-        (a.id, code(&a)),
-        (2, Some(Code::DeadlineExceeded)),
-        "{:?}",
-        a.error
-    );
-    assert!(message(&a).contains("passed before"), "{:?}", a.error);
+    assert_deadline(&a, 2, &["passed before"]);
     assert!(a.values.is_empty() && a.found.is_empty());
 
     // With time to spare, the same keys are answered.
@@ -440,17 +442,7 @@ async fn a_request_is_given_up_at_its_own_deadline_and_the_stream_goes_on() {
     let started = std::time::Instant::now();
     stream.send_timed(4, &keys[..1], 0, DEADLINE).await;
     let a = stream.next().await;
-    assert_eq!(
-        (a.id, code(&a)),
-        (4, Some(Code::DeadlineExceeded)),
-        "{:?}",
-        a.error
-    );
-    assert!(
-        message(&a).contains("read") && message(&a).contains("request's deadline"),
-        "{:?}",
-        a.error
-    );
+    assert_deadline(&a, 4, &["read", "request's deadline"]);
     assert!(
         within_deadline(started.elapsed()),
         "{:?}",

@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use uuidmap_resp::RespFrontEnd;
-use uuidmap_server::config::Peer;
 use uuidmap_server::{ServeError, ServerParts};
-use uuidmap_testkit::server::member_config;
+use uuidmap_testkit::server::{member_config, peers_of};
 
 use super::commands::text;
 use super::{Conn, Reply, bulk, ok};
@@ -39,14 +38,7 @@ async fn start_group(dirs: &[tempfile::TempDir]) -> Vec<Member> {
         .collect();
     let mut members = Vec::new();
     for (i, (grpc, raft, resp)) in listeners.into_iter().enumerate() {
-        let peers = (0..dirs.len())
-            .filter(|&j| j != i)
-            .map(|j| Peer {
-                id: j as u64 + 1,
-                raft_addr: addrs[j].1.to_string(),
-                client_url: format!("http://{}", addrs[j].0),
-            })
-            .collect();
+        let peers = peers_of(i, &addrs);
         let mut config = member_config(
             dirs[i].path(),
             i as u64 + 1,

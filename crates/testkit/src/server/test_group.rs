@@ -46,6 +46,21 @@ pub fn member_config(
     c
 }
 
+/// Member `i`'s peers (0-based; node ids from 1) in a group whose members
+/// serve clients and Raft at `addrs` (client, Raft), in member order.
+pub fn peers_of(i: usize, addrs: &[(SocketAddr, SocketAddr)]) -> Vec<Peer> {
+    addrs
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .map(|(j, (client, raft))| Peer {
+            id: j as u64 + 1,
+            raft_addr: raft.to_string(),
+            client_url: format!("http://{client}"),
+        })
+        .collect()
+}
+
 /// A change made to every member's configuration before it starts.
 pub type Configure = std::sync::Arc<dyn Fn(&mut ServeConfig) + Send + Sync>;
 
@@ -111,16 +126,7 @@ impl TestGroup {
         let mut configs = Vec::new();
         let mut members = Vec::new();
         for (i, (l, r)) in listeners.into_iter().enumerate() {
-            let peers = addrs
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(j, (a, ra))| Peer {
-                    id: j as u64 + 1,
-                    raft_addr: ra.to_string(),
-                    client_url: format!("http://{a}"),
-                })
-                .collect();
+            let peers = peers_of(i, &addrs);
             let mut c = member_config(
                 dirs[i].path(),
                 i as u64 + 1,
