@@ -6,7 +6,7 @@
 //!
 //! Prints `ready <entries> <last_lsn>` once recovered, then
 //! `ack <writer> <seq> <lsn>` after each acknowledged batch. Batches are
-//! `uuidmap_testkit::crashtest::batch(run_seed, writer, seq)`, so the parent can
+//! `uuidmap_testkit_io::crashtest::batch(run_seed, writer, seq)`, so the parent can
 //! recompute them. Snapshots are triggered every few KiB of WAL and every
 //! 20 ms, so kills land in the middle of snapshots too. Runs with an even
 //! seed overlap one group's fsync with writing the next
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uuidmap_engine::writer::{DurableConfig, DurableIndex};
-use uuidmap_testkit::crashtest;
+use uuidmap_testkit_io::crashtest;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

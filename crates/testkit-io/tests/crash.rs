@@ -26,8 +26,8 @@ use std::time::Duration;
 use uuid::Uuid;
 use uuidmap_engine::store::OsIo;
 use uuidmap_engine::store::recovery::{RecoveryOptions, recover};
-use uuidmap_testkit::crashtest::{self, KEYS_PER_WRITER};
-use uuidmap_testkit::data::mix;
+use uuidmap_testkit_io::crashtest::{self, KEYS_PER_WRITER};
+use uuidmap_testkit_io::data::mix;
 
 const WRITERS: u32 = 4;
 

@@ -1,5 +1,5 @@
 //! Deterministic write batches shared by the crash-test child process
-//! (`crates/testkit/src/bin/crash-child.rs`) and the tests that check what survived a
+//! (`crates/testkit-io/src/bin/crash-child.rs`) and the tests that check what survived a
 //! kill. Not part of the product's API.
 //!
 //! Writer `w` only touches its own keys, so the state of those keys after
