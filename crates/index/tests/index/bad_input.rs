@@ -4,11 +4,11 @@
 
 use proptest::prelude::*;
 use uuid::Uuid;
-use uuidmap::index::scan::CURSOR_BYTES;
-use uuidmap::index::{
+use uuidmap_index::scan::CURSOR_BYTES;
+use uuidmap_index::{
     BuildError, HashSeeds, MAX_CAPACITY, MAX_SEGMENTS, ScanCursor, ScanError, Scanner,
 };
-use uuidmap::{CasError, Index, KeyError};
+use uuidmap_index::{CasError, Index, KeyError};
 
 /// Offsets in the cursor encoding (see `ScanCursor::to_bytes`).
 const NEXT_SEGMENT: usize = 1;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rand::{RngExt, SeedableRng, rngs::Xoshiro256PlusPlus};
 use tokio::time::Instant;
-use uuidmap::sync::{AcquireError, LifoSemaphore};
+use uuidmap_index::sync::{AcquireError, LifoSemaphore};
 
 /// Waits until `sem` has `n` waiters queued.
 async fn until_queued(sem: &LifoSemaphore, n: usize) {

@@ -1,6 +1,6 @@
 //! Scans running concurrently with a writer.
 //!
-//! The contract under test (see `uuidmap::index::scan`): an entry present for
+//! The contract under test (see `uuidmap_index::scan`): an entry present for
 //! the whole scan is returned exactly once; no key is ever returned twice;
 //! entries inserted or removed during the scan may or may not appear.
 //!
@@ -24,11 +24,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
-use uuidmap::index::{ScanCursor, Scanner, ValueFilter};
-use uuidmap::{Index, IndexWriter};
+use uuidmap_index::{Index, IndexWriter};
+use uuidmap_index::{ScanCursor, Scanner, ValueFilter};
 
-mod common;
-use common::mix;
+use crate::data::mix;
 
 /// Number of distinct values ("shards").
 const SHARDS: u64 = 4;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::{RngExt, SeedableRng, rngs::Xoshiro256PlusPlus};
-use uuidmap::sync::{LsnWatermark, WaitTimedOut};
+use uuidmap_index::sync::{LsnWatermark, WaitTimedOut};
 
 /// The n-th percentile of `samples` (sorted in place).
 fn percentile(samples: &mut [Duration], n: usize) -> Duration {

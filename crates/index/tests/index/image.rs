@@ -5,18 +5,17 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use uuid::Uuid;
-use uuidmap::index::{ExternalSlots, RestoredSegment};
-use uuidmap::{Index, IndexBuilder};
+use uuidmap_index::{ExternalSlots, RestoredSegment};
+use uuidmap_index::{Index, IndexBuilder};
 
-mod common;
-use common::mix;
+use crate::data::mix;
 
 fn key(i: u64) -> Uuid {
     Uuid::from_u128(((mix(i) as u128) << 64) | mix(i ^ 0xabc) as u128 | 1)
 }
 
 /// Copies every segment and rebuilds an index around the copies.
-fn restore_copy(index: &Index) -> (uuidmap::IndexWriter, Index, Vec<u64>) {
+fn restore_copy(index: &Index) -> (uuidmap_index::IndexWriter, Index, Vec<u64>) {
     let mut restored = Vec::new();
     let mut stamps = Vec::new();
     for s in 0..index.segment_count() {

@@ -13,11 +13,10 @@ use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 use uuid::Uuid;
-use uuidmap::index::{HashSeeds, ScanCursor, Scanner, ValueFilter};
-use uuidmap::{CasError, Index, IndexWriter, KeyError};
+use uuidmap_index::{CasError, Index, IndexWriter, KeyError};
+use uuidmap_index::{HashSeeds, ScanCursor, Scanner, ValueFilter};
 
-mod common;
-use common::mix;
+use crate::data::mix;
 
 /// Keys of the small pool: neighbours of the reserved keys, keys that differ
 /// only in one 64-bit half, and a few arbitrary ones.

@@ -15,8 +15,8 @@
 //! The writer starts from an empty index and widens the range of keys it
 //! touches over the run, so segments grow many times under the readers.
 //!
-//! Longer runs: `UUIDMAP_STRESS_OPS=50000000 cargo test --release --test stress
-//! -- --ignored --nocapture`.
+//! Longer runs: `UUIDMAP_STRESS_OPS=50000000 cargo test --release -p
+//! uuidmap-index --test index stress:: -- --ignored --nocapture`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,10 +24,9 @@ use std::thread;
 use std::time::Instant;
 
 use uuid::Uuid;
-use uuidmap::{CasError, Index, IndexWriter};
+use uuidmap_index::{CasError, Index, IndexWriter};
 
-mod common;
-use common::mix;
+use crate::data::mix;
 
 /// Reader threads (the test machine has two cores; three readers plus the
 /// writer oversubscribe it, which makes preemption inside reads likely).
@@ -346,7 +345,8 @@ fn readers_see_only_written_values_while_a_single_table_grows_many_times() {
 }
 
 /// The same properties over a much longer run. Run with
-/// `UUIDMAP_STRESS_OPS=50000000 cargo test --release --test stress -- --ignored`.
+/// `UUIDMAP_STRESS_OPS=50000000 cargo test --release -p uuidmap-index --test index
+/// stress:: -- --ignored`.
 #[test]
 #[ignore = "long: run explicitly with --ignored"]
 fn long_run_readers_see_only_written_values() {
