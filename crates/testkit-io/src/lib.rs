@@ -4,14 +4,18 @@
 //! tears writes, fails fsyncs and fills up ([`SimIo`]); the deterministic
 //! write batches of the crash tests and the child process they kill
 //! ([`crashtest`], `src/bin/crash-child.rs`); the one deterministic data
-//! generator of the tests and benches ([`data`], splitmix64); and damage to
-//! a WAL on the real disk ([`wal_damage`]). The server and cluster rig,
-//! `uuidmap-testkit`, re-exports all of it.
+//! generator of the tests and benches ([`data`], splitmix64); damage to a
+//! WAL ([`wal_damage`]); and what tests of the engine and of the binary
+//! share: a directory whose every state is known ([`grouped_writes`]), the
+//! replay tests' keys and table comparison ([`replay_data`]). The server and cluster rig, `uuidmap-testkit`,
+//! re-exports all of it.
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod crashtest;
 pub mod data;
+pub mod grouped_writes;
+pub mod replay_data;
 pub mod sim_io;
 pub mod wal_damage;
 

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use uuid::Uuid;
 
-use uuidmap::Key;
-use uuidmap::store::wal::{
+use uuidmap_engine::store::wal::{
     self, HEADER_LEN, Preallocate, ReplayOptions, ReplayOutcome, WalCursor, WalOptions, WalWriter,
 };
-use uuidmap::store::{Io, Op, WalCorrupt, WalReadError};
-use uuidmap_testkit::SimIo;
+use uuidmap_engine::store::{Io, Op, WalCorrupt, WalReadError};
+use uuidmap_index::Key;
+use uuidmap_testkit_io::SimIo;
 
 type Batch = Vec<Op>;
 type Record = (u64, Batch);
@@ -602,7 +602,7 @@ fn the_writer_refuses_to_replace_a_file_that_holds_records() {
 #[test]
 fn a_real_directory_round_trips() {
     let tmp = tempfile::tempdir().unwrap();
-    let io: Arc<dyn Io> = Arc::new(uuidmap::store::OsIo);
+    let io: Arc<dyn Io> = Arc::new(uuidmap_engine::store::OsIo);
     let mut writer = WalWriter::create(
         io.clone(),
         tmp.path(),

@@ -11,14 +11,14 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use uuid::Uuid;
-use uuidmap::store::Op;
-use uuidmap::sync::LsnWatermark;
-use uuidmap::writer::{
+use uuidmap_engine::store::Op;
+use uuidmap_engine::writer::{
     CONFIRM_FLAG, CommittedEntry, DecidedBatch, LeaderHint, PipelineConfig, ProposalChain,
     Proposer, ReplicaControl, ReplicaPipeline, WriteError, WriteHandle, WriteOp, WriteOutcome,
     WriteReply,
 };
-use uuidmap::{Index, Key};
+use uuidmap_index::sync::LsnWatermark;
+use uuidmap_index::{Index, Key};
 
 type Proposed = Arc<Mutex<Vec<(DecidedBatch, WriteReply)>>>;
 
@@ -91,11 +91,11 @@ fn rig() -> Rig {
     let counted = stalls.clone();
     let pipeline = ReplicaPipeline::start(
         &PipelineConfig::default(),
-        uuidmap::writer::ReplicaIndex {
+        uuidmap_engine::writer::ReplicaIndex {
             writer,
             slot: Arc::new(arc_swap::ArcSwap::from_pointee(index.clone())),
             watermark: watermark.clone(),
-            chain: uuidmap::writer::ProposalChain::default(),
+            chain: uuidmap_engine::writer::ProposalChain::default(),
         },
         Box::new(KeepProposals {
             batches: proposed.clone(),
@@ -105,7 +105,7 @@ fn rig() -> Rig {
         Box::new(move || {
             counted.fetch_add(1, AtomicOrdering::SeqCst);
         }),
-        Arc::new(uuidmap::writer::ReadLease::default()),
+        Arc::new(uuidmap_engine::writer::ReadLease::default()),
     )
     .expect("the thread starts");
     Rig {

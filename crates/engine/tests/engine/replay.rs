@@ -10,33 +10,28 @@
 //!   serial run table by table, down to the slot layout and stamps.
 //! - A large WAL with a snapshot taken while the writes go on, then a stop
 //!   that leaves the WAL behind it (as a kill would): recovered serially
-//!   and in parallel, both give the acknowledged state.
+//!   and in parallel, both give the acknowledged state. (The same after a
+//!   `uuidmap serve` killed with SIGKILL: the root package's
+//!   `tests/server/replay_process.rs`.)
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
 use uuid::Uuid;
-use uuidmap::Key;
-use uuidmap::index::HashSeeds;
-use uuidmap::store::Op;
-use uuidmap::store::OsIo;
-use uuidmap::store::recovery::{RecoveryOptions, recover};
-use uuidmap::store::replay_apply::{ReplayWorkers, apply_replay};
-use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
-use uuidmap::{Index, IndexWriter};
+use uuidmap_engine::store::Op;
+use uuidmap_engine::store::OsIo;
+use uuidmap_engine::store::recovery::{RecoveryOptions, recover};
+use uuidmap_engine::store::replay_apply::{ReplayWorkers, apply_replay};
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
+use uuidmap_index::HashSeeds;
+use uuidmap_index::Key;
+use uuidmap_index::{Index, IndexWriter};
+use uuidmap_testkit_io::replay_data::{assert_same_tables, key, value};
 
 const SEEDS: HashSeeds = HashSeeds([11, 22, 33, 44]);
 const SEGMENTS: usize = 8;
 const POOL: u64 = 48;
-
-fn key(k: u64) -> Uuid {
-    Uuid::from_u64_pair(0x5eed_0000_0000_0000 | k, k.wrapping_mul(0x9e37_79b9) | 1)
-}
-
-fn value(x: u64) -> Uuid {
-    Uuid::from_u64_pair(x, !x)
-}
 
 /// A fresh index with the base entries, stamped 0.
 fn base_index(base: &[(u64, u64)]) -> (IndexWriter, Index) {
@@ -114,19 +109,6 @@ fn model(
         }
     }
     m
-}
-
-fn assert_same_tables(a: &Index, b: &Index, what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}: entry counts");
-    let (mut x, mut y) = (Vec::new(), Vec::new());
-    for s in 0..a.segment_count() {
-        assert_eq!(
-            a.copy_segment_raw(s, &mut x),
-            b.copy_segment_raw(s, &mut y),
-            "{what}: segment {s}'s image (capacity, length, generation, stamp)"
-        );
-        assert!(x == y, "{what}: segment {s}'s slots differ");
-    }
 }
 
 fn records_strategy() -> impl Strategy<Value = Records> {
@@ -362,107 +344,4 @@ fn a_restart_that_replayed_past_the_budget_snapshots_in_the_background_and_the_n
     );
     assert_eq!(report.ops_replayed, 0, "and replays nothing");
     assert_eq!(durable.index().len(), 100_000);
-}
-
-/// A real crash with a large WAL: `uuidmap serve` takes 600,000 puts and
-/// deletes through `Write` batches while snapshots are triggered every
-/// 8 MiB of WAL (fuzzy captures under writes), and is killed with SIGKILL
-/// right after the last batch is acknowledged. The directory is then
-/// recovered serially and in parallel: both hold every acknowledged write,
-/// table for table alike.
-#[test]
-fn a_sigkilled_server_with_a_large_wal_recovers_alike_serially_and_in_parallel() {
-    use uuidmap::server::proto::v1 as pb;
-    use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
-
-    let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"))
-        .args(["serve", "--data-dir"])
-        .arg(dir.path())
-        .args([
-            "--listen",
-            &addr,
-            "--metrics-listen",
-            "off",
-            "--fsync",
-            "never",
-        ])
-        .args([
-            "--snapshot-wal-bytes",
-            "8388608",
-            "--snapshot-interval",
-            "off",
-        ])
-        .env("RUST_LOG", "off")
-        .spawn()
-        .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut model: HashMap<Uuid, Uuid> = HashMap::new();
-    let bytes = |u: Uuid| u.as_bytes().to_vec().into();
-    rt.block_on(async {
-        let mut client = loop {
-            match UuidMapClient::connect(format!("http://{addr}")).await {
-                Ok(c) => break c,
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
-        };
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..60 {
-            let mut ops = Vec::with_capacity(10_000);
-            for _ in 0..10_000 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let k = key(x % 400_000);
-                let op = if x.is_multiple_of(8) {
-                    model.remove(&k);
-                    pb::write_op::Op::Delete(pb::DeleteOp { key: bytes(k) })
-                } else {
-                    let v = value(x);
-                    model.insert(k, v);
-                    pb::write_op::Op::Put(pb::PutOp {
-                        key: bytes(k),
-                        value: bytes(v),
-                    })
-                };
-                ops.push(pb::WriteOp { op: Some(op) });
-            }
-            client.write(pb::WriteRequest { ops }).await.unwrap();
-        }
-    });
-    child.kill().unwrap();
-    child.wait().unwrap();
-
-    let mut results = Vec::new();
-    for workers in [
-        ReplayWorkers::Serial,
-        ReplayWorkers::Threads(3),
-        ReplayWorkers::PerCore,
-    ] {
-        let options = RecoveryOptions {
-            read_only: true,
-            replay_workers: workers,
-            ..RecoveryOptions::default()
-        };
-        let r = recover(&OsIo, dir.path(), &options).unwrap();
-        assert!(r.report.snapshot.is_some(), "snapshots were taken");
-        assert!(r.report.ops_replayed > 0, "and the WAL after one replayed");
-        assert_eq!(r.index.len(), model.len(), "{workers:?}");
-        for (k, v) in &model {
-            assert_eq!(r.index.get(k), Some(*v), "{workers:?}");
-        }
-        results.push((workers, r));
-    }
-    for (workers, r) in &results[1..] {
-        assert_same_tables(&results[0].1.index, &r.index, &format!("{workers:?}"));
-    }
 }

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use uuid::Uuid;
 
-use uuidmap::Key;
-use uuidmap::store::op_bytes::encode_ops;
-use uuidmap::store::wal::{
+use uuidmap_engine::store::op_bytes::encode_ops;
+use uuidmap_engine::store::wal::{
     self, EntryHead, EntryKind, Preallocate, ReplayOptions, WalCursor, WalFollower, WalFormat,
     WalOptions, WalWriter,
 };
-use uuidmap::store::{Io, Op};
-use uuidmap_testkit::SimIo;
+use uuidmap_engine::store::{Io, Op};
+use uuidmap_index::Key;
+use uuidmap_testkit_io::SimIo;
 
 fn dir() -> PathBuf {
     PathBuf::from("/data")

@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use uuid::Uuid;
-use uuidmap::Key;
-use uuidmap::store::Io;
-use uuidmap::store::wal::Preallocate;
-use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
-use uuidmap_testkit::SimIo;
+use uuidmap_engine::store::Io;
+use uuidmap_engine::store::wal::Preallocate;
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
+use uuidmap_index::Key;
+use uuidmap_testkit_io::SimIo;
 
 /// Keys the batches touch (a few hundred, so big batches spread over many
 /// index segments and make WAL records larger than a WAL file).
@@ -341,7 +341,10 @@ fn damage_newest_snapshot(disk: &SimIo) {
 /// Leaves a `.tmp` of the WAL file the next start creates, as a rotation
 /// that died before its rename would.
 fn leave_wal_tmp(disk: &SimIo, next_lsn: u64) {
-    let name = format!("{}.tmp", uuidmap::store::wal::wal_file_name(next_lsn));
+    let name = format!(
+        "{}.tmp",
+        uuidmap_engine::store::wal::wal_file_name(next_lsn)
+    );
     rewrite(disk, &name, b"UUIDMAPW-not-a-whole-header");
 }
 

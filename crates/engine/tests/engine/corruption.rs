@@ -17,11 +17,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
-use uuidmap::Key;
-use uuidmap::store::OsIo;
-use uuidmap::store::recovery::{RecoveryOptions, recover};
-use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
-use uuidmap_testkit::data::mix;
+use uuidmap_engine::store::OsIo;
+use uuidmap_engine::store::recovery::{RecoveryOptions, recover};
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, WriteOp};
+use uuidmap_index::Key;
+use uuidmap_testkit_io::data::mix;
 
 const KEYS: u64 = 40;
 

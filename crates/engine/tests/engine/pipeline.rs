@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uuid::Uuid;
-use uuidmap::Key;
-use uuidmap::store::wal::Preallocate;
-use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
-use uuidmap_testkit::SimIo;
+use uuidmap_engine::store::wal::Preallocate;
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
+use uuidmap_index::Key;
+use uuidmap_testkit_io::SimIo;
 
 fn key(i: u64) -> Uuid {
     Uuid::from_u128(0xabcd_0000_0000_0000_0000_0000_0000_0000 | (i as u128 + 1))

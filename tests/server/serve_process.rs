@@ -2,14 +2,12 @@
 //! from the command line and the environment, and a stop whose final
 //! snapshot fails says so, exits non-zero and loses nothing.
 
-mod serve_child;
-
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::serve_child::{ServeChild, run_to_exit, serve_command};
 use prost::bytes::Bytes;
-use serve_child::{ServeChild, run_to_exit, serve_command};
 use uuidmap::server::proto::v1 as pb;
 use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 

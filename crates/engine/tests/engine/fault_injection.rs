@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use uuid::Uuid;
-use uuidmap::Key;
-use uuidmap::store::wal::Preallocate;
-use uuidmap::writer::{DurableConfig, DurableIndex, WriteOp};
-use uuidmap_testkit::SimIo;
+use uuidmap_engine::store::wal::Preallocate;
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, WriteOp};
+use uuidmap_index::Key;
+use uuidmap_testkit_io::SimIo;
 
 const KEYS: u64 = 24;
 

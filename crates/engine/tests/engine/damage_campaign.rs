@@ -28,14 +28,14 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use uuid::Uuid;
-use uuidmap::Key;
-use uuidmap::store::recovery::{RecoveryOptions, recover};
-use uuidmap::store::wal::HEADER_LEN;
-use uuidmap::store::wal::Preallocate;
-use uuidmap::store::{Io, StoreError, WalReadError};
-use uuidmap::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
-use uuidmap_testkit::SimIo;
-use uuidmap_testkit::data::mix;
+use uuidmap_engine::store::recovery::{RecoveryOptions, recover};
+use uuidmap_engine::store::wal::HEADER_LEN;
+use uuidmap_engine::store::wal::Preallocate;
+use uuidmap_engine::store::{Io, StoreError, WalReadError};
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
+use uuidmap_index::Key;
+use uuidmap_testkit_io::SimIo;
+use uuidmap_testkit_io::data::mix;
 
 const KEYS: u64 = 64;
 const DIR: &str = "/data";
@@ -140,7 +140,7 @@ fn build(batches: u64, snapshots: &[u64], end: End, seed: u64) -> Built {
     }
 }
 
-fn state_of(r: &uuidmap::store::recovery::Recovered) -> Model {
+fn state_of(r: &uuidmap_engine::store::recovery::Recovered) -> Model {
     let s: Model = (0..KEYS)
         .filter_map(|k| r.index.get(&key(k)).map(|v| (key(k), v)))
         .collect();

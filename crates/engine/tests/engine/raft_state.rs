@@ -13,14 +13,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use uuidmap::store::raft_state::{
+use uuidmap_engine::store::raft_state::{
     LogPos, RAFT_STATE_FILE, RaftHardState, RaftStateFile, VoteState,
 };
-use uuidmap::store::{
+use uuidmap_engine::store::{
     FileSync, Io, IoFile, MappedFile, RaftStateFailed, RaftStateOpenError, StoreError,
 };
-use uuidmap_testkit::SimIo;
-use uuidmap_testkit::data::SplitMix64;
+use uuidmap_testkit_io::SimIo;
+use uuidmap_testkit_io::data::SplitMix64;
 
 const DIR: &str = "/data";
 /// Power losses tried after each crash (each keeps a different subset of

@@ -12,16 +12,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
-use uuidmap::Key;
-use uuidmap::store::snapshot::{OpenOptions, Restored, RestoredIndex};
-use uuidmap::store::{
+use uuidmap_engine::store::snapshot::{OpenOptions, Restored, RestoredIndex};
+use uuidmap_engine::store::{
     Io, IoFile, MappedFile, Op, OsIo, SnapshotCorrupt, SnapshotLoadError, list_snapshots,
     open_snapshot, write_snapshot,
 };
-use uuidmap::{Index, IndexWriter};
+use uuidmap_index::Key;
+use uuidmap_index::{Index, IndexWriter};
 
-mod common;
-use common::mix;
+use uuidmap_testkit_io::data::mix;
 
 fn key(i: u64) -> Uuid {
     Uuid::from_u128(((mix(i) as u128) << 64) | mix(i ^ 0xabc) as u128 | 1)
@@ -174,7 +173,7 @@ fn segment_of_keys(index: &Index, keys: &[Uuid]) -> HashMap<Uuid, usize> {
     let mut words = Vec::new();
     for s in 0..probe.segment_count() {
         probe.copy_segment_raw(s, &mut words);
-        let slots: &[uuidmap::index::Slot] = bytemuck::cast_slice(&words);
+        let slots: &[uuidmap_index::Slot] = bytemuck::cast_slice(&words);
         for slot in slots.iter().filter(|s| !s.is_empty()) {
             out.insert(slot.key(), s);
         }
