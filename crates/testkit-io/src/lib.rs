@@ -5,13 +5,16 @@
 //! write batches of the crash tests and the child process they kill
 //! ([`crashtest`], `src/bin/crash-child.rs`); the one deterministic data
 //! generator of the tests and benches ([`data`], splitmix64); damage to a
-//! WAL ([`wal_damage`]); and what tests of the engine and of the binary
-//! share: a directory whose every state is known ([`grouped_writes`]), the
-//! replay tests' keys and table comparison ([`replay_data`]). The server and cluster rig, `uuidmap-testkit`,
+//! WAL ([`wal_damage`]); and what several tests of the engine and of the
+//! binary share: a model of the map and the batches written into it
+//! ([`batch_model`]), a directory whose every state is known
+//! ([`grouped_writes`]), the replay tests' keys and table comparison
+//! ([`replay_data`]). The server and cluster rig, `uuidmap-testkit`,
 //! re-exports all of it.
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod batch_model;
 pub mod crashtest;
 pub mod data;
 pub mod grouped_writes;

@@ -20,4 +20,6 @@ pub mod netns;
 pub mod proxy;
 pub mod server;
 
-pub use uuidmap_testkit_io::{SimIo, crashtest, data, grouped_writes, replay_data, wal_damage};
+pub use uuidmap_testkit_io::{
+    SimIo, batch_model, crashtest, data, grouped_writes, replay_data, wal_damage,
+};

@@ -13,14 +13,13 @@
 //!
 //! Never a panic, never a state that did not exist.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 use uuidmap_engine::store::OsIo;
 use uuidmap_engine::store::recovery::{RecoveryOptions, recover};
-use uuidmap_engine::writer::{DurableConfig, DurableIndex, WriteOp};
-use uuidmap_index::Key;
+use uuidmap_engine::writer::{DurableConfig, DurableIndex};
+use uuidmap_testkit_io::batch_model::{Model, mixed_batch};
 use uuidmap_testkit_io::data::mix;
 
 const KEYS: u64 = 40;
@@ -28,8 +27,6 @@ const KEYS: u64 = 40;
 fn key(k: u64) -> Uuid {
     Uuid::from_u128(0xc0de_0000_0000_0000_0000_0000_0000_0000 | (k as u128 + 1))
 }
-
-type Model = BTreeMap<Uuid, Uuid>;
 
 /// Writes 300 batches with two snapshots in between; returns the state
 /// after every batch (index 0: empty).
@@ -43,25 +40,7 @@ fn build(dir: &Path) -> Vec<Model> {
     let mut states = vec![Model::new()];
     for b in 1..=300u64 {
         let mut model = states.last().unwrap().clone();
-        let ops: Vec<WriteOp> = (0..1 + mix(b) % 3)
-            .map(|i| {
-                let r = mix(b * 7 + i);
-                let k = key(r % KEYS);
-                if r.is_multiple_of(5) {
-                    model.remove(&k);
-                    WriteOp::Delete {
-                        key: Key::new(k).unwrap(),
-                    }
-                } else {
-                    let v = Uuid::from_u128((b as u128) << 32 | i as u128 | 1 << 100);
-                    model.insert(k, v);
-                    WriteOp::Put {
-                        key: Key::new(k).unwrap(),
-                        value: v,
-                    }
-                }
-            })
-            .collect();
+        let ops = mixed_batch(&mut model, 0, b, 3, |r| key(r % KEYS));
         durable.writes().write_blocking(ops).unwrap();
         states.push(model);
         if b == 100 || b == 200 {

@@ -32,10 +32,9 @@ use uuidmap_engine::store::recovery::{RecoveryOptions, recover};
 use uuidmap_engine::store::wal::HEADER_LEN;
 use uuidmap_engine::store::wal::Preallocate;
 use uuidmap_engine::store::{Io, StoreError, WalReadError};
-use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
-use uuidmap_index::Key;
+use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy};
 use uuidmap_testkit_io::SimIo;
-use uuidmap_testkit_io::data::mix;
+use uuidmap_testkit_io::batch_model::{Model, mixed_batch};
 
 const KEYS: u64 = 64;
 const DIR: &str = "/data";
@@ -43,8 +42,6 @@ const DIR: &str = "/data";
 fn key(k: u64) -> Uuid {
     Uuid::from_u128(0xda3a_0000_0000_0000_0000_0000_0000_0000 | (k as u128 + 1))
 }
-
-type Model = BTreeMap<Uuid, Uuid>;
 
 /// How the writing process ended.
 #[derive(Clone, Copy, Debug)]
@@ -83,25 +80,7 @@ fn build(batches: u64, snapshots: &[u64], end: End, seed: u64) -> Built {
     let mut in_flight = None;
     for b in 1..=batches {
         let mut model = states.last().unwrap().clone();
-        let ops: Vec<WriteOp> = (0..1 + mix(seed ^ b) % 4)
-            .map(|i| {
-                let r = mix(seed ^ (b * 7 + i));
-                let k = key(r % KEYS);
-                if r.is_multiple_of(5) {
-                    model.remove(&k);
-                    WriteOp::Delete {
-                        key: Key::new(k).unwrap(),
-                    }
-                } else {
-                    let v = Uuid::from_u128((b as u128) << 32 | i as u128 | 1 << 100);
-                    model.insert(k, v);
-                    WriteOp::Put {
-                        key: Key::new(k).unwrap(),
-                        value: v,
-                    }
-                }
-            })
-            .collect();
+        let ops = mixed_batch(&mut model, seed, b, 4, |r| key(r % KEYS));
         match d.writes().write_blocking(ops) {
             Ok(o) => {
                 assert_eq!(o.lsn, b);

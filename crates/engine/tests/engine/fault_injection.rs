@@ -9,7 +9,6 @@
 //! - the one batch in flight at the crash is all there or not at all;
 //! - the store opens, and accepts writes again.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -19,6 +18,7 @@ use uuidmap_engine::store::wal::Preallocate;
 use uuidmap_engine::writer::{DurableConfig, DurableIndex, WriteOp};
 use uuidmap_index::Key;
 use uuidmap_testkit_io::SimIo;
+use uuidmap_testkit_io::batch_model::{self, Model, apply};
 
 const KEYS: u64 = 24;
 
@@ -44,65 +44,11 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-type Model = BTreeMap<Uuid, Uuid>;
-
 /// The batch's operations as the store gets them, given the model (a
 /// compare-and-set expects what the model holds, or a wrong value one time
 /// in four so that refusals happen too).
 fn ops(spec: &[(u8, u64, u64)], model: &Model) -> Vec<WriteOp> {
-    let mut local = model.clone();
-    spec.iter()
-        .map(|&(kind, k, v)| {
-            let key = key(k);
-            let op = match kind {
-                0 => WriteOp::Put {
-                    key: Key::new(key).unwrap(),
-                    value: value(v),
-                },
-                1 => WriteOp::Delete {
-                    key: Key::new(key).unwrap(),
-                },
-                _ => WriteOp::CompareAndSet {
-                    key: Key::new(key).unwrap(),
-                    expected: if v % 4 == 0 {
-                        Some(value(9999))
-                    } else {
-                        local.get(&key).copied()
-                    },
-                    new: (kind == 2).then(|| value(v)),
-                },
-            };
-            apply(&mut local, &[op]);
-            op
-        })
-        .collect()
-}
-
-/// Applies ops to a model; false if a compare-and-set would fail (then the
-/// model is unchanged: a batch is all or nothing).
-fn apply(model: &mut Model, ops: &[WriteOp]) -> bool {
-    let mut next = model.clone();
-    for op in ops {
-        match *op {
-            WriteOp::Put { key, value } => {
-                next.insert(key.uuid(), value);
-            }
-            WriteOp::Delete { key } => {
-                next.remove(key.as_uuid());
-            }
-            WriteOp::CompareAndSet { key, expected, new } => {
-                if next.get(key.as_uuid()).copied() != expected {
-                    return false;
-                }
-                match new {
-                    Some(v) => next.insert(key.uuid(), v),
-                    None => next.remove(key.as_uuid()),
-                };
-            }
-        }
-    }
-    *model = next;
-    true
+    batch_model::ops(spec, model, key, value, value(9999))
 }
 
 fn config(io: &SimIo, wal_bytes: u64) -> DurableConfig {

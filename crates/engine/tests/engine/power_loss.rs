@@ -9,7 +9,6 @@
 //! LSN that does not match the state, or (under `always`) a lost
 //! acknowledged batch fails the test.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,6 +21,7 @@ use uuidmap_engine::store::wal::Preallocate;
 use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteError, WriteOp};
 use uuidmap_index::Key;
 use uuidmap_testkit_io::SimIo;
+use uuidmap_testkit_io::batch_model::{self, Model, apply};
 
 /// Keys the batches touch (a few hundred, so big batches spread over many
 /// index segments and make WAL records larger than a WAL file).
@@ -35,8 +35,6 @@ fn key(k: u64) -> Uuid {
 fn value(v: u64) -> Uuid {
     Uuid::from_u128(0x7a1e_0000_0000_0000_0000_0000_0000_0000 | (v as u128 + 1))
 }
-
-type Model = BTreeMap<Uuid, Uuid>;
 
 /// The acknowledged history: `(lsn, state after it)`, starting with the
 /// state the run started from.
@@ -65,59 +63,7 @@ fn step() -> impl Strategy<Value = Step> {
 /// The batch as the store gets it: a compare-and-set expects what the
 /// model holds, or (one time in four) a wrong value, so refusals happen.
 fn ops(spec: &[(u8, u64, u64)], model: &Model) -> Vec<WriteOp> {
-    let mut local = model.clone();
-    spec.iter()
-        .map(|&(kind, k, v)| {
-            let key = key(k);
-            let op = match kind {
-                0 => WriteOp::Put {
-                    key: Key::new(key).unwrap(),
-                    value: value(v),
-                },
-                1 => WriteOp::Delete {
-                    key: Key::new(key).unwrap(),
-                },
-                _ => WriteOp::CompareAndSet {
-                    key: Key::new(key).unwrap(),
-                    expected: if v % 4 == 0 {
-                        Some(value(u64::MAX - 1))
-                    } else {
-                        local.get(&key).copied()
-                    },
-                    new: (kind == 2).then(|| value(v)),
-                },
-            };
-            apply(&mut local, &[op]);
-            op
-        })
-        .collect()
-}
-
-/// Applies a batch to a model, all or nothing; false if a compare-and-set
-/// fails (the model is then unchanged).
-fn apply(model: &mut Model, ops: &[WriteOp]) -> bool {
-    let mut next = model.clone();
-    for op in ops {
-        match *op {
-            WriteOp::Put { key, value } => {
-                next.insert(key.uuid(), value);
-            }
-            WriteOp::Delete { key } => {
-                next.remove(key.as_uuid());
-            }
-            WriteOp::CompareAndSet { key, expected, new } => {
-                if next.get(key.as_uuid()).copied() != expected {
-                    return false;
-                }
-                match new {
-                    Some(v) => next.insert(key.uuid(), v),
-                    None => next.remove(key.as_uuid()),
-                };
-            }
-        }
-    }
-    *model = next;
-    true
+    batch_model::ops(spec, model, key, value, value(u64::MAX - 1))
 }
 
 fn config(io: &SimIo, policy: FsyncPolicy, wal_bytes: u64, snapshot_bytes: u64) -> DurableConfig {
