@@ -4,7 +4,7 @@
 //! its vote, is made a learner by the leader, catches up from its group
 //! and is promoted back, without an operator (docs/replication.md 8.5).
 //!
-//! Ignored by `cargo test` (`crates/cluster/tests/damaged_vote.rs` proves
+//! Ignored by `cargo test` (`crates/cluster/tests/cluster/damaged_vote.rs` proves
 //! the same protocol in one process, quickly): this is the figure of issue
 //! 31, "a member with a damaged WAL serves again within 10 s of its
 //! start, for 1M entries". `tools/bench-damaged-member.sh` runs it in

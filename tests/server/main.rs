@@ -15,12 +15,19 @@
 //!   client commands against a running server; `group`: the server as a
 //!   member of a replica group; `group_watch`: Watch on its members;
 //!   `read_consistency`: linearizable and stale reads on its members.
+//! - `uuidmap serve` and the data-directory commands as processes:
+//!   `serve_process` (options from the command line and the environment,
+//!   a failed final snapshot), `dir_lock_process` (one process at a time),
+//!   `repair_command` (`check` and `repair`), `replay_process` (a server
+//!   killed with SIGKILL, recovered serially and in parallel); the child
+//!   process itself is `../serve_child/`, shared with `tests/client/`.
 
 mod admission;
 mod auth;
 mod bad_input;
 mod cli;
 mod compressed_flag;
+mod dir_lock_process;
 mod disk_failure;
 mod group;
 mod group_watch;
@@ -28,8 +35,13 @@ mod lookup;
 mod ops;
 mod protocol;
 mod read_consistency;
+mod repair_command;
+mod replay_process;
 mod rpcs;
 mod scan;
+#[path = "../serve_child/mod.rs"]
+mod serve_child;
+mod serve_process;
 mod tls;
 mod waitfor;
 mod watch;

@@ -1,9 +1,5 @@
-//! uuidmap's test rig, kept out of the product (`publish = false`): the
-//! simulated disk that crashes, tears writes, fails fsyncs and fills up
-//! ([`SimIo`]); the deterministic write batches of the crash tests and the
-//! child process they kill ([`crashtest`], `src/bin/crash-child.rs`); and
-//! the one deterministic data generator of the tests and benches
-//! ([`data`], splitmix64); and the end-to-end tests' server rig
+//! uuidmap's test rig for the server and the replica group, kept out of
+//! the product (`publish = false`): the end-to-end tests' server rig
 //! ([`server`]: a real server on a loopback port, raw gRPC calls, metrics
 //! scraping, throw-away certificates), and a TCP proxy that cuts, swallows,
 //! blackholes and delays on command ([`proxy`]); hosts in network
@@ -11,18 +7,19 @@
 //! a linearizability checker for
 //! histories of independent registers ([`linearizability`]), for the fault
 //! tests of replication; and a replica group in one process
-//! ([`cluster`]); and damage to a WAL on the real disk ([`wal_damage`]). The product's crates never depend on it; their tests do.
+//! ([`cluster`]). The I/O rig below it (`uuidmap-testkit-io`: the simulated
+//! disk [`SimIo`], the crash child, [`data`], [`wal_damage`]) is re-exported
+//! here, so that a test above the engine names one rig. The product's
+//! crates never depend on it; their tests do.
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cluster;
-pub mod crashtest;
-pub mod data;
 pub mod linearizability;
 pub mod netns;
 pub mod proxy;
 pub mod server;
-pub mod sim_io;
-pub mod wal_damage;
 
-pub use sim_io::SimIo;
+pub use uuidmap_testkit_io::{
+    SimIo, batch_model, crashtest, data, grouped_writes, replay_data, wal_damage,
+};

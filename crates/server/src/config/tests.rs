@@ -474,7 +474,7 @@ max_replay_ms = 250
         e.contains("--snapshot-interval") && e.contains("`off`"),
         "{e}"
     );
-    // (The variables are read by the binary in tests/serve_process.rs:
+    // (The variables are read by the binary in tests/server/serve_process.rs:
     // setting one here would race the other tests' threads.)
 
     // Below the minimums: refused, naming the option's three spellings.

@@ -1,0 +1,125 @@
+//! Segment images: a raw copy of every segment, lent back to a new index,
+//! gives the same map, and the restored index keeps working (writes, growth).
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use uuid::Uuid;
+use uuidmap_index::{ExternalSlots, RestoredSegment};
+use uuidmap_index::{Index, IndexBuilder};
+
+use crate::data::mix;
+
+fn key(i: u64) -> Uuid {
+    Uuid::from_u128(((mix(i) as u128) << 64) | mix(i ^ 0xabc) as u128 | 1)
+}
+
+/// Copies every segment and rebuilds an index around the copies.
+fn restore_copy(index: &Index) -> (uuidmap_index::IndexWriter, Index, Vec<u64>) {
+    let mut restored = Vec::new();
+    let mut stamps = Vec::new();
+    for s in 0..index.segment_count() {
+        let mut words = Vec::new();
+        let image = index.copy_segment_raw(s, &mut words);
+        assert_eq!(words.len(), image.capacity * 4);
+        stamps.push(image.stamp);
+        let mut memory: Box<[u64]> = words.into_boxed_slice();
+        let ptr = NonNull::new(memory.as_mut_ptr().cast::<u8>()).unwrap();
+        let keepalive: Arc<dyn Send + Sync> = Arc::new(memory);
+        // SAFETY: the boxed words are 8-aligned, `capacity * 32` bytes, kept
+        // alive by `keepalive`, and used by nothing else.
+        let slots = unsafe { ExternalSlots::new(ptr, image.capacity, keepalive) };
+        restored.push(RestoredSegment {
+            slots,
+            len: image.len,
+            generation: image.generation,
+            stamp: image.stamp,
+        });
+    }
+    let (w, i) = IndexBuilder::default()
+        .seeds(index.seeds())
+        .restore(restored)
+        .unwrap();
+    (w, i, stamps)
+}
+
+#[test]
+fn restored_images_answer_every_key_and_keep_growing() {
+    let (mut writer, index) = Index::builder().segments(4).build().unwrap();
+    for i in 0..20_000u64 {
+        writer.set_stamp(i + 1);
+        writer.insert(key(i), key(i + 1_000_000)).unwrap();
+    }
+    for i in (0..20_000u64).step_by(3) {
+        writer.set_stamp(30_000 + i);
+        writer.remove(&key(i));
+    }
+    let (mut w2, restored, stamps) = restore_copy(&index);
+    assert_eq!(restored.len(), index.len());
+    assert!(
+        stamps.iter().all(|&s| s > 20_000),
+        "every segment saw a removal"
+    );
+    for i in 0..20_000u64 {
+        assert_eq!(restored.get(&key(i)), index.get(&key(i)), "key {i}");
+    }
+    // The restored index grows out of its lent memory into its own.
+    for i in 20_000..60_000u64 {
+        w2.insert(key(i), key(i)).unwrap();
+    }
+    for i in 0..60_000u64 {
+        let want = if i >= 20_000 {
+            Some(key(i))
+        } else {
+            index.get(&key(i))
+        };
+        assert_eq!(restored.get(&key(i)), want, "key {i}");
+    }
+}
+
+#[test]
+fn a_copy_reports_the_stamp_of_its_latest_write() {
+    let (mut writer, index) = Index::builder().segments(1).build().unwrap();
+    let mut words = Vec::new();
+    assert_eq!(index.copy_segment_raw(0, &mut words).stamp, 0);
+    writer.set_stamp(7);
+    writer.insert(key(1), key(2)).unwrap();
+    writer.set_stamp(9);
+    writer.remove(&key(5)); // absent: no write, no stamp
+    let image = index.copy_segment_raw(0, &mut words);
+    assert_eq!((image.stamp, image.len), (7, 1));
+    // Growth carries the stamp over to the larger table.
+    for i in 10..1000u64 {
+        writer.set_stamp(100 + i);
+        writer.insert(key(i), key(i)).unwrap();
+    }
+    let image = index.copy_segment_raw(0, &mut words);
+    assert!(image.generation > 0);
+    assert_eq!(image.stamp, 1099);
+}
+
+#[test]
+fn restore_refuses_bad_inputs() {
+    let (_w, index) = Index::builder().segments(2).build().unwrap();
+    // No seeds.
+    assert!(IndexBuilder::default().restore(Vec::new()).is_err());
+    let mut words = Vec::new();
+    let image = index.copy_segment_raw(0, &mut words);
+    let mut memory: Box<[u64]> = words.into_boxed_slice();
+    let ptr = NonNull::new(memory.as_mut_ptr().cast::<u8>()).unwrap();
+    let keepalive: Arc<dyn Send + Sync> = Arc::new(memory);
+    // SAFETY: as in `restore_copy`.
+    let slots = unsafe { ExternalSlots::new(ptr, image.capacity, keepalive) };
+    // A table claiming to be full, and a segment count of 1 is fine but full is not.
+    let err = IndexBuilder::default()
+        .seeds(index.seeds())
+        .restore(vec![RestoredSegment {
+            slots,
+            len: image.capacity,
+            generation: 0,
+            stamp: 0,
+        }])
+        .err()
+        .expect("a full table is refused");
+    assert!(err.to_string().contains("free slot"), "{err}");
+}
