@@ -82,19 +82,25 @@ for port in "$u_port" "$r_port"; do
   done
 done
 
-load() { # port [from]: MSET keys from..N-1, 1000 pairs a command, over one socket
-  python3 - "$1" "$n" "$value" "${2:-0}" <<'PY'
+load() { # port count [spread]: MSET keys 0..count-1, 1000 pairs a command,
+  # over one socket; with `spread`, each key's first four bytes are a
+  # multiplicative hash of its number (as random UUIDs' are spread), else
+  # every key begins `10000000` (the GET rows' template)
+  python3 - "$1" "$2" "$value" "${3:-}" <<'PY'
 import socket, sys
 port, n, value = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].encode()
-first = int(sys.argv[4])
+spread = sys.argv[4] == "spread"
 s = socket.create_connection(("127.0.0.1", port))
 def bulk(b): return b"$%d\r\n%s\r\n" % (len(b), b)
+def key(i):
+    prefix = (i * 2654435761) & 0xFFFFFFFF if spread else 0x10000000
+    return b"%08x-0000-4000-8000-%012d" % (prefix, i)
 sent = 0
-for start in range(first, n, 1000):
+for start in range(0, n, 1000):
     keys = range(start, min(n, start + 1000))
     cmd = b"*%d\r\n" % (1 + 2 * len(keys)) + bulk(b"MSET")
     for i in keys:
-        cmd += bulk(b"10000000-0000-4000-8000-%012d" % i) + bulk(value)
+        cmd += bulk(key(i)) + bulk(value)
     s.sendall(cmd)
     sent += 1
 got = b""
@@ -106,8 +112,8 @@ if got.count(b"+OK\r\n") != sent: sys.exit("a load MSET failed: %r" % got[:200])
 PY
 }
 echo "loading $n keys into each server" >&2
-load "$u_port"
-load "$r_port"
+load "$u_port" "$n"
+load "$r_port" "$n"
 for port in "$u_port" "$r_port"; do
   echo "port $port: DBSIZE $(redis-cli -p "$port" DBSIZE)" >&2
 done
@@ -172,32 +178,9 @@ for port in "$u_port" "$r_port"; do
     sleep 0.05
   done
 done
-load_spread() { # port: MSET scan_n keys with spread prefixes
-  python3 - "$1" "$scan_n" "$value" <<'PY'
-import socket, sys
-port, n, value = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].encode()
-s = socket.create_connection(("127.0.0.1", port))
-def bulk(b): return b"$%d\r\n%s\r\n" % (len(b), b)
-sent = 0
-for start in range(0, n, 1000):
-    keys = range(start, min(n, start + 1000))
-    cmd = b"*%d\r\n" % (1 + 2 * len(keys)) + bulk(b"MSET")
-    for i in keys:
-        prefix = (i * 2654435761) & 0xFFFFFFFF
-        cmd += bulk(b"%08x-0000-4000-8000-%012d" % (prefix, i)) + bulk(value)
-    s.sendall(cmd)
-    sent += 1
-got = b""
-while got.count(b"\r\n") < sent:
-    chunk = s.recv(65536)
-    if not chunk: sys.exit("closed while loading")
-    got += chunk
-if got.count(b"+OK\r\n") != sent: sys.exit("a load MSET failed: %r" % got[:200])
-PY
-}
 echo "loading $scan_n keys with spread prefixes into fresh servers" >&2
-load_spread "$u_port"
-load_spread "$r_port"
+load "$u_port" "$scan_n" spread
+load "$r_port" "$scan_n" spread
 echo
 echo "| redis-cli --scan, $scan_n keys | uuidmap s | keys | distinct | Redis s | keys | uuidmap / Redis (speed) |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
