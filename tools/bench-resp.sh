@@ -67,20 +67,25 @@ value=xxxxxxxxxxxxxxxx
 grpc_port=$(free_port)
 u_port=$(free_port)
 r_port=$(free_port)
-"$bin" serve --data-dir "$work/uuidmap" --listen "127.0.0.1:$grpc_port" \
-  --resp-listen "127.0.0.1:$u_port" --metrics-listen off --fsync always \
-  2>"$work/uuidmap.log" &
-pids+=($!)
-mkdir -p "$work/redis"
-redis-server --port "$r_port" --dir "$work/redis" --save "" \
-  --appendonly yes --appendfsync always >"$work/redis.log" 2>&1 &
-pids+=($!)
-for port in "$u_port" "$r_port"; do
-  for _ in $(seq 1 200); do
-    [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] && break
-    sleep 0.05
+start_servers() { # uuidmap-fsync redis-aof-args...: both, fresh, answering PING
+  local fsync=$1
+  shift
+  "$bin" serve --data-dir "$work/uuidmap" --listen "127.0.0.1:$grpc_port" \
+    --resp-listen "127.0.0.1:$u_port" --metrics-listen off --fsync "$fsync" \
+    2>"$work/uuidmap.log" &
+  pids+=($!)
+  mkdir -p "$work/redis"
+  redis-server --port "$r_port" --dir "$work/redis" --save "" "$@" \
+    >"$work/redis.log" 2>&1 &
+  pids+=($!)
+  for port in "$u_port" "$r_port"; do
+    for _ in $(seq 1 200); do
+      [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] && break
+      sleep 0.05
+    done
   done
-done
+}
+start_servers always --appendonly yes --appendfsync always
 
 load() { # port count [spread]: MSET keys 0..count-1, 1000 pairs a command,
   # over one socket; with `spread`, each key's first four bytes are a
@@ -164,20 +169,7 @@ row "SET, 64 connections (fsync always)" -c 64 -n "$set_requests" \
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
 pids=()
 rm -rf "$work/uuidmap" "$work/redis"
-"$bin" serve --data-dir "$work/uuidmap" --listen "127.0.0.1:$grpc_port" \
-  --resp-listen "127.0.0.1:$u_port" --metrics-listen off --fsync never \
-  2>"$work/uuidmap.log" &
-pids+=($!)
-mkdir -p "$work/redis"
-redis-server --port "$r_port" --dir "$work/redis" --save "" \
-  --appendonly no >"$work/redis.log" 2>&1 &
-pids+=($!)
-for port in "$u_port" "$r_port"; do
-  for _ in $(seq 1 200); do
-    [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] && break
-    sleep 0.05
-  done
-done
+start_servers never --appendonly no
 echo "loading $scan_n keys with spread prefixes into fresh servers" >&2
 load "$u_port" "$scan_n" spread
 load "$r_port" "$scan_n" spread

@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use uuidmap_resp::RespFrontEnd;
 use uuidmap_server::{ServeError, ServerParts};
-use uuidmap_testkit::server::{member_config, peers_of};
+use uuidmap_testkit::server::group_member_config;
 
 use super::commands::text;
 use super::{Conn, Reply, bulk, ok};
@@ -38,15 +38,7 @@ async fn start_group(dirs: &[tempfile::TempDir]) -> Vec<Member> {
         .collect();
     let mut members = Vec::new();
     for (i, (grpc, raft, resp)) in listeners.into_iter().enumerate() {
-        let peers = peers_of(i, &addrs);
-        let mut config = member_config(
-            dirs[i].path(),
-            i as u64 + 1,
-            addrs[i].0,
-            addrs[i].1,
-            peers,
-            i == 0,
-        );
+        let mut config = group_member_config(dirs[i].path(), i, &addrs);
         let resp_addr = resp.local_addr().unwrap();
         config.resp_listen = Some(resp_addr);
         config.cluster.as_mut().unwrap().resp_advertise = resp_addr.to_string();

@@ -48,7 +48,7 @@ pub fn member_config(
 
 /// Member `i`'s peers (0-based; node ids from 1) in a group whose members
 /// serve clients and Raft at `addrs` (client, Raft), in member order.
-pub fn peers_of(i: usize, addrs: &[(SocketAddr, SocketAddr)]) -> Vec<Peer> {
+fn peers_of(i: usize, addrs: &[(SocketAddr, SocketAddr)]) -> Vec<Peer> {
     addrs
         .iter()
         .enumerate()
@@ -59,6 +59,24 @@ pub fn peers_of(i: usize, addrs: &[(SocketAddr, SocketAddr)]) -> Vec<Peer> {
             client_url: format!("http://{client}"),
         })
         .collect()
+}
+
+/// [`member_config`] for member `i` (0-based) of a group whose members
+/// serve clients and Raft at `addrs`: its peers are the others, and
+/// member 0 makes the group.
+pub fn group_member_config(
+    dir: &Path,
+    i: usize,
+    addrs: &[(SocketAddr, SocketAddr)],
+) -> ServeConfig {
+    member_config(
+        dir,
+        i as u64 + 1,
+        addrs[i].0,
+        addrs[i].1,
+        peers_of(i, addrs),
+        i == 0,
+    )
 }
 
 /// A change made to every member's configuration before it starts.
@@ -126,15 +144,7 @@ impl TestGroup {
         let mut configs = Vec::new();
         let mut members = Vec::new();
         for (i, (l, r)) in listeners.into_iter().enumerate() {
-            let peers = peers_of(i, &addrs);
-            let mut c = member_config(
-                dirs[i].path(),
-                i as u64 + 1,
-                addrs[i].0,
-                addrs[i].1,
-                peers,
-                i == 0,
-            );
+            let mut c = group_member_config(dirs[i].path(), i, &addrs);
             configure(&mut c);
             if proxied {
                 let id = i as u64 + 1;
