@@ -49,7 +49,8 @@
 //! in the process renders that one recorder, so in a process running
 //! several servers (the tests) the per-call series add up all of them.
 //! The state series (`uuidmap_entries` … jemalloc) are instead read from
-//! the server's own index at scrape time and appended to the text, so they
+//! the server's own index at scrape time, registered in a registry of that
+//! scrape (`exposition`) and appended to the text, so they
 //! are exact per server, cost nothing between scrapes, and need no ticker;
 //! so is `uuidmap_scan_entries_examined_total`, from the server's own
 //! `scan_rpc::ScanCounters` (a test or a bench reads one scan's work from the
