@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use uuidmap::store::OsIo;
 use uuidmap::store::recovery::{RecoveryOptions, recover};
+use uuidmap::store::snapshot::Load;
 use uuidmap_testkit::data::mix;
 
 #[path = "common/binary.rs"]
@@ -182,46 +183,73 @@ fn main() {
         files_size(&data) as f64 / 1e9
     );
     println!(
-        "| round | map ms | verify ms | restore ms | presize ms | replay ms | workers' apply / \
-         wall ms | ops | Mops/s | minor faults | major faults |"
+        "| round | load | map ms | verify ms | restore ms | presize ms | replay ms | workers' \
+         apply / wall ms | ops | Mops/s | exec-free total ms | minor faults | major faults |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |");
-    let mut rates = Vec::new();
+    println!(
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
+    );
+    // Both ways of loading the snapshot in each round, the order
+    // alternating: the snapshot mapped (pages copied on first write) and
+    // read whole first (what the server picks for this tail).
+    let mut rates = [Vec::new(), Vec::new()];
+    let mut totals = [Vec::new(), Vec::new()];
     for round in 0..rounds {
-        warm(&data);
-        let before = faults();
-        let options = RecoveryOptions {
-            read_only: true,
-            ..RecoveryOptions::default()
+        let loads = if round % 2 == 0 {
+            [Load::Map, Load::Read]
+        } else {
+            [Load::Read, Load::Map]
         };
-        let recovered = recover(&OsIo, &data, &options).expect("recovering");
-        let after = faults();
-        let r = &recovered.report;
-        let p = &r.phases;
-        let rate = r.ops_replayed as f64 / p.replay.as_secs_f64();
-        rates.push(rate);
-        let workers = p
-            .workers
-            .iter()
-            .map(|w| format!("{:.0} / {:.0}", ms(w.apply), ms(w.wall)))
-            .collect::<Vec<_>>()
-            .join(", ");
-        println!(
-            "| {} | {:.1} | {:.0} | {:.1} | {:.0} | {:.0} | {workers} | {} | {:.2} | {} | {} |",
-            round + 1,
-            ms(p.map),
-            ms(p.verify),
-            ms(p.restore),
-            ms(p.presize),
-            ms(p.replay),
-            r.ops_replayed,
-            rate / 1e6,
-            after.0 - before.0,
-            after.1 - before.1
-        );
-        drop(recovered);
+        for load in loads {
+            let i = usize::from(load == Load::Read);
+            warm(&data);
+            let before = faults();
+            let options = RecoveryOptions {
+                read_only: true,
+                snapshot_load: Some(load),
+                ..RecoveryOptions::default()
+            };
+            let started = Instant::now();
+            let recovered = recover(&OsIo, &data, &options).expect("recovering");
+            let total = started.elapsed();
+            let after = faults();
+            let r = &recovered.report;
+            let p = &r.phases;
+            let rate = r.ops_replayed as f64 / p.replay.as_secs_f64();
+            rates[i].push(rate);
+            totals[i].push(ms(total));
+            let workers = p
+                .workers
+                .iter()
+                .map(|w| format!("{:.0} / {:.0}", ms(w.apply), ms(w.wall)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            println!(
+                "| {} | {load:?} | {:.1} | {:.0} | {:.1} | {:.0} | {:.0} | {workers} | {} | {:.2} \
+                 | {:.0} | {} | {} |",
+                round + 1,
+                ms(p.map),
+                ms(p.verify),
+                ms(p.restore),
+                ms(p.presize),
+                ms(p.replay),
+                r.ops_replayed,
+                rate / 1e6,
+                ms(total),
+                after.0 - before.0,
+                after.1 - before.1
+            );
+            drop(recovered);
+        }
     }
-    println!("\nreplay rate, median: {:.2} Mops/s\n", median(rates) / 1e6);
+    for (i, load) in ["Map", "Read"].iter().enumerate() {
+        println!(
+            "\n{load}: replay rate, median {:.2} Mops/s; whole recovery, median {:.0} ms",
+            median(rates[i].clone()) / 1e6,
+            median(totals[i].clone())
+        );
+    }
+    println!();
 
     let snapshot = std::fs::read_dir(&data)
         .unwrap()

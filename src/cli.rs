@@ -359,6 +359,7 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
                 fields.extend([
                     ("restart_snapshot_used", r.snapshot_used.to_string()),
                     ("restart_map_us", r.map_us.to_string()),
+                    ("restart_snapshot_read", r.snapshot_read.to_string()),
                     ("restart_verify_us", r.verify_us.to_string()),
                     ("restart_restore_us", r.restore_us.to_string()),
                     ("restart_presize_us", r.presize_us.to_string()),

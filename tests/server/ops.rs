@@ -160,6 +160,7 @@ async fn a_restart_reports_its_recovery_phase_by_phase_in_stats_and_metrics() {
         .into_inner();
     let restart = stats.restart.unwrap();
     assert!(!restart.snapshot_used);
+    assert!(!restart.snapshot_read, "no snapshot: nothing read");
     assert_eq!((restart.records_replayed, restart.ops_replayed), (2, 2000));
     assert!(restart.bytes_replayed > 2000 * 33);
     assert!(restart.replay_us > 0 && restart.presized_for >= 2000);

@@ -69,6 +69,7 @@ pub fn info(s: &StatsResponse, section: Option<&str>, port: u16) -> String {
         line(&mut t, "snapshot_used", &u8::from(r.snapshot_used));
         line(&mut t, "snapshot_lsn", &r.snapshot_lsn);
         line(&mut t, "map_us", &r.map_us);
+        line(&mut t, "snapshot_read", &u8::from(r.snapshot_read));
         line(&mut t, "verify_us", &r.verify_us);
         line(&mut t, "restore_us", &r.restore_us);
         line(&mut t, "presize_us", &r.presize_us);

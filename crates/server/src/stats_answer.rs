@@ -82,6 +82,7 @@ pub fn restart_stats(durable: &DurableIndex) -> pb::RestartStats {
         snapshot_used: report.snapshot.is_some(),
         snapshot_lsn: report.snapshot_lsn,
         map_us: us(p.map),
+        snapshot_read: p.load == uuidmap_engine::store::snapshot::Load::Read,
         verify_us: us(p.verify),
         restore_us: us(p.restore),
         estimate_us: us(p.estimate),

@@ -25,6 +25,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -66,6 +67,25 @@ pub trait Io: Send + Sync + 'static {
     /// The whole file, mapped privately: writes to the mapping stay in this
     /// process's memory and never reach the file.
     fn map_private(&self, path: &Path) -> io::Result<MappedFile>;
+    /// The whole file, read into this process's own memory: what
+    /// [`Io::map_private`] gives, but every page already private, so a
+    /// first write to a page costs no copy-on-write fault. Recovery takes it
+    /// instead of the mapping when the WAL tail would write to most pages
+    /// (`snapshot::Load`).
+    ///
+    /// `ranges` (in file order, apart, inside the file; else
+    /// `InvalidInput`) are each read whole by one thread, which calls
+    /// `each(i, bytes)` on range `i` at once, while its bytes are still in
+    /// that core's cache: a checksum pass fused with the read. By default,
+    /// the mapping, then `each` on every range in turn.
+    fn read_private(
+        &self,
+        path: &Path,
+        ranges: &[Range<usize>],
+        each: &(dyn Fn(usize, &[u8]) + Sync),
+    ) -> io::Result<MappedFile> {
+        self.map_private(path)?.checked_ranges(ranges, each)
+    }
     /// Renames `from` to `to`, replacing `to` if it exists (atomically).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file.
@@ -135,7 +155,8 @@ pub struct MappedFile {
 
 enum Mapping {
     /// A private file mapping: clean pages are shared with the page cache and
-    /// are copied only when written.
+    /// are copied only when written. Or anonymous memory the file was read
+    /// into (`Io::read_private`).
     Mmap(memmap2::MmapMut),
     /// A heap copy (simulated disks); `len` bytes of the page-aligned words.
     Heap { words: Box<[PageWords]>, len: usize },
@@ -159,6 +180,22 @@ impl MappedFile {
                 len: bytes.len(),
             },
         }
+    }
+
+    /// `self`, after `each` on every range of it (the default
+    /// [`Io::read_private`]'s part, for a file already in memory).
+    fn checked_ranges(
+        self,
+        ranges: &[Range<usize>],
+        each: &(dyn Fn(usize, &[u8]) + Sync),
+    ) -> io::Result<MappedFile> {
+        for (i, r) in ranges.iter().enumerate() {
+            let bytes = self.as_slice().get(r.clone()).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "a range lies outside the file")
+            })?;
+            each(i, bytes);
+        }
+        Ok(self)
     }
 
     /// The mapped bytes.
@@ -296,6 +333,29 @@ impl Io for OsIo {
         })
     }
 
+    fn read_private(
+        &self,
+        path: &Path,
+        ranges: &[Range<usize>],
+        each: &(dyn Fn(usize, &[u8]) + Sync),
+    ) -> io::Result<MappedFile> {
+        let file = File::open(path)?;
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| io::Error::other("the file is larger than the address space"))?;
+        if len == 0 {
+            return MappedFile::heap_copy(&[]).checked_ranges(ranges, each);
+        }
+        // No huge pages while it is read: with the kernel's default
+        // `defrag=madvise`, a huge page advised here is compacted for at
+        // fault time, which made the read 1.4–2.8× slower (BENCHMARKS.md,
+        // issue 38).
+        let mut map = memmap2::MmapOptions::new().len(len).map_anon()?;
+        read_in_parallel(&file, &mut map, ranges, each)?;
+        Ok(MappedFile {
+            inner: Mapping::Mmap(map),
+        })
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fs::rename(from, to)
     }
@@ -313,6 +373,87 @@ impl Io for OsIo {
         file.set_len(len)?;
         file.sync_all()
     }
+}
+
+/// Reads `file` into `dst` (its whole length) on every available CPU,
+/// calling `each` on each of `ranges` as soon as it is read (see
+/// [`Io::read_private`]). The work is cut into units in file order: each
+/// range whole, and the bytes between ranges in 8 MiB pieces; threads take
+/// the next unit in turn. One thread copies from the page cache at about
+/// 2–3 GB/s here, so a 4 GB snapshot wants them all. (A recovery-time
+/// copy, not a hot path: the lock is taken once per unit.)
+fn read_in_parallel(
+    file: &File,
+    dst: &mut [u8],
+    ranges: &[Range<usize>],
+    each: &(dyn Fn(usize, &[u8]) + Sync),
+) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    use std::sync::Mutex;
+    const PIECE: usize = 8 << 20;
+    let len = dst.len();
+    let mut units: Vec<(usize, &mut [u8], Option<usize>)> = Vec::new();
+    let mut rest = dst;
+    let mut at = 0;
+    /// Cuts `rest` up to byte `end` of the file into units: one for a
+    /// range, 8 MiB pieces between ranges.
+    fn cut<'a>(
+        units: &mut Vec<(usize, &'a mut [u8], Option<usize>)>,
+        rest: &mut &'a mut [u8],
+        at: &mut usize,
+        end: usize,
+        range: Option<usize>,
+    ) {
+        while *at < end {
+            let n = if range.is_some() {
+                end - *at
+            } else {
+                PIECE.min(end - *at)
+            };
+            let (unit, tail) = std::mem::take(rest).split_at_mut(n);
+            units.push((*at, unit, range));
+            *rest = tail;
+            *at += n;
+        }
+    }
+    for (i, r) in ranges.iter().enumerate() {
+        if r.start < at || r.end < r.start || r.end > len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the ranges are not in file order, apart, inside the file",
+            ));
+        }
+        cut(&mut units, &mut rest, &mut at, r.start, None);
+        cut(&mut units, &mut rest, &mut at, r.end, Some(i));
+        if r.is_empty() {
+            each(i, &[]);
+        }
+    }
+    cut(&mut units, &mut rest, &mut at, len, None);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(units.len());
+    let units = Mutex::new(units.into_iter());
+    let read = || -> io::Result<()> {
+        loop {
+            let next = units.lock().unwrap_or_else(|e| e.into_inner()).next();
+            let Some((offset, buf, range)) = next else {
+                return Ok(());
+            };
+            file.read_exact_at(buf, offset as u64)?;
+            if let Some(i) = range {
+                each(i, buf);
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        let others: Vec<_> = (1..threads).map(|_| scope.spawn(read)).collect();
+        let mine = read();
+        others
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .fold(mine, Result::and)
+    })
 }
 
 /// A duplicate descriptor of an [`OsFile`], used only to fsync it.
@@ -367,5 +508,65 @@ impl IoFile for OsFile {
 
     fn len(&self) -> u64 {
         self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of several 8 MiB pieces and a ragged end reads back whole,
+    /// byte for byte; each range is handed to `each` once, with its bytes;
+    /// writes to the copy never reach the file.
+    #[test]
+    fn a_file_read_private_is_the_files_bytes_in_memory_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let bytes: Vec<u8> = (0..(3 << 23) + 4099u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        fs::write(&path, &bytes).unwrap();
+        // A small range, an empty one, one across two 8 MiB pieces, one
+        // at the end.
+        let ranges = [
+            4096..8192,
+            9000..9000,
+            (8 << 20) - 100..(9 << 20),
+            bytes.len() - 3..bytes.len(),
+        ];
+        let seen = std::sync::Mutex::new(vec![None; ranges.len()]);
+        let each = |i: usize, b: &[u8]| {
+            let mut seen = seen.lock().unwrap();
+            assert!(seen[i].is_none(), "range {i} handed out twice");
+            seen[i] = Some(crc32c::crc32c(b));
+        };
+        let mut copy = OsIo.read_private(&path, &ranges, &each).unwrap();
+        assert_eq!(copy.len(), bytes.len());
+        assert!(copy.as_slice() == bytes.as_slice(), "the bytes differ");
+        for (i, r) in ranges.iter().enumerate() {
+            let want = crc32c::crc32c(&bytes[r.clone()]);
+            assert_eq!(seen.lock().unwrap()[i], Some(want), "range {i}");
+        }
+        // SAFETY: the pointer is valid for writes of `len()` bytes while
+        // `copy` lives, and no slice of it is alive.
+        unsafe { copy.as_mut_ptr().write(!bytes[0]) };
+        assert_eq!(copy.as_slice()[0], !bytes[0]);
+        assert_eq!(fs::read(&path).unwrap(), bytes);
+        // Ranges out of order, overlapping or past the end are refused.
+        for bad in [
+            vec![8192..9000, 0..10],
+            vec![0..100, 50..200],
+            vec![0..bytes.len() + 1],
+        ] {
+            let e = OsIo.read_private(&path, &bad, &|_, _| {}).err().unwrap();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
+        }
+        // An empty file reads as nothing.
+        fs::write(&path, b"").unwrap();
+        assert!(
+            OsIo.read_private(&path, &[], &|_, _| {})
+                .unwrap()
+                .is_empty()
+        );
     }
 }

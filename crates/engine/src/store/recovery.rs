@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::store::replay_apply::{ReplayWorkers, WorkerReport, apply_replay};
-use crate::store::snapshot::{self, OpenOptions, set_aside_damaged};
+use crate::store::snapshot::{self, Load, OpenOptions, set_aside_damaged};
 use crate::store::wal::{self, ReplayOptions};
 use crate::store::{FileError, Io, SnapshotLoadError, StoreError, WalReadError};
 use uuidmap_index::{Index, IndexBuilder, IndexWriter};
@@ -49,6 +49,9 @@ pub struct RecoveryOptions {
     pub capacity_hint: usize,
     /// Threads that apply the replayed records (default: one per core).
     pub replay_workers: ReplayWorkers,
+    /// How to load the snapshot; `None` (the default): the cheaper way
+    /// for the WAL tail ([`Load::for_tail`]).
+    pub snapshot_load: Option<Load>,
 }
 
 impl Default for RecoveryOptions {
@@ -59,6 +62,7 @@ impl Default for RecoveryOptions {
             read_only: false,
             capacity_hint: 0,
             replay_workers: ReplayWorkers::default(),
+            snapshot_load: None,
         }
     }
 }
@@ -103,9 +107,13 @@ pub struct RecoveryReport {
 /// WAL-only recovery).
 #[derive(Clone, Debug, Default)]
 pub struct RecoveryPhases {
-    /// Mapping the snapshot and checking its header and layout.
+    /// How the snapshot came into memory (chosen for the WAL tail).
+    pub load: Load,
+    /// Mapping (or reading) the snapshot and checking its header and
+    /// layout.
     pub map: Duration,
-    /// Checking every segment's checksum (zero when not asked).
+    /// Checking every segment's checksum (zero when not asked, or when it
+    /// was done as the snapshot was read: `load` is `Read`).
     pub verify: Duration,
     /// Building the index around the mapped tables (or rebuilding it).
     pub restore: Duration,
@@ -135,7 +143,11 @@ impl RecoveryReport {
         let p = &self.phases;
         // Milliseconds to the microsecond.
         let ms = |d: Duration| d.as_micros() as f64 / 1e3;
-        tracing::info!(ms = ms(p.map), "recovery phase: map the snapshot");
+        tracing::info!(
+            ms = ms(p.map),
+            load = ?p.load,
+            "recovery phase: map the snapshot"
+        );
         tracing::info!(
             ms = ms(p.verify),
             "recovery phase: verify the snapshot's checksums"
@@ -208,8 +220,20 @@ pub fn recover(
     for (lsn, path) in &snapshots {
         let started = Instant::now();
         let mut phases = RecoveryPhases::default();
+        // A long tail writes to most of the snapshot's pages: read it in
+        // bulk rather than fault each page in (`Load::for_tail`).
+        phases.load = match options.snapshot_load {
+            Some(load) => load,
+            None => Load::for_tail(
+                io.file_len(path).unwrap_or(0),
+                wal::estimate_puts(io, dir, *lsn)?,
+            ),
+        };
+        // A mapped snapshot is checked apart (timed as `verify`); a read one
+        // as it is read (inside `map`), while its bytes are in the cache.
         let open_options = OpenOptions {
-            verify: false,
+            verify: options.verify_checksums && phases.load == Load::Read,
+            load: phases.load,
             ..OpenOptions::default()
         };
         let opened = match snapshot::open_snapshot(io, path, &open_options) {

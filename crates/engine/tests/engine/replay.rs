@@ -23,6 +23,7 @@ use uuidmap_engine::store::Op;
 use uuidmap_engine::store::OsIo;
 use uuidmap_engine::store::recovery::{RecoveryOptions, recover};
 use uuidmap_engine::store::replay_apply::{ReplayWorkers, apply_replay};
+use uuidmap_engine::store::snapshot::Load;
 use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
 use uuidmap_index::HashSeeds;
 use uuidmap_index::Key;
@@ -218,18 +219,23 @@ fn a_large_wal_after_a_fuzzy_snapshot_recovers_alike_serially_and_in_parallel() 
     std::thread::sleep(Duration::from_millis(10));
 
     let mut results = Vec::new();
-    for workers in [
-        ReplayWorkers::Serial,
-        ReplayWorkers::Threads(2),
-        ReplayWorkers::Threads(5),
-        ReplayWorkers::PerCore,
+    // A tail this long (250K ops over a snapshot of ~1,300 pages) is read
+    // in bulk by default; the mapping is checked too, forced.
+    for (workers, load) in [
+        (ReplayWorkers::Serial, None),
+        (ReplayWorkers::Threads(2), None),
+        (ReplayWorkers::Threads(5), Some(Load::Map)),
+        (ReplayWorkers::PerCore, Some(Load::Map)),
+        (ReplayWorkers::PerCore, Some(Load::Read)),
     ] {
         let options = RecoveryOptions {
             read_only: true,
             replay_workers: workers,
+            snapshot_load: load,
             ..RecoveryOptions::default()
         };
         let r = recover(&OsIo, dir.path(), &options).unwrap();
+        assert_eq!(r.report.phases.load, load.unwrap_or(Load::Read));
         assert!(r.report.snapshot.is_some(), "the snapshot was used");
         assert!(
             r.report.records_replayed >= 100,
@@ -240,10 +246,10 @@ fn a_large_wal_after_a_fuzzy_snapshot_recovers_alike_serially_and_in_parallel() 
             assert_eq!(r.index.get(k), Some(*v), "{workers:?}");
         }
         assert!(r.report.phases.presized_for >= r.report.ops_replayed / 2);
-        results.push((workers, r));
+        results.push(((workers, load), r));
     }
-    for (workers, r) in &results[1..] {
-        assert_same_tables(&results[0].1.index, &r.index, &format!("{workers:?}"));
+    for (how, r) in &results[1..] {
+        assert_same_tables(&results[0].1.index, &r.index, &format!("{how:?}"));
     }
 }
 

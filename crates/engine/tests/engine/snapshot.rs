@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
-use uuidmap_engine::store::snapshot::{OpenOptions, Restored, RestoredIndex};
+use uuidmap_engine::store::snapshot::{Load, OpenOptions, Restored, RestoredIndex};
 use uuidmap_engine::store::{
     Io, IoFile, MappedFile, Op, OsIo, SnapshotCorrupt, SnapshotLoadError, list_snapshots,
     open_snapshot, write_snapshot,
@@ -43,6 +43,14 @@ impl Rng {
 fn verify(on: bool) -> OpenOptions {
     OpenOptions {
         verify: on,
+        ..OpenOptions::default()
+    }
+}
+
+fn verify_loading(on: bool, load: Load) -> OpenOptions {
+    OpenOptions {
+        verify: on,
+        load,
         ..OpenOptions::default()
     }
 }
@@ -333,15 +341,24 @@ fn damage_anywhere_is_reported_as_a_corrupt_snapshot_naming_the_file() {
     let (_, good, header_at) = small_snapshot(dir.path());
     let damaged = dir.path().join("damaged.snap");
     let mut rng = Rng(3);
+    // Mapped, and read into memory (where the checksums are taken as the
+    // bytes arrive): the same verdicts.
     let check = |bytes: &[u8], what: &str, caught_without_verify: bool| {
         std::fs::write(&damaged, bytes).unwrap();
-        assert_corrupt(restore(&damaged, &verify(true)), &damaged, what);
-        let unverified = restore(&damaged, &verify(false));
-        if caught_without_verify {
-            assert_corrupt(unverified, &damaged, what);
-        } else {
-            // verify = false trusts the slot arrays: documented.
-            assert!(unverified.is_ok(), "{what}");
+        for load in [Load::Map, Load::Read] {
+            let what = &format!("{what}, {load:?}");
+            assert_corrupt(
+                restore(&damaged, &verify_loading(true, load)),
+                &damaged,
+                what,
+            );
+            let unverified = restore(&damaged, &verify_loading(false, load));
+            if caught_without_verify {
+                assert_corrupt(unverified, &damaged, what);
+            } else {
+                // verify = false trusts the slot arrays: documented.
+                assert!(unverified.is_ok(), "{what}");
+            }
         }
     };
     for _ in 0..40 {
@@ -370,9 +387,14 @@ fn damage_anywhere_is_reported_as_a_corrupt_snapshot_naming_the_file() {
     let mut bad = good.clone();
     bad[4096 + 40] ^= 4;
     std::fs::write(&damaged, &bad).unwrap();
-    let err = restore(&damaged, &verify(true)).err().unwrap().to_string();
-    assert!(err.contains("segment 0's checksum does not match"), "{err}");
-    assert!(err.contains("damaged.snap"), "{err}");
+    for load in [Load::Map, Load::Read] {
+        let err = restore(&damaged, &verify_loading(true, load))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("segment 0's checksum does not match"), "{err}");
+        assert!(err.contains("damaged.snap"), "{err}");
+    }
 }
 
 #[test]
@@ -384,6 +406,7 @@ fn a_build_that_hashes_differently_rebuilds_the_same_map_and_replays_uniformly()
     let options = OpenOptions {
         verify: true,
         expected_fingerprint: Some(opened.fingerprint ^ 1),
+        ..OpenOptions::default()
     };
     let r = restore(&info.path, &options).unwrap();
     assert!(matches!(r.how, Restored::Rebuilt { .. }), "{:?}", r.how);

@@ -66,6 +66,6 @@ mod snapshot_files;
 mod write;
 
 pub use format::SegmentEntry;
-pub use open::{OpenOptions, OpenedSnapshot, Restored, RestoredIndex, open_snapshot};
+pub use open::{Load, OpenOptions, OpenedSnapshot, Restored, RestoredIndex, open_snapshot};
 pub use snapshot_files::{list_snapshots, set_aside_damaged, snapshot_path};
 pub use write::{SnapshotInfo, write_snapshot};
