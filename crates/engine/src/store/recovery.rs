@@ -220,31 +220,37 @@ pub fn recover(
     for (lsn, path) in &snapshots {
         let started = Instant::now();
         let mut phases = RecoveryPhases::default();
-        // A long tail writes to most of the snapshot's pages: read it in
-        // bulk rather than fault each page in (`Load::for_tail`).
-        phases.load = match options.snapshot_load {
-            Some(load) => load,
-            None => Load::for_tail(
-                io.file_len(path).unwrap_or(0),
-                wal::estimate_puts(io, dir, *lsn)?,
-            ),
-        };
-        // A mapped snapshot is checked apart (timed as `verify`); a read one
-        // as it is read (inside `map`), while its bytes are in the cache.
-        let open_options = OpenOptions {
-            verify: options.verify_checksums && phases.load == Load::Read,
-            load: phases.load,
+        let header_only = OpenOptions {
+            verify: false,
             ..OpenOptions::default()
         };
-        let opened = match snapshot::open_snapshot(io, path, &open_options) {
+        let mut opened = match snapshot::open_snapshot(io, path, &header_only) {
             Ok(o) => o,
             Err(e) => {
                 reject(io, path, &e, options, &mut report);
                 continue;
             }
         };
+        // A long tail writes to most of the snapshot's pages: read it in
+        // bulk rather than fault each page in (`Load::for_tail`), and check
+        // its checksums as it arrives (inside `map`); a mapped one is
+        // checked apart (`verify`).
+        phases.load = match options.snapshot_load {
+            Some(load) => load,
+            None => Load::for_tail(
+                io.file_len(path).unwrap_or(0),
+                opened.entries,
+                wal::estimate_puts(io, dir, *lsn)?,
+            ),
+        };
+        if phases.load == Load::Read
+            && let Err(e) = opened.read_whole(io, options.verify_checksums)
+        {
+            reject(io, path, &e, options, &mut report);
+            continue;
+        }
         phases.map = started.elapsed();
-        if options.verify_checksums {
+        if options.verify_checksums && phases.load == Load::Map {
             let t = Instant::now();
             if let Err(e) = opened.verify() {
                 reject(io, path, &e, options, &mut report);

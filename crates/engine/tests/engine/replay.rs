@@ -219,13 +219,14 @@ fn a_large_wal_after_a_fuzzy_snapshot_recovers_alike_serially_and_in_parallel() 
     std::thread::sleep(Duration::from_millis(10));
 
     let mut results = Vec::new();
-    // A tail this long (250K ops over a snapshot of ~1,300 pages) is read
-    // in bulk by default; the mapping is checked too, forced.
+    // A tail this long (250K puts over 135K entries) is presized for, so
+    // the snapshot is mapped by default; read into memory, forced, the
+    // state is the same.
     for (workers, load) in [
         (ReplayWorkers::Serial, None),
         (ReplayWorkers::Threads(2), None),
-        (ReplayWorkers::Threads(5), Some(Load::Map)),
-        (ReplayWorkers::PerCore, Some(Load::Map)),
+        (ReplayWorkers::Threads(5), Some(Load::Read)),
+        (ReplayWorkers::PerCore, None),
         (ReplayWorkers::PerCore, Some(Load::Read)),
     ] {
         let options = RecoveryOptions {
@@ -235,7 +236,7 @@ fn a_large_wal_after_a_fuzzy_snapshot_recovers_alike_serially_and_in_parallel() 
             ..RecoveryOptions::default()
         };
         let r = recover(&OsIo, dir.path(), &options).unwrap();
-        assert_eq!(r.report.phases.load, load.unwrap_or(Load::Read));
+        assert_eq!(r.report.phases.load, load.unwrap_or(Load::Map));
         assert!(r.report.snapshot.is_some(), "the snapshot was used");
         assert!(
             r.report.records_replayed >= 100,
@@ -250,6 +251,88 @@ fn a_large_wal_after_a_fuzzy_snapshot_recovers_alike_serially_and_in_parallel() 
     }
     for (how, r) in &results[1..] {
         assert_same_tables(&results[0].1.index, &r.index, &format!("{how:?}"));
+    }
+}
+
+/// A tail of updates to half as many keys as the snapshot has pages, and
+/// fewer than an eighth of its entries: the snapshot is read into memory
+/// (its checksums checked as it arrives), and the state is the mapped
+/// one's, key for key.
+#[test]
+fn a_tail_that_would_write_most_pages_reads_the_snapshot_and_recovers_the_same_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let durable = DurableIndex::open(budget_config(dir.path(), None)).unwrap();
+    write_puts(&durable, 0, 100); // 100K keys: a snapshot of ~1,000 pages
+    durable.snapshot_now_blocking().unwrap();
+    let updates: Vec<WriteOp> = (0..5_000u64)
+        .map(|i| WriteOp::Put {
+            key: Key::new(key((i * 7_919) % 100_000)).unwrap(),
+            value: value(1_000_000 + i),
+        })
+        .collect();
+    for chunk in updates.chunks(500) {
+        durable.writes().write_blocking(chunk.to_vec()).unwrap();
+    }
+    drop(durable);
+    let recovered = |load| {
+        let options = RecoveryOptions {
+            read_only: true,
+            snapshot_load: load,
+            ..RecoveryOptions::default()
+        };
+        recover(&OsIo, dir.path(), &options).unwrap()
+    };
+    let read = recovered(None);
+    assert_eq!(read.report.phases.load, Load::Read);
+    assert_eq!(read.report.ops_replayed, 5_000);
+    assert_eq!(
+        read.report.phases.verify,
+        Duration::ZERO,
+        "checked as it was read"
+    );
+    let mapped = recovered(Some(Load::Map));
+    assert_eq!(mapped.report.phases.load, Load::Map);
+    assert_eq!(read.index.len(), 100_000);
+    for i in 0..5_000u64 {
+        let k = key((i * 7_919) % 100_000);
+        assert_eq!(read.index.get(&k), mapped.index.get(&k), "key {k}");
+    }
+    assert_same_tables(&read.index, &mapped.index, "read and mapped");
+    let updated: Vec<_> = (0..5_000u64)
+        .map(|i| {
+            // 7,919 is prime to 100,000: each key is updated once.
+            let k = key((i * 7_919) % 100_000);
+            assert_eq!(mapped.index.get(&k), Some(value(1_000_000 + i)), "key {k}");
+            (k, Some(value(1_000_000 + i)))
+        })
+        .collect();
+    // A mapped index shows the file's bytes: let it go before the file is
+    // damaged below.
+    drop((read, mapped));
+
+    // A damaged byte in a segment is caught as the snapshot is read: the
+    // snapshot is rejected, and the WAL (whole since LSN 1 here) gives the
+    // same state.
+    let snap = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "snap"))
+        .unwrap();
+    let mut bytes = std::fs::read(&snap).unwrap();
+    bytes[4096 + 40] ^= 4;
+    let damaged = dir.path().join("damaged.tmp");
+    std::fs::write(&damaged, &bytes).unwrap();
+    std::fs::rename(&damaged, &snap).unwrap();
+    let from_wal = recovered(None);
+    assert_eq!(from_wal.report.snapshot, None);
+    assert!(
+        from_wal.report.rejected[0].contains("checksum does not match"),
+        "{:?}",
+        from_wal.report.rejected
+    );
+    assert_eq!(from_wal.index.len(), 100_000);
+    for (k, v) in updated {
+        assert_eq!(from_wal.index.get(&k), v, "key {k}");
     }
 }
 

@@ -59,22 +59,26 @@ pub enum Load {
 }
 
 impl Load {
-    /// The cheaper way to load a snapshot of `file_bytes` that about
-    /// `tail_puts` replayed writes will change (random keys).
+    /// The cheaper way to load a snapshot of `file_bytes` holding
+    /// `entries`, that about `tail_puts` replayed writes will change
+    /// (random keys).
     ///
     /// Measured at 100M entries (BENCHMARKS.md, issue 38): a copy-on-write
-    /// fault costs about 4.2 µs of CPU (1M writes at random offsets of the
-    /// mapped 4 GB file: 624K faults in 1.3 s on 2 threads), and reading a
-    /// page in bulk about 1.8 µs (the 4 GB read into huge pages in 0.91 s
-    /// on 2 threads). `n` random writes over `p` pages touch
-    /// `p·(1 − e^(−n/p))` of them, so reading pays once that share passes
-    /// 1.8 / 4.2 ≈ 0.43, that is from `n ≈ 0.56·p` on: here, from half as
-    /// many writes as pages. (The tail is what the WAL files can hold, an
-    /// estimate from their sizes; a tail of deletes or repeated keys
-    /// touches fewer pages, and then the choice reads more than it needed.)
-    pub fn for_tail(file_bytes: u64, tail_puts: u64) -> Load {
+    /// fault costs 2–9 µs of CPU (1M writes at random offsets of the mapped
+    /// 4 GB file: 624K faults in 0.7–1.4 s on 2 threads; more when the
+    /// replay's reads mapped the page first, since the fault must then
+    /// flush the other cores' TLBs), and reading a page in bulk about
+    /// 1.9 µs (the 4 GB read in 0.95–1.0 s on 2 threads). `n` random writes
+    /// over `p` pages touch `p·(1 − e^(−n/p))` of them, so reading pays
+    /// once that share passes about half: from `n ≈ p/2` on. Not when the
+    /// replay presizes (a tail of more than `entries / 8` puts, see
+    /// `recovery`): the presize copies the grown segments out anyway.
+    /// (The tail is what the WAL files can hold, an estimate from their
+    /// sizes; a tail of deletes or repeated keys touches fewer pages, and
+    /// then the choice reads more than it needed.)
+    pub fn for_tail(file_bytes: u64, entries: u64, tail_puts: u64) -> Load {
         let pages = file_bytes / 4096;
-        if tail_puts.saturating_mul(2) >= pages && tail_puts > 0 {
+        if tail_puts > 0 && tail_puts.saturating_mul(2) >= pages && tail_puts <= entries / 8 {
             Load::Read
         } else {
             Load::Map
@@ -160,41 +164,11 @@ pub fn open_snapshot(
         path: path.to_path_buf(),
         reason,
     };
-    let opening = |e| FileError::new("opening the snapshot", path, e);
-    let map = io.map_private(path).map_err(opening)?;
+    let map = io
+        .map_private(path)
+        .map_err(|e| FileError::new("opening the snapshot", path, e))?;
     let header = Header::parse_file(map.as_slice()).map_err(corrupt)?;
-    let (map, verified) = match options.load {
-        Load::Map => (map, false),
-        Load::Read => {
-            // The header and layout were read from the mapping (a few
-            // pages); now the whole file into memory of our own, each
-            // segment's checksum taken as it arrives.
-            drop(map);
-            let ranges: Vec<_> = header
-                .segments
-                .iter()
-                .map(|s| s.offset as usize..(s.offset + s.bytes()) as usize)
-                .collect();
-            let first_bad = AtomicUsize::new(usize::MAX);
-            let check = |i: usize, bytes: &[u8]| {
-                if options.verify && crc32c::crc32c(bytes) != header.segments[i].crc {
-                    first_bad.fetch_min(i, Ordering::Relaxed);
-                }
-            };
-            let copy = io.read_private(path, &ranges, &check).map_err(opening)?;
-            // Snapshot files never change once in place (the disk
-            // assumptions), but the copy is what will be served: its own
-            // header must be the one checked.
-            if Header::parse_file(copy.as_slice()).map_err(corrupt)? != header {
-                return Err(corrupt("the file changed while it was read".into()).into());
-            }
-            if let Some(segment) = Some(first_bad.into_inner()).filter(|&i| i != usize::MAX) {
-                return Err(bad_checksum(path, segment));
-            }
-            (copy, options.verify)
-        }
-    };
-    let opened = OpenedSnapshot {
+    let mut opened = OpenedSnapshot {
         path: path.to_path_buf(),
         lsn: header.lsn,
         seeds: header.seeds,
@@ -205,11 +179,13 @@ pub fn open_snapshot(
         expected_fingerprint: options
             .expected_fingerprint
             .unwrap_or_else(hash_fingerprint),
-        verified,
+        verified: false,
         map,
     };
-    if options.verify {
-        opened.verify()?;
+    match options.load {
+        Load::Read => opened.read_whole(io, options.verify)?,
+        Load::Map if options.verify => opened.verify()?,
+        Load::Map => {}
     }
     Ok(opened)
 }
@@ -265,6 +241,44 @@ impl OpenedSnapshot {
             Some(segment) => Err(bad_checksum(&self.path, segment)),
             None => Ok(()),
         }
+    }
+
+    /// Replaces the mapping by the whole file read into memory of this
+    /// process's own ([`Load::Read`]; the header and layout were read from
+    /// the mapping, a few pages), and with `verify` checks each segment's
+    /// checksum as its bytes arrive, while they are in the cache.
+    pub fn read_whole(&mut self, io: &dyn Io, verify: bool) -> Result<(), SnapshotLoadError> {
+        let corrupt = |reason: String| SnapshotCorrupt {
+            path: self.path.clone(),
+            reason,
+        };
+        let ranges: Vec<_> = self
+            .segments
+            .iter()
+            .map(|s| s.offset as usize..(s.offset + s.bytes()) as usize)
+            .collect();
+        let first_bad = AtomicUsize::new(usize::MAX);
+        let check = |i: usize, bytes: &[u8]| {
+            if verify && crc32c::crc32c(bytes) != self.segments[i].crc {
+                first_bad.fetch_min(i, Ordering::Relaxed);
+            }
+        };
+        let copy = io
+            .read_private(&self.path, &ranges, &check)
+            .map_err(|e| FileError::new("reading the snapshot", &self.path, e))?;
+        // Snapshot files never change once in place (the disk
+        // assumptions), but the copy is what will be served: its own
+        // header must be the one checked.
+        let header = Header::parse_file(copy.as_slice()).map_err(corrupt)?;
+        if header.lsn != self.lsn || header.segments != self.segments {
+            return Err(corrupt("the file changed while it was read".into()).into());
+        }
+        if let Some(segment) = Some(first_bad.into_inner()).filter(|&i| i != usize::MAX) {
+            return Err(bad_checksum(&self.path, segment));
+        }
+        self.map = copy;
+        self.verified = verify;
+        Ok(())
     }
 
     /// Capture LSN of each segment (index = segment number).
@@ -403,12 +417,15 @@ mod tests {
     #[test]
     fn a_tail_of_half_as_many_writes_as_pages_reads_the_snapshot_in_bulk() {
         let gib4 = 4 << 30; // 1,048,576 pages
-        assert_eq!(Load::for_tail(gib4, 0), Load::Map);
-        assert_eq!(Load::for_tail(gib4, 200_000), Load::Map);
-        assert_eq!(Load::for_tail(gib4, 524_288), Load::Read);
-        assert_eq!(Load::for_tail(gib4, 1_000_000), Load::Read);
-        // An empty or tiny file with no tail is mapped; with any tail, read.
-        assert_eq!(Load::for_tail(0, 0), Load::Map);
-        assert_eq!(Load::for_tail(4096, 1), Load::Read);
+        let entries = 100_000_000;
+        assert_eq!(Load::for_tail(gib4, entries, 0), Load::Map);
+        assert_eq!(Load::for_tail(gib4, entries, 200_000), Load::Map);
+        assert_eq!(Load::for_tail(gib4, entries, 524_288), Load::Read);
+        assert_eq!(Load::for_tail(gib4, entries, 1_000_000), Load::Read);
+        // A tail the replay presizes for: the presize copies anyway.
+        assert_eq!(Load::for_tail(gib4, entries, 12_500_001), Load::Map);
+        // An empty file, or an empty snapshot, is mapped.
+        assert_eq!(Load::for_tail(0, 0, 0), Load::Map);
+        assert_eq!(Load::for_tail(4096, 0, 1), Load::Map);
     }
 }
