@@ -14,7 +14,9 @@
 #   order, with a frame on the sample's stack), and a step's share of the
 #   samples times the median CPU per GET of the rounds without perf is
 #   that step's CPU per GET. perf slows the server it samples; only its
-#   shares are used.
+#   shares are used;
+# - then RUNS more rounds of each under `perf stat`: the server's socket,
+#   epoll and futex system calls (tracepoints), per GET.
 #
 #   tools/bench-resp-steps.sh
 #   RUNS=5 REQUESTS=500000 tools/bench-resp-steps.sh
@@ -123,12 +125,29 @@ if [ "$PERF" = on ]; then
         python3 tools/resp-steps.py "${s%_metrics}" >"$work/$s.steps.$r"
     done
   done
+  # The system calls, counted in rounds of their own: tracing every call
+  # slows the calls, and would show in the profile's shares.
+  for r in $(seq 1 "$runs"); do
+    for s in "${servers[@]}"; do
+      perf stat -x, -o "$work/$s.calls.$r" -p "${pid[$s]}" \
+        -e syscalls:sys_enter_recvfrom,syscalls:sys_enter_read \
+        -e syscalls:sys_exit_recvfrom --filter 'ret < 0' -e syscalls:sys_exit_read --filter 'ret < 0' \
+        -e syscalls:sys_enter_sendto,syscalls:sys_enter_write \
+        -e syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex 2>/dev/null &
+      stat_pid=$!
+      sleep 0.5
+      bench "$s" >/dev/null
+      kill -INT "$stat_pid"
+      wait "$stat_pid" 2>/dev/null || true
+    done
+  done
 fi
 echo "== load $(cut -d' ' -f1-3 /proc/loadavg) at the end" >&2
 
-python3 - "$work" "$requests" "$(getconf CLK_TCK)" "$PERF" <<'EOF'
+python3 - "$work" "$requests" "$(getconf CLK_TCK)" "$PERF" "$perf_requests" <<'EOF'
 import statistics, sys
 work, requests, hz, perf = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "on"
+perf_requests = int(sys.argv[5])
 rounds = {}
 for line in open(f"{work}/rounds"):
     s, rps, ticks, sw = line.split()
@@ -179,6 +198,29 @@ print()
 table(["uuidmap", "uuidmap_metrics"])
 print()
 table(["redis"])
+def calls(path):
+    out = {}
+    for line in open(path):
+        f = line.strip().split(",")
+        if len(f) > 2 and f[0].replace(".", "").isdigit():
+            out[f[2]] = out.get(f[2], 0) + float(f[0])
+    return out
+
+print()
+print("System calls per GET (perf stat, RUNS rounds of their own: median (range); `failed`:")
+print("returned an error, EAGAIN on a non-blocking socket)")
+print()
+ev = [("recvfrom", "syscalls:sys_enter_recvfrom"), ("read", "syscalls:sys_enter_read"),
+      ("failed recvfrom", "syscalls:sys_exit_recvfrom"), ("failed read", "syscalls:sys_exit_read"),
+      ("sendto", "syscalls:sys_enter_sendto"), ("write", "syscalls:sys_enter_write"),
+      ("epoll_wait", "syscalls:sys_enter_epoll_wait"), ("futex", "syscalls:sys_enter_futex")]
+print("| system call | " + " | ".join(names[s] for s in names) + " |")
+print("| --- |" + " --- |" * len(names))
+cs = {s: [calls(f"{work}/{s}.calls.{r}") for r in range(1, len(rounds[s]) + 1)] for s in names}
+for label, e in ev:
+    print(f"| {label} | " + " | ".join(
+        mr([c.get(e, 0) / requests for c in cs[s]], lambda v: f"{v:.3f}") for s in names) + " |")
+
 print()
 print("GET/s under perf: " + "; ".join(
     f"{names[s]} " + ", ".join(f"{float(v):.0f}" for v in open(f"{work}/{s}.perf-rps").read().split())

@@ -16,6 +16,12 @@ import sys
 # (step, patterns). Kernel frames are the syscall entry points
 # (`__x64_sys_*`) or the interrupt entries; user frames are demangled Rust
 # paths or Redis's C functions.
+# Samples in the kernel's system call entry and exit, outside any one
+# call's own function (some calls' own frame is not on the stack: Redis's
+# `read` and `write` show as `ksys_read`, `ksys_write`).
+SYSCALL_ENTRY = ("system call entry and exit, outside a call's own function",
+                 [r"^do_syscall_64$", r"^entry_SYSCALL_64"])
+
 RULES = {
     "uuidmap": [
         ("interrupts (timer, IPIs) that hit the process",
@@ -31,6 +37,7 @@ RULES = {
         ("tokio: wait for events (`epoll_wait`)", [r"^__x64_sys_epoll_wait$"]),
         ("tokio: park a worker (`futex` wait)", [r"^__x64_sys_futex$"]),
         ("other system calls", [r"^__x64_sys_"]),
+        SYSCALL_ENTRY,
         ("admission: the permit (LIFO semaphore) and its deadline",
          [r"lifo_semaphore", r"^uuidmap_server::admission", r"wait_from_now", r"bound_wait",
           r"^uuidmap_server::deadline"]),
@@ -57,7 +64,8 @@ RULES = {
         ("write: `write` syscall (with the loopback delivery to the client)",
          [r"^__x64_sys_write$", r"^ksys_write$"]),
         ("wait for events (`epoll_wait`)", [r"^__x64_sys_epoll_wait$"]),
-        ("other system calls", [r"^__x64_sys_", r"^do_syscall_64$"]),
+        ("other system calls", [r"^__x64_sys_"]),
+        SYSCALL_ENTRY,
         ("the command: lookup (`lookupKey`, `dictFind`)", [r"^lookupKey", r"^dict"]),
         ("the command: the rest (`call`, `getGenericCommand`, the reply)",
          [r"^call$", r"^getGenericCommand$", r"^addReply", r"^lookupCommand", r"^processCommand$"]),
