@@ -20,9 +20,9 @@
 //! and 1.88 µs: 2.6x, 2.4x and 1.8x as long; its `Bytes` decoder
 //! (`decode_bytes_mut`, what its tokio codec uses) 160, 205 and 4.5 µs.
 //! Ours is the faster, with its limits checked. Either is small beside
-//! the rest of an unpipelined GET (about 3.3 µs of server CPU, of which
-//! this parser 0.02 µs: BENCHMARKS.md, "What an unpipelined GET costs,
-//! step by step").
+//! the rest of an unpipelined GET (3.3-5.1 µs of server CPU, of which
+//! this parser 0.02-0.04 µs: BENCHMARKS.md, "What an unpipelined GET
+//! costs, step by step").
 //!
 //! # Limits (every one checked on the header, before any byte it announces
 //! is buffered)
