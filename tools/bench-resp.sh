@@ -87,34 +87,8 @@ start_servers() { # uuidmap-fsync redis-aof-args...: both, fresh, answering PING
 }
 start_servers always --appendonly yes --appendfsync always
 
-load() { # port count [spread]: MSET keys 0..count-1, 1000 pairs a command,
-  # over one socket; with `spread`, each key's first four bytes are a
-  # multiplicative hash of its number (as random UUIDs' are spread), else
-  # every key begins `10000000` (the GET rows' template)
-  python3 - "$1" "$2" "$value" "${3:-}" <<'PY'
-import socket, sys
-port, n, value = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].encode()
-spread = sys.argv[4] == "spread"
-s = socket.create_connection(("127.0.0.1", port))
-def bulk(b): return b"$%d\r\n%s\r\n" % (len(b), b)
-def key(i):
-    prefix = (i * 2654435761) & 0xFFFFFFFF if spread else 0x10000000
-    return b"%08x-0000-4000-8000-%012d" % (prefix, i)
-sent = 0
-for start in range(0, n, 1000):
-    keys = range(start, min(n, start + 1000))
-    cmd = b"*%d\r\n" % (1 + 2 * len(keys)) + bulk(b"MSET")
-    for i in keys:
-        cmd += bulk(key(i)) + bulk(value)
-    s.sendall(cmd)
-    sent += 1
-got = b""
-while got.count(b"\r\n") < sent:
-    chunk = s.recv(65536)
-    if not chunk: sys.exit("closed while loading")
-    got += chunk
-if got.count(b"+OK\r\n") != sent: sys.exit("a load MSET failed: %r" % got[:200])
-PY
+load() { # port count [spread]: tools/resp-load.py
+  python3 tools/resp-load.py "$1" "$2" "$value" "${3:-}"
 }
 echo "loading $n keys into each server" >&2
 load "$u_port" "$n"
