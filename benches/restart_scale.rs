@@ -8,6 +8,8 @@
 //!   each phase's time, the replay rate, and the page faults the recovery
 //!   took (minor and major, `getrusage`), `UUIDMAP_BENCH_ROUNDS` rounds
 //!   (default 3);
+//! - **a full check**: one more recovery, as the server runs it, and
+//!   every key's value against the data's model;
 //! - **the floor** under that replay: as many one-byte writes as the tail
 //!   has updates, at random offsets of the snapshot file mapped privately
 //!   as the server maps it, on every core: the copy-on-write page faults
@@ -250,6 +252,51 @@ fn main() {
         );
     }
     println!();
+
+    // The whole state, checked once: the recovery the server would run
+    // (its own choice of load), every key's value against the data's
+    // model (the last update of a key wins), and nothing more.
+    let started = Instant::now();
+    let recovered = recover(
+        &OsIo,
+        &data,
+        &RecoveryOptions {
+            read_only: true,
+            ..RecoveryOptions::default()
+        },
+    )
+    .expect("recovering");
+    let mut last_update = std::collections::HashMap::with_capacity(tail as usize);
+    for j in 0..tail {
+        last_update.insert(updated(entries, j), j);
+    }
+    let index = &recovered.index;
+    let wrong = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..cores as u64 {
+            let (last_update, wrong) = (&last_update, &wrong);
+            s.spawn(move || {
+                for i in (t..entries).step_by(cores) {
+                    let want = last_update.get(&i).map_or(value(i), |&j| update_value(j));
+                    if index.get(&key(i)) != Some(want) {
+                        wrong.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let wrong = wrong.into_inner();
+    println!(
+        "Full check ({:?} load): {} entries, {wrong} with a wrong or missing value, {} \
+         updated keys; {:.1} s with the recovery\n",
+        recovered.report.phases.load,
+        index.len(),
+        last_update.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(wrong, 0, "a recovered value is wrong");
+    assert_eq!(index.len() as u64, entries, "the entry count");
+    drop(recovered);
 
     let snapshot = std::fs::read_dir(&data)
         .unwrap()

@@ -32,7 +32,13 @@
 # Knobs (environment): UUIDMAP_BENCH_N (entries, default 10M),
 # UUIDMAP_BENCH_TAIL (WAL tail entries, default N/10), UUIDMAP_BENCH_RUNS
 # (default 3), UUIDMAP_BENCH_DIR (where the data directories go, default a
-# temporary directory under target/; it needs ~3 x 0.5 GiB per 10M).
+# temporary directory under target/; it needs ~3 x 0.5 GiB per 10M),
+# UUIDMAP_BIN (the server to run; default: built here).
+#
+# Two builds side by side: UUIDMAP_BIN_B=<another uuidmap> runs the three
+# uuidmap cases with both binaries in each round, the order of the two
+# alternating from round to round, on the same prepared directories (made
+# by UUIDMAP_BIN), and leaves Redis out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -41,8 +47,12 @@ tail_n=${UUIDMAP_BENCH_TAIL:-$((n / 10))}
 runs=${UUIDMAP_BENCH_RUNS:-3}
 
 . tools/install-redis.sh
-cargo build --release --bin uuidmap >&2
-bin=$root/target/release/uuidmap
+bin=${UUIDMAP_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --release --bin uuidmap >&2
+  bin=$root/target/release/uuidmap
+fi
+bin_b=${UUIDMAP_BIN_B:-}
 mkdir -p target
 work=${UUIDMAP_BENCH_DIR:-$(mktemp -d "$root/target/bench-restart.XXXXXX")}
 pid=
@@ -120,9 +130,10 @@ load_uuidmap "$port" "$n" "$tail_n"
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true; pid= # no final snapshot: the tail stays in the WAL
 du -sh "$work/uuidmap-snap" "$work/uuidmap-wal" >&2
 
-echo "== preparing Redis: dump.rdb and appendonly of $n keys" >&2
-mkdir -p "$work/redis-rdb" "$work/redis-aof"
+[ -n "$bin_b" ] || echo "== preparing Redis: dump.rdb and appendonly of $n keys" >&2
+[ -n "$bin_b" ] || mkdir -p "$work/redis-rdb" "$work/redis-aof"
 for mode in rdb aof; do
+  [ -n "$bin_b" ] && break
   aof=no; [ $mode = aof ] && aof=yes
   redis-server --port "$port" --dir "$work/redis-$mode" --save '' --appendonly $aof \
     --appendfsync no --auto-aof-rewrite-percentage 0 >"$work/redis.log" 2>&1 &
@@ -134,14 +145,14 @@ for mode in rdb aof; do
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
   wait "$pid" 2>/dev/null || true; pid=
 done
-du -sh "$work/redis-rdb" "$work/redis-aof" >&2
+[ -n "$bin_b" ] || du -sh "$work/redis-rdb" "$work/redis-aof" >&2
 
-run_uuidmap() { # template cold? -> ms
+run_uuidmap() { # template cold? [binary] -> ms
   rm -rf "$work/run"; cp -a "$1" "$work/run"
   if [ "$2" = cold ]; then evict "$work/run"; else warm "$work/run"; fi
   local port t0 t1; port=$(free_port)
   t0=$(now_ns)
-  "$bin" serve --listen "127.0.0.1:$port" --data-dir "$work/run" --fsync always \
+  "${3:-$bin}" serve --listen "127.0.0.1:$port" --data-dir "$work/run" --fsync always \
     --snapshot-interval off --snapshot-wal-bytes $((1 << 40)) >"$work/run.log" 2>&1 &
   pid=$!
   wait_grpc "$port"
@@ -161,6 +172,35 @@ run_redis() { # template cold? aof? -> ms
   kill -9 "$pid"; wait "$pid" 2>/dev/null || true; pid=
   echo $(((t1 - t0) / 1000000))
 }
+
+if [ -n "$bin_b" ]; then
+  declare -A times
+  for ((r = 0; r < runs; r++)); do
+    echo "== round $((r + 1)) of $runs (A: $bin, B: $bin_b)" >&2
+    order="a b"; [ $((r % 2)) = 1 ] && order="b a"
+    for side in $order; do
+      b=$bin; [ $side = b ] && b=$bin_b
+      times[uw$side]+="$(run_uuidmap "$work/uuidmap-snap" warm "$b") "
+      times[uc$side]+="$(run_uuidmap "$work/uuidmap-snap" cold "$b") "
+      times[ul$side]+="$(run_uuidmap "$work/uuidmap-wal" warm "$b") "
+    done
+  done
+  row() { echo "| $1 | $(tr ' ' '\n' <<<"${times[$2]}" | grep . | median_range) | ${times[$2]}|"; }
+  echo
+  echo "## Restart as a process, two builds: $n entries, median (range) of $runs, ms"
+  echo
+  echo "A: $bin"
+  echo "B: $bin_b"
+  echo
+  echo "| case | ms | runs |"
+  echo "| --- | ---: | --- |"
+  for side in a b; do
+    row "$side: snapshot, warm" uw$side
+    row "$side: snapshot, cold (pages evicted)" uc$side
+    row "$side: snapshot + WAL tail of $tail_n, warm" ul$side
+  done
+  exit 0
+fi
 
 declare -A times
 for ((r = 0; r < runs; r++)); do
