@@ -556,7 +556,11 @@ mod tests {
         for bad in [
             vec![8192..9000, 0..10],
             vec![0..100, 50..200],
-            vec![0..bytes.len() + 1],
+            // One range, past the end.
+            vec![Range {
+                start: 0,
+                end: bytes.len() + 1,
+            }],
         ] {
             let e = OsIo.read_private(&path, &bad, &|_, _| {}).err().unwrap();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad:?}");

@@ -63,16 +63,19 @@ impl Load {
     /// `entries`, that about `tail_puts` replayed writes will change
     /// (random keys).
     ///
-    /// Measured at 100M entries (BENCHMARKS.md, issue 38): a copy-on-write
-    /// fault costs 2–9 µs of CPU (1M writes at random offsets of the mapped
-    /// 4 GB file: 624K faults in 0.7–1.4 s on 2 threads; more when the
-    /// replay's reads mapped the page first, since the fault must then
-    /// flush the other cores' TLBs), and reading a page in bulk about
-    /// 1.9 µs (the 4 GB read in 0.95–1.0 s on 2 threads). `n` random writes
-    /// over `p` pages touch `p·(1 − e^(−n/p))` of them, so reading pays
-    /// once that share passes about half: from `n ≈ p/2` on. Not when the
-    /// replay presizes (a tail of more than `entries / 8` puts, see
-    /// `recovery`): the presize copies the grown segments out anyway.
+    /// Measured at 100M entries (BENCHMARKS.md, issue 38): reading a page
+    /// in bulk costs about 1.9 µs of CPU (the 4 GB file in 0.92–0.98 s on
+    /// 2 threads). A copy-on-write fault on a page nothing mapped before
+    /// costs about 2 µs (1M writes at random offsets: 624K faults in 0.64 s
+    /// on 2 threads), but the replay reads each slot before it writes it,
+    /// so its faults replace a mapped page and must flush the other cores'
+    /// TLBs: about 18 µs each (5.8 s for 640K on 2 quiet cores). `n`
+    /// random writes over `p` pages touch `p·(1 − e^(−n/p))` of them, so
+    /// reading pays from a touched share of about a tenth (replay faults)
+    /// to nearly all (bare faults); this reads from `n ≥ p/2`, a share of
+    /// 39 %, between the two. Not when the replay presizes (a tail of more
+    /// than `entries / 8` puts, see `recovery`): the presize copies the
+    /// grown segments out anyway.
     /// (The tail is what the WAL files can hold, an estimate from their
     /// sizes; a tail of deletes or repeated keys touches fewer pages, and
     /// then the choice reads more than it needed.)
