@@ -172,14 +172,10 @@ impl StateSeries {
         labels: [&str; N],
         rows: impl IntoIterator<Item = ([L; N], f64)>,
     ) {
-        self.register(
-            name,
-            GaugeVec::new(Opts::new(name, help), &labels).inspect(|v| {
-                for (values, value) in rows {
-                    v.with_label_values(&values).set(value);
-                }
-            }),
-        );
+        let family = GaugeVec::new(Opts::new(name, help), &labels);
+        self.labelled(name, family, rows, |v, values, x| {
+            v.with_label_values(values).set(x)
+        });
     }
 
     /// A counter with labels: one series per row.
@@ -190,11 +186,25 @@ impl StateSeries {
         labels: [&str; N],
         rows: impl IntoIterator<Item = ([L; N], f64)>,
     ) {
+        let family = CounterVec::new(Opts::new(name, help), &labels);
+        self.labelled(name, family, rows, |v, values, x| {
+            v.with_label_values(values).inc_by(x)
+        });
+    }
+
+    /// Registers `family` with a series per row, each set by `set`.
+    fn labelled<V: Collector + 'static, const N: usize, L>(
+        &self,
+        name: &str,
+        family: prometheus::Result<V>,
+        rows: impl IntoIterator<Item = ([L; N], f64)>,
+        set: impl Fn(&V, &[L; N], f64),
+    ) {
         self.register(
             name,
-            CounterVec::new(Opts::new(name, help), &labels).inspect(|v| {
+            family.inspect(|v| {
                 for (values, value) in rows {
-                    v.with_label_values(&values).inc_by(value);
+                    set(v, &values, value);
                 }
             }),
         );

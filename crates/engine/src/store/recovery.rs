@@ -243,11 +243,23 @@ pub fn recover(
                 wal::estimate_puts(io, dir, *lsn)?,
             ),
         };
-        if phases.load == Load::Read
-            && let Err(e) = opened.read_whole(io, options.verify_checksums)
-        {
-            reject(io, path, &e, options, &mut report);
-            continue;
+        if phases.load == Load::Read {
+            match opened.read_whole(io, options.verify_checksums) {
+                Ok(()) => {}
+                Err(e @ SnapshotLoadError::Corrupt(_)) => {
+                    reject(io, path, &e, options, &mut report);
+                    continue;
+                }
+                // Not the file's fault (no memory for the copy, say): the
+                // mapping is still there, so use it, as a short tail would.
+                Err(e) => {
+                    tracing::warn!(
+                        "could not read snapshot {} whole ({e}); mapping it instead",
+                        path.display()
+                    );
+                    phases.load = Load::Map;
+                }
+            }
         }
         phases.map = started.elapsed();
         if options.verify_checksums && phases.load == Load::Map {

@@ -15,15 +15,17 @@
 //!   `tests/server/replay_process.rs`.)
 
 use std::collections::HashMap;
+use std::io;
+use std::path::Path;
 use std::time::Duration;
 
 use proptest::prelude::*;
 use uuid::Uuid;
 use uuidmap_engine::store::Op;
-use uuidmap_engine::store::OsIo;
 use uuidmap_engine::store::recovery::{RecoveryOptions, recover};
 use uuidmap_engine::store::replay_apply::{ReplayWorkers, apply_replay};
 use uuidmap_engine::store::snapshot::Load;
+use uuidmap_engine::store::{Io, IoFile, MappedFile, OsIo};
 use uuidmap_engine::writer::{DurableConfig, DurableIndex, FsyncPolicy, WriteOp};
 use uuidmap_index::HashSeeds;
 use uuidmap_index::Key;
@@ -284,6 +286,21 @@ fn a_tail_that_would_write_most_pages_reads_the_snapshot_and_recovers_the_same_s
     };
     let read = recovered(None);
     assert_eq!(read.report.phases.load, Load::Read);
+    // Without memory for the copy, the snapshot is mapped instead, not
+    // set aside: the same state.
+    let options = RecoveryOptions {
+        read_only: true,
+        ..RecoveryOptions::default()
+    };
+    let no_room = recover(&NoRoomForCopies, dir.path(), &options).unwrap();
+    assert_eq!(no_room.report.phases.load, Load::Map);
+    assert!(no_room.report.snapshot.is_some() && no_room.report.rejected.is_empty());
+    assert_same_tables(
+        &read.index,
+        &no_room.index,
+        "read and mapped for want of room",
+    );
+    drop(no_room);
     assert_eq!(read.report.ops_replayed, 5_000);
     assert_eq!(
         read.report.phases.verify,
@@ -333,6 +350,54 @@ fn a_tail_that_would_write_most_pages_reads_the_snapshot_and_recovers_the_same_s
     assert_eq!(from_wal.index.len(), 100_000);
     for (k, v) in updated {
         assert_eq!(from_wal.index.get(&k), v, "key {k}");
+    }
+}
+
+/// The real file system, except that no memory can be had for a whole
+/// file's copy: `read_private` fails as the allocation would.
+struct NoRoomForCopies;
+
+impl Io for NoRoomForCopies {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        OsIo.create_dir_all(dir)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        OsIo.list(dir)
+    }
+    fn create(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+        OsIo.create(path)
+    }
+    fn open_write(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+        OsIo.open_write(path)
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        OsIo.read(path)
+    }
+    fn file_len(&self, path: &Path) -> io::Result<u64> {
+        OsIo.file_len(path)
+    }
+    fn map_private(&self, path: &Path) -> io::Result<MappedFile> {
+        OsIo.map_private(path)
+    }
+    fn read_private(
+        &self,
+        _: &Path,
+        _: &[std::ops::Range<usize>],
+        _: &(dyn Fn(usize, &[u8]) + Sync),
+    ) -> io::Result<MappedFile> {
+        Err(io::Error::from_raw_os_error(libc::ENOMEM))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        OsIo.rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        OsIo.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        OsIo.sync_dir(dir)
+    }
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        OsIo.truncate(path, len)
     }
 }
 
