@@ -77,6 +77,7 @@ V2 = "5ba4d000-0000-4000-8000-00000000000b"
 STEPS = [
     ("PING", [["PING"]], None),
     ("PING message", [["PING", "hello"]], None),
+    ("ECHO", [["ECHO", "a marker"]], None),
     ("ping in lower case", [["ping"]], None),
     ("SET", [["SET", K1, V1]], None),
     ("GET", [["GET", K1]], None),

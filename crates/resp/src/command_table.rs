@@ -9,6 +9,8 @@ use uuidmap_server::methods::{Class, Role};
 pub enum Which {
     /// `PING [message]`.
     Ping,
+    /// `ECHO message`.
+    Echo,
     /// `GET key`.
     Get,
     /// `MGET key [key ...]`.
@@ -97,6 +99,8 @@ pub const COMMANDS: &[Command] = &[
     row("wait", Which::Wait, 3, None, Some(Role::Read)),
     row("mset", Which::MSet, -3, WRITE, Some(Role::Write)),
     row("ping", Which::Ping, -1, READ, Some(Role::Read)),
+    // `redis-cli --pipe` ends its stream with an ECHO and waits for it.
+    row("echo", Which::Echo, 2, None, Some(Role::Read)),
     row("dbsize", Which::DbSize, 1, READ, Some(Role::Read)),
     row("scan", Which::Scan, -2, Some(Class::Scan), Some(Role::Read)),
     row("info", Which::Info, -1, READ, Some(Role::Read)),

@@ -160,6 +160,7 @@ impl Commands {
                 Some(m) if args.len() == 2 => reply::bulk(out, m),
                 Some(_) => reply::error(out, "ERR wrong number of arguments for 'ping' command"),
             },
+            Which::Echo => reply::bulk(out, args[1]),
             Which::Get => self.get(args[1], out, session.resp3).await,
             Which::MGet => self.mget(&args[1..], out, false, session.resp3).await,
             Which::Exists => self.mget(&args[1..], out, true, session.resp3).await,
