@@ -57,6 +57,22 @@ struct CommandSeries {
     seconds: Histogram,
 }
 
+/// Why `session` may not run `command`: no `AUTH` yet, or a token whose
+/// role is below the command's.
+pub(crate) fn role_refusal(command: &Command, session: &Session) -> Option<String> {
+    let needed = command.role?;
+    match session.role {
+        None => Some("NOAUTH Authentication required.".into()),
+        Some(has) if has < needed => {
+            let name = command.name;
+            Some(format!(
+                "NOPERM this connection's token has the role {has}; '{name}' needs {needed}"
+            ))
+        }
+        Some(_) => None,
+    }
+}
+
 /// What every connection of the front end shares.
 pub struct Commands {
     /// The server's handles.
@@ -105,11 +121,17 @@ impl Commands {
         let started = Instant::now();
         let before = out.len();
         self.checked(command, session, args, out).await;
+        self.count(i, out.get(before) != Some(&b'-'), started);
+    }
+
+    /// Counts one command of the table's row `i`, answered without an
+    /// error or with one, started at `started`.
+    pub(crate) fn count(&self, i: usize, ok: bool, started: Instant) {
         let s = &self.series[i];
-        if out.get(before) == Some(&b'-') {
-            s.error.increment(1);
-        } else {
+        if ok {
             s.ok.increment(1);
+        } else {
+            s.error.increment(1);
         }
         s.seconds.record(started.elapsed().as_secs_f64());
     }
@@ -128,20 +150,8 @@ impl Commands {
                 &format!("ERR wrong number of arguments for '{name}' command"),
             );
         }
-        if let Some(needed) = command.role {
-            match session.role {
-                None => return reply::error(out, "NOAUTH Authentication required."),
-                Some(has) if has < needed => {
-                    let name = command.name;
-                    return reply::error(
-                        out,
-                        &format!(
-                            "NOPERM this connection's token has the role {has}; '{name}' needs {needed}"
-                        ),
-                    );
-                }
-                Some(_) => {}
-            }
+        if let Some(refusal) = role_refusal(command, session) {
+            return reply::error(out, &refusal);
         }
         // Held until the answer is made, as a gRPC call holds its permit.
         let _permit = match command.class {

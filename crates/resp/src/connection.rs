@@ -4,7 +4,10 @@
 //! Pipelining: the answers of the commands that arrived together are
 //! written together, in the order of the commands; a command runs only
 //! after the one before it has its answer (a write is durable before the
-//! next command starts), as Redis does on one connection.
+//! next command starts), as Redis does on one connection. Except that
+//! plain `SET key value` commands that arrived one after another run as
+//! one write batch (`set_run`: one fsync for the run), still before the
+//! command that follows them.
 //!
 //! Memory: the input buffer holds at most one request under the parser's
 //! limits plus one read (a request still incomplete past the limit is a
@@ -22,6 +25,7 @@ use tokio::sync::watch;
 use crate::commands::{Commands, Session};
 use crate::parser::{self, Limits, ParseError};
 use crate::reply;
+use crate::set_run::is_plain_set;
 
 /// The read size: a read takes what is there, up to this much.
 const READ_CHUNK: usize = 16 << 10;
@@ -41,6 +45,10 @@ pub async fn serve(
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut output: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut ranges: Vec<Range<usize>> = Vec::new();
+    // The plain SETs parsed but not run yet: their arguments' places in
+    // `input`, at most `--max-write-ops` of them.
+    let mut sets: Vec<[Range<usize>; 3]> = Vec::new();
+    let max_run = commands.shared.limits.max_write_ops.max(1);
     // The most an incomplete request may hold: its arguments at their
     // limit and their headers.
     let max_pending = limits
@@ -53,8 +61,21 @@ pub async fn serve(
         loop {
             match parser::parse(&input[start..], &mut ranges, limits) {
                 Ok(Some(n)) => {
-                    if !ranges.is_empty() {
-                        let buf = &input[start..start + n];
+                    let buf = &input[start..start + n];
+                    if let [name, key, value] = &ranges[..]
+                        && is_plain_set([
+                            &buf[name.clone()],
+                            &buf[key.clone()],
+                            &buf[value.clone()],
+                        ])
+                    {
+                        let at = |r: &Range<usize>| start + r.start..start + r.end;
+                        sets.push([at(name), at(key), at(value)]);
+                        if sets.len() >= max_run {
+                            run_sets(commands, &session, &input, &mut sets, &mut output).await;
+                        }
+                    } else if !ranges.is_empty() {
+                        run_sets(commands, &session, &input, &mut sets, &mut output).await;
                         run(commands, &mut session, buf, &ranges, &mut output).await;
                     }
                     start += n;
@@ -65,12 +86,14 @@ pub async fn serve(
                 }
                 Ok(None) => break,
                 Err(e) => {
+                    run_sets(commands, &session, &input, &mut sets, &mut output).await;
                     protocol_error(&e, &mut output);
                     close = true;
                     break;
                 }
             }
         }
+        run_sets(commands, &session, &input, &mut sets, &mut output).await;
         input.drain(..start);
         if !close && input.len() > max_pending {
             protocol_error(&ParseError::LongInline, &mut output);
@@ -126,6 +149,26 @@ async fn run(
         let args: Vec<&[u8]> = ranges.iter().map(|r| &buf[r.clone()]).collect();
         commands.execute(session, &args, output).await;
     }
+}
+
+/// Runs the plain SETs whose arguments are `sets` (places in `input`) as
+/// one batch, if there are any, and forgets them.
+async fn run_sets(
+    commands: &Commands,
+    session: &Session,
+    input: &[u8],
+    sets: &mut Vec<[Range<usize>; 3]>,
+    output: &mut Vec<u8>,
+) {
+    if sets.is_empty() {
+        return;
+    }
+    let args: Vec<[&[u8]; 3]> = sets
+        .iter()
+        .map(|set| set.clone().map(|r| &input[r]))
+        .collect();
+    commands.execute_sets(session, &args, output).await;
+    sets.clear();
 }
 
 /// The answer to a request that cannot be framed; the connection closes

@@ -41,6 +41,7 @@ pub mod parser;
 pub mod reply;
 pub mod resp_tls;
 pub mod segment_scan;
+pub mod set_run;
 pub mod uuid_arg;
 pub mod write_commands;
 

@@ -80,7 +80,7 @@ fn leader_address(leader: &LeaderHint) -> Option<&str> {
 /// Submits `ops`; `Ok` once applied and durable. A follower's refusal
 /// names the leader's Redis-protocol address (`redis://host:port`) when
 /// the membership records one, else its gRPC URL.
-async fn submit(shared: &Shared, ops: Vec<WriteOp>) -> Result<(), WriteError> {
+pub(crate) async fn submit(shared: &Shared, ops: Vec<WriteOp>) -> Result<(), WriteError> {
     match shared.durable.writes().write(ops).await {
         Ok(_) => Ok(()),
         Err(WriteError::NotLeader {
