@@ -46,11 +46,13 @@ impl Commands {
             unreachable!("SET is in the command table");
         };
         let started = Instant::now();
+        // The connection's role is the same for every SET of the run.
+        let refusal = role_refusal(command, session);
         let decided: Vec<Result<WriteOp, String>> = sets
             .iter()
             .map(|args| {
-                if let Some(refusal) = role_refusal(command, session) {
-                    return Err(refusal);
+                if let Some(refusal) = &refusal {
+                    return Err(refusal.clone());
                 }
                 match (parse_key(args[1]), parse_value(args[2])) {
                     (Ok((key, _)), Ok(value)) => Ok(WriteOp::Put { key, value }),
@@ -58,7 +60,10 @@ impl Commands {
                 }
             })
             .collect();
-        let ops: Vec<WriteOp> = decided.iter().filter_map(|d| d.clone().ok()).collect();
+        let ops: Vec<WriteOp> = decided
+            .iter()
+            .filter_map(|d| d.as_ref().ok().copied())
+            .collect();
         let outcome = if ops.is_empty() {
             Ok(())
         } else {
