@@ -17,9 +17,17 @@
 //! - `bucket-4`: buckets of four slots (128 B, 128-aligned), probed bucket by
 //!   bucket; each bucket fills left to right, so a lookup stops at a bucket's
 //!   first empty slot.
+//! - `robin-hood-tags` (`probing/tags.rs`): the `robin-hood` table plus a tag
+//!   byte per slot in an array of its own; a lookup scans tags, eight to a
+//!   word, and compares keys only where a tag matches, as `table.rs` now
+//!   does. Its lines count tag lines and slot lines.
+//! - `cuckoo-2x2` (`probing/cuckoo.rs`): bucketed cuckoo hashing with two
+//!   candidate 64-byte buckets of two slots; a lookup reads both lines.
+//!   Inserts evict along a random walk, and give up (the row is left out)
+//!   when the table is too full.
 //!
 //! For each scheme and load factor (0.72, 0.80, 0.90: the saw a segment runs
-//! through between growths) the table is filled with random keys, then
+//! through between growths; 0.95, a fuller table) the table is filled with random keys, then
 //! timed: random-order lookups of stored keys (hits) and of never-stored keys
 //! (misses), the best of [`REPEATS`] passes, in ns per lookup. Lookups in a
 //! pass are independent, so the CPU overlaps several cache misses: these are
@@ -42,6 +50,14 @@ use std::time::{Duration, Instant};
 
 use ahash::RandomState;
 
+#[path = "probing/cuckoo.rs"]
+mod cuckoo;
+#[path = "probing/tags.rs"]
+mod tags;
+
+use cuckoo::Cuckoo;
+use tags::RobinHoodTags;
+
 /// Default slots per table: 8 Mi slots, 256 MiB, well beyond any cache.
 const DEFAULT_SLOTS: usize = 8 * 1024 * 1024;
 
@@ -53,7 +69,7 @@ const TEST_SLOTS: usize = 64 * 1024;
 const DEFAULT_LOOKUPS: usize = 2_000_000;
 
 /// Load factors measured.
-const LOADS: [f64; 3] = [0.72, 0.80, 0.90];
+const LOADS: [f64; 4] = [0.72, 0.80, 0.90, 0.95];
 
 /// Timed passes per measurement; the fastest counts.
 const REPEATS: usize = 3;
@@ -131,28 +147,46 @@ impl Hasher {
     /// Multiply-shift: the position in `0..n` of `k`'s hash.
     #[inline(always)]
     fn home(&self, k: [u64; 2], n: usize) -> usize {
-        ((self.hash(k) as u128 * n as u128) >> 64) as usize
+        home_of_hash(self.hash(k), n)
     }
 }
 
-/// What one lookup touched: slots compared and the first and last slot
-/// index of the (possibly wrapping) range they lie in.
+/// Multiply-shift of a hash already computed.
+#[inline(always)]
+fn home_of_hash(hash: u64, n: usize) -> usize {
+    ((hash as u128 * n as u128) >> 64) as usize
+}
+
+/// What one lookup touched: slots (or tags) compared, and the distinct
+/// 64-byte cache lines it read.
 struct Trace {
     found: bool,
     slots: usize,
-    first: usize,
-    last: usize,
+    lines: usize,
+}
+
+impl Trace {
+    /// A probe over slots `first..=last` of a table of `n` (wrapping).
+    fn over_slots(found: bool, slots: usize, first: usize, last: usize, n: usize) -> Trace {
+        Trace {
+            found,
+            slots,
+            lines: lines(first, last, n),
+        }
+    }
 }
 
 /// One probing scheme over a slot array.
 trait Scheme {
     const NAME: &'static str;
-    /// Stores an absent key.
-    fn insert(t: &mut [Slot], h: &Hasher, key: [u64; 2], value: [u64; 2]);
+    /// A scheme over a table of `slots` slots, with no entries.
+    fn new(slots: usize) -> Self;
+    /// Stores an absent key; false if the table cannot take it (full).
+    fn insert(&mut self, t: &mut [Slot], h: &Hasher, key: [u64; 2], value: [u64; 2]) -> bool;
     /// The value stored for `key`.
-    fn get(t: &[Slot], h: &Hasher, key: [u64; 2]) -> Option<[u64; 2]>;
+    fn get(&self, t: &[Slot], h: &Hasher, key: [u64; 2]) -> Option<[u64; 2]>;
     /// The same lookup, counting what it touches.
-    fn trace(t: &[Slot], h: &Hasher, key: [u64; 2]) -> Trace;
+    fn trace(&self, t: &[Slot], h: &Hasher, key: [u64; 2]) -> Trace;
 }
 
 #[inline(always)]
@@ -169,18 +203,23 @@ fn next(i: usize, n: usize) -> usize {
 struct Linear;
 
 impl Scheme for Linear {
+    fn new(_: usize) -> Self {
+        Linear
+    }
+
     const NAME: &'static str = "linear";
 
-    fn insert(t: &mut [Slot], h: &Hasher, key: [u64; 2], value: [u64; 2]) {
+    fn insert(&mut self, t: &mut [Slot], h: &Hasher, key: [u64; 2], value: [u64; 2]) -> bool {
         let mut i = h.home(key, t.len());
         while key_of(&t[i]) != EMPTY {
             i = next(i, t.len());
         }
         t[i] = [key[0], key[1], value[0], value[1]];
+        true
     }
 
     #[inline(always)]
-    fn get(t: &[Slot], h: &Hasher, key: [u64; 2]) -> Option<[u64; 2]> {
+    fn get(&self, t: &[Slot], h: &Hasher, key: [u64; 2]) -> Option<[u64; 2]> {
         let mut i = h.home(key, t.len());
         loop {
             let s = &t[i];
@@ -195,18 +234,13 @@ impl Scheme for Linear {
         }
     }
 
-    fn trace(t: &[Slot], h: &Hasher, key: [u64; 2]) -> Trace {
+    fn trace(&self, t: &[Slot], h: &Hasher, key: [u64; 2]) -> Trace {
         let first = h.home(key, t.len());
         let (mut i, mut slots) = (first, 1);
         loop {
             let k = key_of(&t[i]);
             if k == key || k == EMPTY {
-                return Trace {
-                    found: k == key,
-                    slots,
-                    first,
-                    last: i,
-                };
+                return Trace::over_slots(k == key, slots, first, i, t.len());
             }
             i = next(i, t.len());
             slots += 1;
@@ -250,13 +284,17 @@ impl<const EXIT_FROM: usize> RobinHood<EXIT_FROM> {
 }
 
 impl<const EXIT_FROM: usize> Scheme for RobinHood<EXIT_FROM> {
+    fn new(_: usize) -> Self {
+        RobinHood
+    }
+
     const NAME: &'static str = match EXIT_FROM {
         1 => "robin-hood",
         4 => "robin-hood-exit@4",
         _ => "robin-hood-exit@?",
     };
 
-    fn insert(t: &mut [Slot], h: &Hasher, key: [u64; 2], value: [u64; 2]) {
+    fn insert(&mut self, t: &mut [Slot], h: &Hasher, key: [u64; 2], value: [u64; 2]) -> bool {
         let n = t.len();
         // Always the exact Robin Hood position (exit test from distance 1):
         // the table is the same whatever `EXIT_FROM` a lookup uses.
@@ -275,25 +313,21 @@ impl<const EXIT_FROM: usize> Scheme for RobinHood<EXIT_FROM> {
             empty = prev;
         }
         t[at] = [key[0], key[1], value[0], value[1]];
+        true
     }
 
     #[inline(always)]
-    fn get(t: &[Slot], h: &Hasher, key: [u64; 2]) -> Option<[u64; 2]> {
+    fn get(&self, t: &[Slot], h: &Hasher, key: [u64; 2]) -> Option<[u64; 2]> {
         match Self::probe(t, h, key).0 {
             Ok(i) => Some([t[i][2], t[i][3]]),
             Err(_) => None,
         }
     }
 
-    fn trace(t: &[Slot], h: &Hasher, key: [u64; 2]) -> Trace {
+    fn trace(&self, t: &[Slot], h: &Hasher, key: [u64; 2]) -> Trace {
         let first = h.home(key, t.len());
         let (r, slots) = Self::probe(t, h, key);
-        Trace {
-            found: r.is_ok(),
-            slots,
-            first,
-            last: r.unwrap_or_else(|i| i),
-        }
+        Trace::over_slots(r.is_ok(), slots, first, r.unwrap_or_else(|i| i), t.len())
     }
 }
 
@@ -326,32 +360,32 @@ impl Bucketed {
 }
 
 impl Scheme for Bucketed {
+    fn new(_: usize) -> Self {
+        Bucketed
+    }
+
     const NAME: &'static str = "bucket-4";
 
-    fn insert(t: &mut [Slot], h: &Hasher, key: [u64; 2], value: [u64; 2]) {
+    fn insert(&mut self, t: &mut [Slot], h: &Hasher, key: [u64; 2], value: [u64; 2]) -> bool {
         match Self::probe(t, h, key).0 {
             Err(i) => t[i] = [key[0], key[1], value[0], value[1]],
             Ok(_) => panic!("keys are distinct"),
         }
+        true
     }
 
     #[inline(always)]
-    fn get(t: &[Slot], h: &Hasher, key: [u64; 2]) -> Option<[u64; 2]> {
+    fn get(&self, t: &[Slot], h: &Hasher, key: [u64; 2]) -> Option<[u64; 2]> {
         match Self::probe(t, h, key).0 {
             Ok(i) => Some([t[i][2], t[i][3]]),
             Err(_) => None,
         }
     }
 
-    fn trace(t: &[Slot], h: &Hasher, key: [u64; 2]) -> Trace {
+    fn trace(&self, t: &[Slot], h: &Hasher, key: [u64; 2]) -> Trace {
         let first = h.home(key, t.len() / BUCKET) * BUCKET;
         let (r, slots) = Self::probe(t, h, key);
-        Trace {
-            found: r.is_ok(),
-            slots,
-            first,
-            last: r.unwrap_or_else(|i| i),
-        }
+        Trace::over_slots(r.is_ok(), slots, first, r.unwrap_or_else(|i| i), t.len())
     }
 }
 
@@ -420,14 +454,20 @@ fn lines(first: usize, last: usize, n: usize) -> usize {
 
 /// Best-of-[`REPEATS`] time of looking up every key of `keys`, per lookup;
 /// checks that exactly `expect_found` of them were found.
-fn time_lookups<S: Scheme>(t: &[Slot], h: &Hasher, keys: &[[u64; 2]], expect_found: usize) -> f64 {
+fn time_lookups<S: Scheme>(
+    s: &S,
+    t: &[Slot],
+    h: &Hasher,
+    keys: &[[u64; 2]],
+    expect_found: usize,
+) -> f64 {
     let mut best = Duration::MAX;
     for _ in 0..REPEATS {
         let start = Instant::now();
         let mut found = 0usize;
         let mut acc = 0u64;
         for &k in keys {
-            if let Some(v) = S::get(black_box(t), h, k) {
+            if let Some(v) = s.get(black_box(t), h, k) {
                 found += 1;
                 acc ^= v[0];
             }
@@ -440,28 +480,38 @@ fn time_lookups<S: Scheme>(t: &[Slot], h: &Hasher, keys: &[[u64; 2]], expect_fou
     best.as_nanos() as f64 / keys.len().max(1) as f64
 }
 
-fn measure<S: Scheme>(table: &mut Slots, h: &Hasher, w: &Workload) -> Row {
+/// One scheme's row, or `None` (said on stderr) if its table filled up
+/// before the load.
+fn measure<S: Scheme>(table: &mut Slots, h: &Hasher, w: &Workload) -> Option<Row> {
     let t = table.get_mut();
     t.fill([0; 4]);
+    let mut s = S::new(t.len());
     let start = Instant::now();
-    for &k in w.keys {
-        S::insert(t, h, k, value_of(k));
+    for (n, &k) in w.keys.iter().enumerate() {
+        if !s.insert(t, h, k, value_of(k)) {
+            eprintln!(
+                "probing: {} full at load {:.3} (wanted {:.2})",
+                S::NAME,
+                n as f64 / t.len() as f64,
+                w.load
+            );
+            return None;
+        }
     }
     let insert_ns = start.elapsed().as_nanos() as f64 / w.keys.len().max(1) as f64;
     let t = table.get();
 
-    let hit_ns = time_lookups::<S>(t, h, &w.hits, w.hits.len());
-    let miss_ns = time_lookups::<S>(t, h, w.misses, 0);
+    let hit_ns = time_lookups(&s, t, h, &w.hits, w.hits.len());
+    let miss_ns = time_lookups(&s, t, h, w.misses, 0);
 
-    let n = t.len();
     let mut max_slots = 0;
     let mut cost = |keys: &[[u64; 2]], found: bool| {
         let (mut slots, mut touched) = (0usize, 0usize);
         for &k in keys {
-            let tr = S::trace(t, h, k);
+            let tr = s.trace(t, h, k);
             assert_eq!(tr.found, found, "{}: trace disagrees with get", S::NAME);
             slots += tr.slots;
-            touched += lines(tr.first, tr.last, n);
+            touched += tr.lines;
             max_slots = max_slots.max(tr.slots);
         }
         let per = keys.len().max(1) as f64;
@@ -469,7 +519,7 @@ fn measure<S: Scheme>(table: &mut Slots, h: &Hasher, w: &Workload) -> Row {
     };
     let (hit_slots, hit_lines) = cost(&w.hits, true);
     let (miss_slots, miss_lines) = cost(w.misses, false);
-    Row {
+    Some(Row {
         scheme: S::NAME,
         load: w.load,
         entries: w.keys.len(),
@@ -481,7 +531,7 @@ fn measure<S: Scheme>(table: &mut Slots, h: &Hasher, w: &Workload) -> Row {
         hit_lines,
         miss_lines,
         max_slots,
-    }
+    })
 }
 
 fn env_count(name: &str, default: usize) -> usize {
@@ -538,10 +588,12 @@ fn main() {
             hits,
             misses: &misses[..lookups.min(n)],
         };
-        rows.push(measure::<Linear>(&mut table, &h, &w));
-        rows.push(measure::<RobinHood<1>>(&mut table, &h, &w));
-        rows.push(measure::<RobinHood<4>>(&mut table, &h, &w));
-        rows.push(measure::<Bucketed>(&mut table, &h, &w));
+        rows.extend(measure::<Linear>(&mut table, &h, &w));
+        rows.extend(measure::<RobinHood<1>>(&mut table, &h, &w));
+        rows.extend(measure::<RobinHood<4>>(&mut table, &h, &w));
+        rows.extend(measure::<Bucketed>(&mut table, &h, &w));
+        rows.extend(measure::<RobinHoodTags>(&mut table, &h, &w));
+        rows.extend(measure::<Cuckoo>(&mut table, &h, &w));
         eprintln!("probing: load {load:.2} done at {:.1?}", started.elapsed());
     }
 
