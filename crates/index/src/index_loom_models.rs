@@ -18,7 +18,8 @@
 //! - seqlock: a reader never accepts a torn or invented state, whether the
 //!   protected words are plain atomics or the slots of a real [`Table`] that
 //!   the writer reshuffles (Robin Hood shift on insert, backward shift on
-//!   removal);
+//!   removal), whose lookups read the tag words and `max_disp` as well as
+//!   the slots;
 //! - growth: a reader going through [`Segment::read`] (or [`Index::get`],
 //!   `get_many`, or a read session that re-pins between lookups) while the
 //!   writer swaps in a larger table and retires the old one always finds a
@@ -129,7 +130,7 @@ fn table(capacity: usize) -> Table {
 /// Writer only: adds an absent key.
 fn insert(t: &Table, h: &KeyHasher, key: KeyWords, v: [u64; 2]) {
     match t.probe(key, rest(h, key), h) {
-        Probe::Vacant(at) => t.insert_at(at, key, v, 1),
+        Probe::Vacant(at) => t.insert_at(at, key, rest(h, key), v, h, 1),
         Probe::Found(_) => panic!("insert of a present key"),
     }
 }

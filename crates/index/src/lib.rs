@@ -31,6 +31,7 @@
 //! - `seqlock`: the version protocol readers validate against.
 //! - `slot_array`: slot memory, accessed only through atomics.
 //! - `table`: Robin Hood probing, insertion, backward-shift deletion.
+//! - `tag_array`: one hash byte per slot, which lookups scan instead of keys.
 //! - `growth`: staggered table sizes.
 //! - `segment`: the table pointer, growth by swap, epoch retirement.
 //! - `shared`: the state both handles point to.
@@ -63,6 +64,7 @@ mod shared;
 pub mod slot;
 mod slot_array;
 mod table;
+mod tag_array;
 mod writer;
 
 pub mod sync;

@@ -60,7 +60,13 @@ impl Index {
         let hash = hasher.hash(key);
         let rest = hasher.rest(hash);
         self.shared.segments[hasher.segment(hash)]
-            .read(guard, |t| t.find(key, rest, hasher))
+            .read(guard, |t| {
+                // The slot line at home, fetched while the tags are read:
+                // most keys sit at most a slot or two from home, so the two
+                // misses overlap instead of following one another.
+                prefetch(t.home_ptr(rest));
+                t.find(key, rest, hasher)
+            })
             .map(from_words)
     }
 
@@ -80,9 +86,12 @@ impl Index {
         let hasher = &self.shared.hasher;
         let segments = &self.shared.segments;
         let n = keys.len().min(out.len());
-        // A software pipeline: key `i` is hashed and its home cache lines
-        // prefetched `PREFETCH_DISTANCE` keys before it is probed, so about
-        // that many cache misses are in flight at once.
+        // A software pipeline: key `i` is hashed, and the tag word of its
+        // home and the first two slot lines from home prefetched,
+        // `PREFETCH_DISTANCE` keys before it is probed, so about that many
+        // cache misses are in flight at once. (Reading the tags half-way
+        // and prefetching only the slot they point to was slower: the read
+        // waits for the tag line; measured in BENCHMARKS.md.)
         let mut ring = [(EMPTY_KEY, 0u64, 0usize); PREFETCH_DISTANCE];
         let drain = std::iter::repeat_n(None, PREFETCH_DISTANCE);
         for (i, next) in keys[..n].iter().map(Some).chain(drain).enumerate() {
@@ -102,12 +111,11 @@ impl Index {
                 let key = to_words(next);
                 let hash = hasher.hash(key);
                 let (segment, rest) = (hasher.segment(hash), hasher.rest(hash));
-                let home = segments[segment].load(guard).home_ptr(rest);
+                let table = segments[segment].load(guard);
+                let home = table.home_ptr(rest);
+                prefetch(table.home_tags_ptr(rest));
                 prefetch(home);
-                // The probe compares the first FAST_SLOTS (4) slots at
-                // once: up to three lines from home (two slots a line).
                 prefetch(home.wrapping_add(64));
-                prefetch(home.wrapping_add(128));
                 ring[slot] = (key, rest, segment);
             }
         }

@@ -239,12 +239,15 @@ impl PartWriter<'_> {
     }
 }
 
-/// Prefetches the two cache lines where `w`'s probe starts (its segment
+/// Prefetches the two cache lines where `w`'s probe starts, and its tag
+/// line (its segment
 /// is owned by the caller, so its table pointer is stable under it).
 #[inline(always)]
 fn prefetch_home(shared: &Shared, w: &PreparedWrite) {
     let table = shared.segments[w.segment()].writer_table();
-    let home = table.home_ptr(shared.hasher.rest(w.hash));
+    let rest = shared.hasher.rest(w.hash);
+    let home = table.home_ptr(rest);
+    prefetch(table.home_tags_ptr(rest));
     prefetch(home);
     // A probe often runs into the next line (two slots a line).
     prefetch(home.wrapping_add(64));

@@ -15,6 +15,18 @@
 //! The capacity is any number of slots (not a power of two) so that segments
 //! can grow by 1.25× and sit at staggered sizes; see [`super::growth`].
 //!
+//! # Lookups read tags, not keys
+//!
+//! Beside the slots, a [`TagArray`] holds one byte of each resident's hash.
+//! A reader ([`Table::find_slot`]) scans tags from the key's home, eight at
+//! a time, and compares keys only where a tag matches; it stops at the first
+//! empty tag, or once it has scanned past `max_disp`, the largest
+//! displacement of any resident (kept by the writer: an upper bound, since
+//! deletions only lower displacements). So a hit reads about one slot and a
+//! miss almost none, whatever the load: one tag line and one slot line per
+//! lookup. The writer's own probe ([`Table::probe`]) still walks keys, with
+//! the Robin Hood rule, because it needs the exact insertion point.
+//!
 //! # Who touches what
 //!
 //! **Architecture Invariant:** only the index writer calls the `&self` methods
@@ -27,6 +39,7 @@ use super::hasher::{KeyHasher, home_slot};
 use super::seqlock::{SeqLock, WriteSection};
 use super::slot::{EMPTY_KEY, KeyWords, SLOT_WORDS};
 use super::slot_array::SlotArray;
+use super::tag_array::{EMPTY_TAG, TAGS_PER_WORD, TagArray, bytes_equal, tag_of, zero_bytes};
 
 /// How long the writer defers to a scanner that asked for a hand-off (a
 /// scanner whose copy was spoiled by writes several times in a row): a fixed
@@ -61,17 +74,14 @@ pub(crate) struct Table {
     /// table, stored inside that write's section, so a consistent copy
     /// carries the stamp that goes with its slots. Carried over by growth.
     stamp: AtomicU64,
+    /// Largest displacement of any resident, or more (deletions do not
+    /// lower it). Written by the writer inside write sections.
+    max_disp: AtomicUsize,
+    /// One tag byte per slot (see the module doc).
+    tags: TagArray,
     /// The slots.
     slots: SlotArray,
 }
-
-/// Slots a lookup scans before it starts testing for the Robin Hood early exit.
-const EXIT_CHECK_FROM: usize = 4;
-
-/// Slots from home a lookup compares at once, before its probe loop (see
-/// [`Table::find_slot`]); at most [`EXIT_CHECK_FROM`], so the loop's exit
-/// check starts where it did.
-const FAST_SLOTS: usize = 4;
 
 /// Where a probe for a key ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +118,8 @@ impl Table {
             generation,
             len: AtomicUsize::new(0),
             stamp: AtomicU64::new(0),
+            max_disp: AtomicUsize::new(0),
+            tags: TagArray::empty(capacity),
             slots: SlotArray::zeroed(capacity, huge_pages)?,
         })
     }
@@ -115,9 +127,33 @@ impl Table {
     /// A table over slot memory that already holds entries (a restored
     /// snapshot). The caller vouches that `slots` holds `len` entries placed
     /// by this hasher's Robin Hood order; a table that breaks it gives wrong
-    /// answers, never unsafety (probes are bounded by the capacity).
-    pub(crate) fn restored(slots: SlotArray, len: usize, generation: u32, stamp: u64) -> Table {
+    /// answers, never unsafety (probes are bounded by the capacity). The
+    /// tags are rebuilt here, by hashing every resident.
+    #[cfg_attr(uuidmap_loom, allow(dead_code))]
+    pub(crate) fn restored(
+        slots: SlotArray,
+        len: usize,
+        generation: u32,
+        stamp: u64,
+        hasher: &KeyHasher,
+    ) -> Table {
         let capacity = slots.capacity();
+        let tags = TagArray::empty(capacity);
+        let mut max_disp = 0;
+        for i in 0..capacity {
+            let k = slots.key(i);
+            if k != EMPTY_KEY {
+                let rest = hasher.rest(hasher.hash(k));
+                tags.set(i, tag_of(hasher.unplaced(rest)));
+                let home = home_slot(rest, capacity);
+                let d = if i >= home {
+                    i - home
+                } else {
+                    i + capacity - home
+                };
+                max_disp = max_disp.max(d);
+            }
+        }
         Table {
             seqlock: SeqLock::new(),
             scan_handoff: AtomicU32::new(0),
@@ -126,6 +162,8 @@ impl Table {
             generation,
             len: AtomicUsize::new(len),
             stamp: AtomicU64::new(stamp),
+            max_disp: AtomicUsize::new(max_disp),
+            tags,
             slots,
         }
     }
@@ -152,15 +190,22 @@ impl Table {
         self.len.load(Ordering::Relaxed)
     }
 
-    /// Bytes of slot memory.
+    /// Bytes of slot and tag memory.
     pub(crate) fn bytes(&self) -> usize {
-        self.slots.bytes()
+        self.slots.bytes() + self.tags.bytes()
     }
 
-    /// Address of a key's home slot, for software prefetch.
+    /// Address of a key's home slot, where the writer's probe starts and
+    /// where a reader most likely finds the key, for software prefetch.
     #[inline(always)]
     pub(crate) fn home_ptr(&self, rest: u64) -> *const u8 {
         self.slots.slot_ptr(home_slot(rest, self.capacity))
+    }
+
+    /// Address of the tag word of a key's home, for software prefetch.
+    #[inline(always)]
+    pub(crate) fn home_tags_ptr(&self, rest: u64) -> *const u8 {
+        self.tags.word_ptr(home_slot(rest, self.capacity))
     }
 
     #[inline(always)]
@@ -216,61 +261,47 @@ impl Table {
 
     /// The slot holding `key`, if any (reader: validate before trusting).
     ///
-    /// Like [`Table::probe`], but the early exit (which hashes each resident
-    /// passed) is tried only from the [`EXIT_CHECK_FROM`]th slot on: most hits
-    /// end before that, and the slots before it share one or two cache lines,
-    /// so scanning them blindly is cheaper than hashing (measured in
-    /// `benches/probing.rs`). Skipping the check can only lengthen the scan,
-    /// never skip the key; the writer, which needs the exact insertion point,
-    /// uses `probe`.
+    /// Scans tags, a word at a time, from the key's home; compares the key
+    /// in each slot whose tag matches, before the first empty tag; stops at
+    /// an empty tag or past `max_disp`. Torn reads can only make the answer
+    /// wrong, never loop: the scan is bounded by the capacity.
     #[inline(always)]
     pub(crate) fn find_slot(&self, key: KeyWords, rest: u64, hasher: &KeyHasher) -> Option<usize> {
         let home = home_slot(rest, self.capacity);
-        // The first FAST_SLOTS slots from home, compared without a branch
-        // per slot: their loads depend only on `home`, so they issue
-        // together, and the one branch that follows (found there, or not)
-        // is predictable for hits. A loop that exits at a data-dependent
-        // probe count mispredicts once per lookup, after the miss, and the
-        // CPU throws away the next lookups it had started meanwhile.
-        let mut found = 0u32;
-        let mut empty = 0u32;
-        let mut i = home;
-        for j in 0..FAST_SLOTS {
-            let k = self.slots.key(i);
-            found |= u32::from(k == key) << j;
-            empty |= u32::from(k == EMPTY_KEY) << j;
-            i = self.next(i);
-        }
-        if found != 0 {
-            let j = found.trailing_zeros() as usize;
-            let at = home + j;
-            return Some(if at >= self.capacity {
-                at - self.capacity
-            } else {
-                at
-            });
-        }
-        if empty != 0 || self.capacity <= FAST_SLOTS {
-            return None;
-        }
-        let mut probe = FAST_SLOTS;
+        let tag = tag_of(hasher.unplaced(rest));
+        let max_disp = self.max_disp.load(Ordering::Relaxed).min(self.capacity);
+        let mut word = home / TAGS_PER_WORD;
+        let mut skip = home % TAGS_PER_WORD;
+        let mut scanned = 0;
         loop {
-            let k = self.slots.key(i);
-            if k == key {
-                return Some(i);
+            let w = self.tags.word(word);
+            let after = !0u64 << (8 * skip);
+            let empty = zero_bytes(w) & after;
+            // Only the matches before the first empty tag count.
+            let before_empty = if empty == 0 {
+                !0
+            } else {
+                (empty & empty.wrapping_neg()) - 1
+            };
+            let mut matches = bytes_equal(w, tag) & after & before_empty;
+            while matches != 0 {
+                let i = word * TAGS_PER_WORD + (matches.trailing_zeros() / 8) as usize;
+                if i < self.capacity && self.slots.key(i) == key {
+                    return Some(i);
+                }
+                matches &= matches - 1;
             }
-            if k == EMPTY_KEY {
+            // Slots covered so far (the padding past the last slot is none).
+            let first = word * TAGS_PER_WORD + skip;
+            scanned += ((word + 1) * TAGS_PER_WORD).min(self.capacity) - first;
+            if empty != 0 || scanned > max_disp {
                 return None;
             }
-            if probe >= EXIT_CHECK_FROM && self.displacement(i, self.home_of(k, hasher)) < probe {
-                return None;
+            word += 1;
+            if word == self.tags.word_count() {
+                word = 0;
             }
-            probe += 1;
-            if probe >= self.capacity {
-                // Only a torn read can get here; the reader will retry.
-                return None;
-            }
-            i = self.next(i);
+            skip = 0;
         }
     }
 
@@ -301,13 +332,30 @@ impl Table {
     /// `at` on; so the Robin Hood insertion is: shift the residents from `at`
     /// up to the next empty slot forward by one, and store the key at `at`.
     /// No resident needs rehashing.
-    pub(crate) fn insert_at(&self, at: usize, key: KeyWords, value: [u64; 2], stamp: u64) {
-        // Find the end of the run before opening the write section: at high
-        // load the run can span many cache lines, and readers of this table
-        // retry for as long as the section is open.
+    pub(crate) fn insert_at(
+        &self,
+        at: usize,
+        key: KeyWords,
+        rest: u64,
+        value: [u64; 2],
+        hasher: &KeyHasher,
+        stamp: u64,
+    ) {
+        // Find the end of the run, and the new largest displacement, before
+        // opening the write section: at high load the run can span many
+        // cache lines, and readers of this table retry for as long as the
+        // section is open.
         let empty = self.run_end(at);
+        let max_disp = self.max_disp_after_insert(at, empty, rest, hasher);
+        let tag = tag_of(hasher.unplaced(rest));
         let _w = self.write_section(stamp);
-        self.shift_in(at, empty, key, value);
+        self.shift_in(
+            at,
+            empty,
+            [key[0], key[1], value[0], value[1]],
+            tag,
+            max_disp,
+        );
     }
 
     /// The first empty slot at or after `at` (one always exists).
@@ -319,10 +367,53 @@ impl Table {
         empty
     }
 
+    /// `max_disp` once the key of `rest` is inserted at `at` and the residents from
+    /// `at` up to the empty slot `empty` have moved forward by one.
+    ///
+    /// The key's displacement is `d = at − home`. The resident at `at` was
+    /// nearer its home than `d` (that is why the key goes there), and
+    /// walking forward a run's displacements grow by at most one a slot. So
+    /// a bound on each moved resident's displacement follows from the one
+    /// before it, and a resident is hashed for its exact displacement only
+    /// when its bound, once moved, would raise the maximum; the exact value
+    /// then anchors the bounds after it. Most inserts hash no resident.
+    fn max_disp_after_insert(
+        &self,
+        at: usize,
+        empty: usize,
+        rest: u64,
+        hasher: &KeyHasher,
+    ) -> usize {
+        let d = self.displacement(at, home_slot(rest, self.capacity));
+        let mut max = self.max_disp.load(Ordering::Relaxed).max(d);
+        // An upper bound on the displacement (before the move) of the
+        // resident at `i`.
+        let mut bound = d.saturating_sub(1);
+        let mut i = at;
+        while i != empty {
+            if bound + 1 > max {
+                let exact = self.displacement(i, self.home_of(self.slots.key(i), hasher));
+                bound = exact;
+                max = max.max(exact + 1);
+            }
+            bound += 1;
+            i = self.next(i);
+        }
+        max
+    }
+
     /// The shift of [`Table::insert_at`], without a write section: for
     /// callers that open one, or tables no reader can see yet. `empty` is
-    /// [`Table::run_end`] of `at`.
-    fn shift_in(&self, at: usize, mut empty: usize, key: KeyWords, value: [u64; 2]) {
+    /// [`Table::run_end`] of `at`, `max_disp` is
+    /// [`Table::max_disp_after_insert`].
+    fn shift_in(
+        &self,
+        at: usize,
+        mut empty: usize,
+        slot: [u64; SLOT_WORDS],
+        tag: u8,
+        max_disp: usize,
+    ) {
         debug_assert!(self.len() < self.max_len);
         while empty != at {
             let prev = if empty == 0 {
@@ -331,9 +422,12 @@ impl Table {
                 empty - 1
             };
             self.slots.store(empty, self.slots.load(prev));
+            self.tags.set(empty, self.tags.get(prev));
             empty = prev;
         }
-        self.slots.store(at, [key[0], key[1], value[0], value[1]]);
+        self.slots.store(at, slot);
+        self.tags.set(at, tag);
+        self.max_disp.store(max_disp, Ordering::Relaxed);
         self.len.store(self.len() + 1, Ordering::Relaxed);
     }
 
@@ -348,9 +442,11 @@ impl Table {
             let k = [s[0], s[1]];
             if k == EMPTY_KEY || self.displacement(n, self.home_of(k, hasher)) == 0 {
                 self.slots.store(hole, [0; SLOT_WORDS]);
+                self.tags.set(hole, EMPTY_TAG);
                 break;
             }
             self.slots.store(hole, s);
+            self.tags.set(hole, self.tags.get(n));
             hole = n;
         }
         self.len.store(self.len() - 1, Ordering::Relaxed);
@@ -373,8 +469,12 @@ impl Table {
             let k = [s[0], s[1]];
             if k != EMPTY_KEY {
                 // `t` is not published yet: no write sections needed.
-                if let Probe::Vacant(at) = t.probe(k, hasher.rest(hasher.hash(k)), hasher) {
-                    t.shift_in(at, t.run_end(at), k, [s[2], s[3]]);
+                let rest = hasher.rest(hasher.hash(k));
+                if let Probe::Vacant(at) = t.probe(k, rest, hasher) {
+                    let empty = t.run_end(at);
+                    let max_disp = t.max_disp_after_insert(at, empty, rest, hasher);
+                    let tag = tag_of(hasher.unplaced(rest));
+                    t.shift_in(at, empty, s, tag, max_disp);
                 }
             }
         }
@@ -487,7 +587,7 @@ mod tests {
 
     fn insert(t: &Table, h: &KeyHasher, key: KeyWords, n: u64) {
         match t.probe(key, rest(h, key), h) {
-            Probe::Vacant(at) => t.insert_at(at, key, [n, !n], 1),
+            Probe::Vacant(at) => t.insert_at(at, key, rest(h, key), [n, !n], h, 1),
             Probe::Found(_) => panic!("insert of a present key"),
         }
     }
@@ -519,6 +619,41 @@ mod tests {
         for home in [13, 15, 1, 6, 9] {
             for k in keys_with_home(&h, home, 1 << 64, 3) {
                 assert_eq!(t.find_slot(k, rest(&h, k), &h), None, "home {home}");
+            }
+        }
+    }
+
+    /// A table whose capacity is not a multiple of 8 has padding tags after
+    /// its last slot; a lookup whose scan wraps over them counts only real
+    /// slots against `max_disp` (it once counted the padding, and missed a
+    /// key displaced past the table's end). Also: `max_disp` is never below
+    /// the largest displacement, through inserts and removals.
+    #[test]
+    fn lookups_that_wrap_over_the_padding_find_every_key_and_max_disp_bounds_all() {
+        for (seed, capacity) in (0..200u64).zip([13usize, 21, 100].into_iter().cycle()) {
+            let h = KeyHasher::new(HashSeeds([seed, 2, 3, 4]), 1);
+            let t = Table::new(capacity, growth::max_len(capacity), 0, false).unwrap();
+            let keys: Vec<KeyWords> = (1..=t.max_len() as u128)
+                .map(|n| to_words(&Uuid::from_u128(n << 64 | u128::from(seed))))
+                .collect();
+            for (n, &k) in keys.iter().enumerate() {
+                insert(&t, &h, k, n as u64);
+            }
+            for &k in keys.iter().step_by(3) {
+                let i = t.find_slot(k, rest(&h, k), &h).expect("present");
+                t.remove_at(i, &h, 2);
+            }
+            let mut exact = 0;
+            for i in 0..capacity {
+                let k = t.slots.key(i);
+                if k != EMPTY_KEY {
+                    exact = exact.max(t.displacement(i, t.home_of(k, &h)));
+                }
+            }
+            assert!(t.max_disp.load(Ordering::Relaxed) >= exact, "seed {seed}");
+            for (n, &k) in keys.iter().enumerate() {
+                let want = (n % 3 != 0).then_some([n as u64, !(n as u64)]);
+                assert_eq!(t.find(k, rest(&h, k), &h), want, "seed {seed} key {n}");
             }
         }
     }

@@ -14,7 +14,7 @@ use super::atomic::Ordering;
 use super::growth;
 use super::index_error::{CasError, KeyError};
 use super::key::Key;
-use super::map::Index;
+use super::map::{Index, prefetch};
 use super::shared::Shared;
 use super::slot::{KeyWords, from_words, to_words};
 use super::table::{Probe, Table};
@@ -205,7 +205,10 @@ pub(super) fn put_hashed(
     }
     let hasher = &shared.hasher;
     let table = shared.segments[segment].writer_table();
-    match table.probe(key, hasher.rest(hash), hasher) {
+    let rest = hasher.rest(hash);
+    // The tag line is needed only once the probe is done: fetch it meanwhile.
+    prefetch(table.home_tags_ptr(rest));
+    match table.probe(key, rest, hasher) {
         Probe::Found(i) => {
             let old = table.value_at(i);
             if old != value {
@@ -214,7 +217,7 @@ pub(super) fn put_hashed(
             Some(old)
         }
         Probe::Vacant(at) => {
-            table.insert_at(at, key, value, stamp);
+            table.insert_at(at, key, rest, value, hasher, stamp);
             None
         }
     }
@@ -266,7 +269,13 @@ fn grow(shared: &Shared, segment: usize, generation: u32, retired: &Sender<Box<T
     let segments = shared.segments.len();
     let seg = &shared.segments[segment];
     let old = seg.writer_table();
-    let generation = generation.min(growth::MAX_GENERATION);
+    // A table restored from a snapshot may come from another growth
+    // schedule (before 2026-11-27 tables grew by 1.25× up to 90 % full), so
+    // its generation + 1 can name a smaller table than it is: never grow
+    // into one that cannot take what it holds and one more.
+    let generation = generation
+        .max(growth::generation_for(segment, segments, old.len() + 1))
+        .min(growth::MAX_GENERATION);
     let capacity = growth::capacity(segment, segments, generation);
     let larger = old
         .grown(

@@ -16,6 +16,15 @@ fn key(i: u64) -> Uuid {
 
 /// Copies every segment and rebuilds an index around the copies.
 fn restore_copy(index: &Index) -> (uuidmap_index::IndexWriter, Index, Vec<u64>) {
+    restore_copy_as(index, |generation| generation)
+}
+
+/// [`restore_copy`], with each segment's growth generation replaced by
+/// `generation(its own)`.
+fn restore_copy_as(
+    index: &Index,
+    generation: impl Fn(u32) -> u32,
+) -> (uuidmap_index::IndexWriter, Index, Vec<u64>) {
     let mut restored = Vec::new();
     let mut stamps = Vec::new();
     for s in 0..index.segment_count() {
@@ -32,7 +41,7 @@ fn restore_copy(index: &Index) -> (uuidmap_index::IndexWriter, Index, Vec<u64>) 
         restored.push(RestoredSegment {
             slots,
             len: image.len,
-            generation: image.generation,
+            generation: generation(image.generation),
             stamp: image.stamp,
         });
     }
@@ -41,6 +50,28 @@ fn restore_copy(index: &Index) -> (uuidmap_index::IndexWriter, Index, Vec<u64>) 
         .restore(restored)
         .unwrap();
     (w, i, stamps)
+}
+
+/// A snapshot written under another growth schedule (before 2026-11-27,
+/// tables grew by 1.25× to 90 % full) names generations whose successor,
+/// under today's schedule, is smaller than the table itself. Growth must
+/// still go to a table that holds everything: here every restored segment
+/// claims generation 0 (64 slots) while holding thousands of entries.
+#[test]
+fn a_table_from_another_growth_schedule_grows_into_a_larger_one() {
+    let (mut writer, index) = Index::builder().segments(2).build().unwrap();
+    for i in 0..10_000u64 {
+        writer.insert(key(i), key(i)).unwrap();
+    }
+    let (mut w2, restored, _) = restore_copy_as(&index, |_| 0);
+    let before = restored.table_bytes();
+    for i in 10_000..30_000u64 {
+        w2.insert(key(i), key(i)).unwrap();
+    }
+    assert!(restored.table_bytes() > before, "the segments grew");
+    for i in 0..30_000u64 {
+        assert_eq!(restored.get(&key(i)), Some(key(i)), "key {i}");
+    }
 }
 
 #[test]

@@ -497,7 +497,7 @@ proptest! {
 }
 
 /// One segment grown from the smallest table to tens of thousands of entries
-/// (some 25 growths), with removals along the way, matches the model; keys
+/// (some 45 growths of 1.15×), with removals along the way, matches the model; keys
 /// whose runs wrap past the end of the table are found at every size.
 #[test]
 fn single_segment_growing_many_times_matches_model() {
@@ -522,7 +522,7 @@ fn single_segment_growing_many_times_matches_model() {
         }
     }
     assert!(
-        h.index.table_bytes() > 500 * start_bytes,
+        h.index.table_bytes() > 400 * start_bytes,
         "the table grew many times"
     );
     h.check_all();

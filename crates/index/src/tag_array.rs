@@ -1,0 +1,165 @@
+//! The tag bytes of one table: one byte per slot, eight to a `u64` word, in an
+//! array of their own beside the slots.
+//!
+//! A slot's tag is [`EMPTY_TAG`] while the slot is empty, and otherwise a byte
+//! of its key's hash that the home position does not use ([`tag_of`]). A
+//! lookup scans the tags from the key's home, eight at a time, and compares
+//! keys only in the slots whose tag matches: about one slot per hit and
+//! almost none per miss, so a lookup reads one tag line and one slot line,
+//! where scanning keys read two to four slot lines at the loads the index
+//! runs at (`benches/probing.rs`, BENCHMARKS.md "Probing schemes"). The tags
+//! of a 10M-entry index are 12.5 MB, a size the last-level cache mostly
+//! holds.
+//!
+//! The tags are part of the table's state under its seqlock, exactly like
+//! the slots: readers load words with `Relaxed` atomic loads and trust
+//! nothing until the read validates; the writer stores them with `Relaxed`
+//! stores inside a write section. A tag and its slot always change in the
+//! same section.
+//!
+//! Bytes of the last word past the table's capacity hold [`PAD_TAG`], which
+//! never matches and never ends a probe, so a scan can load whole words and
+//! wrap from the last word to the first.
+
+use super::atomic::{AtomicU64, Ordering};
+
+/// The tag of an empty slot. Zero, so [`zero_bytes`] finds empty slots.
+pub(crate) const EMPTY_TAG: u8 = 0;
+
+/// The tag of the bytes past the last slot.
+pub(crate) const PAD_TAG: u8 = 1;
+
+/// Every byte of a word set to 1.
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// Every byte of a word set to 0x7f.
+const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+
+/// Tags per word.
+pub(crate) const TAGS_PER_WORD: usize = 8;
+
+/// The tag of a key whose hash, without its segment bits, is `unplaced`: its
+/// low byte. The home comes from the high bits, so tag and home are
+/// independent; the two reserved values are folded onto others.
+#[inline(always)]
+pub(crate) fn tag_of(unplaced: u64) -> u8 {
+    let t = unplaced as u8;
+    if t <= PAD_TAG { t + 2 } else { t }
+}
+
+/// 0x80 in each byte of `x` that is zero, and 0 in every other byte. Exact:
+/// no carry crosses a byte, so a zero byte never marks its neighbour.
+#[inline(always)]
+pub(crate) fn zero_bytes(x: u64) -> u64 {
+    !(((x & LOW7) + LOW7) | x | LOW7)
+}
+
+/// 0x80 in each byte of `word` equal to `tag`.
+#[inline(always)]
+pub(crate) fn bytes_equal(word: u64, tag: u8) -> u64 {
+    zero_bytes(word ^ (u64::from(tag) * ONES))
+}
+
+/// The tags of one table.
+pub(crate) struct TagArray {
+    /// `ceil(capacity / 8)` words; byte `j` (little-endian order) of word
+    /// `w` is the tag of slot `8w + j`.
+    words: Box<[AtomicU64]>,
+}
+
+impl TagArray {
+    /// Tags for `capacity` empty slots.
+    pub(crate) fn empty(capacity: usize) -> Self {
+        let count = capacity.div_ceil(TAGS_PER_WORD);
+        let words: Box<[AtomicU64]> = (0..count).map(|_| AtomicU64::new(0)).collect();
+        let tags = TagArray { words };
+        for i in capacity..count * TAGS_PER_WORD {
+            tags.set(i, PAD_TAG);
+        }
+        tags
+    }
+
+    /// Number of words.
+    #[inline(always)]
+    pub(crate) fn word_count(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Loads word `w` (relaxed; validate before trusting).
+    #[inline(always)]
+    pub(crate) fn word(&self, w: usize) -> u64 {
+        self.words[w].load(Ordering::Relaxed)
+    }
+
+    /// The address of the word holding slot `i`'s tag, for software prefetch.
+    #[inline(always)]
+    pub(crate) fn word_ptr(&self, i: usize) -> *const u8 {
+        let w = (i / TAGS_PER_WORD).min(self.words.len() - 1);
+        std::ptr::from_ref(&self.words[w]).cast()
+    }
+
+    /// Slot `i`'s tag (relaxed; validate before trusting).
+    #[inline(always)]
+    pub(crate) fn get(&self, i: usize) -> u8 {
+        (self.word(i / TAGS_PER_WORD) >> ((i % TAGS_PER_WORD) * 8)) as u8
+    }
+
+    /// Sets slot `i`'s tag. Writer only, inside a write section (or before
+    /// the table is published).
+    #[inline(always)]
+    pub(crate) fn set(&self, i: usize, tag: u8) {
+        let (w, shift) = (i / TAGS_PER_WORD, (i % TAGS_PER_WORD) * 8);
+        // Only the writer stores tags, so this load sees its own last store.
+        let old = self.words[w].load(Ordering::Relaxed);
+        let new = (old & !(0xff << shift)) | (u64::from(tag) << shift);
+        self.words[w].store(new, Ordering::Relaxed);
+    }
+
+    /// Bytes of memory the tags occupy.
+    pub(crate) fn bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+}
+
+#[cfg(all(test, not(uuidmap_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_bytes_marks_exactly_the_zero_bytes() {
+        let cases: [(u64, u64); 5] = [
+            (0, 0x8080_8080_8080_8080),
+            (u64::MAX, 0),
+            // A zero byte next to 0x01 and 0x80 bytes: no borrow leaks.
+            (0x0100_8000_0001_0080, 0x0080_0080_8000_8000),
+            (0x0000_0000_0000_0100, 0x8080_8080_8080_0080),
+            (0x7f00_ff00_0100_0001, 0x0080_0080_0080_8000),
+        ];
+        for (x, want) in cases {
+            assert_eq!(zero_bytes(x), want, "{x:#018x}");
+        }
+    }
+
+    #[test]
+    fn tags_are_set_and_read_per_slot_and_padding_never_matches() {
+        let t = TagArray::empty(13);
+        assert_eq!(t.word_count(), 2);
+        for i in 0..13 {
+            assert_eq!(t.get(i), EMPTY_TAG);
+        }
+        for i in 13..16 {
+            assert_eq!(t.get(i), PAD_TAG, "padding byte {i}");
+        }
+        t.set(3, 0xab);
+        t.set(12, 0xab);
+        assert_eq!(t.get(3), 0xab);
+        assert_eq!(t.get(2), EMPTY_TAG);
+        assert_eq!(bytes_equal(t.word(0), 0xab), 0x80 << 24);
+        assert_eq!(bytes_equal(t.word(1), 0xab), 0x80 << 32);
+        // No tag a key can have is a reserved one.
+        for b in 0..=255u64 {
+            let tag = tag_of(b);
+            assert!(tag != EMPTY_TAG && tag != PAD_TAG);
+        }
+    }
+}
