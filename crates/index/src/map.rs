@@ -61,10 +61,15 @@ impl Index {
         let rest = hasher.rest(hash);
         self.shared.segments[hasher.segment(hash)]
             .read(guard, |t| {
-                // The slot line at home, fetched while the tags are read:
-                // most keys sit at most a slot or two from home, so the two
-                // misses overlap instead of following one another.
-                prefetch(t.home_ptr(rest));
+                // The first three slot lines from home, fetched while the
+                // tags are read: most keys sit within six slots of home
+                // (about five on average at 95 % load), so the misses
+                // overlap instead of following one another (measured in
+                // BENCHMARKS.md: one line made a lone get 23 % slower).
+                let home = t.home_ptr(rest);
+                prefetch(home);
+                prefetch(home.wrapping_add(64));
+                prefetch(home.wrapping_add(128));
                 t.find(key, rest, hasher)
             })
             .map(from_words)
