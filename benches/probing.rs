@@ -252,6 +252,39 @@ impl Scheme for Linear {
 /// `EXIT_FROM` on; `RobinHood<1>` is exactly `src/index/table.rs`.
 struct RobinHood<const EXIT_FROM: usize>;
 
+impl RobinHood<1> {
+    /// Stores an absent key at its exact Robin Hood position (exit test
+    /// from distance 1: the table is the same whatever `EXIT_FROM` a lookup
+    /// uses), shifting the rest of the run forward by one; calls
+    /// `moved(from, to, key)` for each resident shifted, last first. Returns
+    /// where the key went.
+    pub(crate) fn insert_shifting(
+        t: &mut [Slot],
+        h: &Hasher,
+        key: [u64; 2],
+        value: [u64; 2],
+        mut moved: impl FnMut(usize, usize, [u64; 2]),
+    ) -> usize {
+        let n = t.len();
+        let at = match Self::probe(t, h, key).0 {
+            Err(at) => at,
+            Ok(_) => panic!("keys are distinct"),
+        };
+        let mut empty = at;
+        while key_of(&t[empty]) != EMPTY {
+            empty = next(empty, n);
+        }
+        while empty != at {
+            let prev = if empty == 0 { n - 1 } else { empty - 1 };
+            t[empty] = t[prev];
+            moved(prev, empty, key_of(&t[empty]));
+            empty = prev;
+        }
+        t[at] = [key[0], key[1], value[0], value[1]];
+        at
+    }
+}
+
 impl<const EXIT_FROM: usize> RobinHood<EXIT_FROM> {
     #[inline(always)]
     fn displacement(i: usize, home: usize, n: usize) -> usize {
@@ -295,24 +328,7 @@ impl<const EXIT_FROM: usize> Scheme for RobinHood<EXIT_FROM> {
     };
 
     fn insert(&mut self, t: &mut [Slot], h: &Hasher, key: [u64; 2], value: [u64; 2]) -> bool {
-        let n = t.len();
-        // Always the exact Robin Hood position (exit test from distance 1):
-        // the table is the same whatever `EXIT_FROM` a lookup uses.
-        let at = match RobinHood::<1>::probe(t, h, key).0 {
-            Err(at) => at,
-            Ok(_) => panic!("keys are distinct"),
-        };
-        // Shift the rest of the run forward by one, then store at `at`.
-        let mut empty = at;
-        while key_of(&t[empty]) != EMPTY {
-            empty = next(empty, n);
-        }
-        while empty != at {
-            let prev = if empty == 0 { n - 1 } else { empty - 1 };
-            t[empty] = t[prev];
-            empty = prev;
-        }
-        t[at] = [key[0], key[1], value[0], value[1]];
+        RobinHood::<1>::insert_shifting(t, h, key, value, |_, _, _| {});
         true
     }
 

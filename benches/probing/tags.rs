@@ -1,7 +1,7 @@
 //! `robin-hood-tags`: the Robin Hood table of `robin-hood`, with a tag byte
 //! per slot in an array of its own, which lookups scan instead of keys.
 
-use super::{EMPTY, Hasher, RobinHood, Scheme, Slot, Trace, home_of_hash, key_of, next};
+use super::{Hasher, RobinHood, Scheme, Slot, Trace, home_of_hash, key_of};
 
 /// A tag byte of an empty slot: zero, which `zero_bytes` finds.
 const EMPTY_TAG: u8 = 0;
@@ -124,28 +124,17 @@ impl Scheme for RobinHoodTags {
 
     fn insert(&mut self, t: &mut [Slot], h: &Hasher, key: [u64; 2], value: [u64; 2]) -> bool {
         let n = t.len();
-        let at = match RobinHood::<1>::probe(t, h, key).0 {
-            Err(at) => at,
-            Ok(_) => panic!("keys are distinct"),
-        };
-        let mut empty = at;
-        while key_of(&t[empty]) != EMPTY {
-            empty = next(empty, n);
-        }
-        while empty != at {
-            let prev = if empty == 0 { n - 1 } else { empty - 1 };
-            t[empty] = t[prev];
-            let moved = self.tag(prev);
-            self.set_tag(empty, moved);
-            let d = RobinHood::<1>::displacement(empty, h.home(key_of(&t[empty]), n), n);
-            self.max_disp = self.max_disp.max(d);
-            empty = prev;
-        }
-        t[at] = [key[0], key[1], value[0], value[1]];
+        let mut max_disp = self.max_disp;
+        let at = RobinHood::<1>::insert_shifting(t, h, key, value, |from, to, resident| {
+            let moved = self.tag(from);
+            self.set_tag(to, moved);
+            let d = RobinHood::<1>::displacement(to, h.home(resident, n), n);
+            max_disp = max_disp.max(d);
+        });
         let hash = h.hash(key);
         self.set_tag(at, tag_of(hash));
         let d = RobinHood::<1>::displacement(at, home_of_hash(hash, n), n);
-        self.max_disp = self.max_disp.max(d);
+        self.max_disp = max_disp.max(d);
         true
     }
 

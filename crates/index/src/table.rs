@@ -13,7 +13,7 @@
 //! (no tombstones), so the table never degrades under churn.
 //!
 //! The capacity is any number of slots (not a power of two) so that segments
-//! can grow by 1.25× and sit at staggered sizes; see [`super::growth`].
+//! can grow by 1.15× and sit at staggered sizes; see [`super::growth`].
 //!
 //! # Lookups read tags, not keys
 //!
