@@ -123,9 +123,9 @@ impl IndexBuilder {
 }
 
 /// The tables around the restored segments' memory, in order. Each table's
-/// tags are rebuilt by hashing its residents (snapshots hold slots only),
-/// segments spread over the machine's cores: about 3 ns a slot, so 40 ms
-/// for a 10M-entry index on one core.
+/// tags are rebuilt by hashing its residents (snapshots hold slots only):
+/// one hash and one read of each slot, so the segments are spread over the
+/// machine's cores.
 fn restore_tables(segments: Vec<RestoredSegment>, hasher: &KeyHasher) -> Vec<Table> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())

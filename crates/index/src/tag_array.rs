@@ -7,9 +7,9 @@
 //! keys only in the slots whose tag matches: about one slot per hit and
 //! almost none per miss, so a lookup reads one tag line and one slot line,
 //! where scanning keys read two to four slot lines at the loads the index
-//! runs at (`benches/probing.rs`, BENCHMARKS.md "Probing schemes"). The tags
-//! of a 10M-entry index are 12.5 MB, a size the last-level cache mostly
-//! holds.
+//! runs at (`benches/probing.rs`, BENCHMARKS.md "The index at the memory
+//! line"). The tags are 1/32 of the slots' size (about 11 MB for 10M
+//! entries), so far more of them stay in cache than of the slots.
 //!
 //! The tags are part of the table's state under its seqlock, exactly like
 //! the slots: readers load words with `Relaxed` atomic loads and trust
