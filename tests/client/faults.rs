@@ -132,6 +132,7 @@ async fn a_put_whose_answer_is_lost_is_resent_only_when_marked_idempotent() {
     let client = quick([proxy.url()]).build().unwrap();
     client.stats().await.unwrap();
 
+    let before = client.counters();
     proxy.cut_next_answer();
     let e = client.put(key(1), key(2)).await.unwrap_err();
     assert_eq!(
@@ -139,12 +140,20 @@ async fn a_put_whose_answer_is_lost_is_resent_only_when_marked_idempotent() {
         uuidmap_client::RetryClass::Conditional,
         "{e}"
     );
+    assert_eq!(client.counters().attempts - before.attempts, 1, "sent once");
     let before = client.counters();
     proxy.cut_next_answer();
     let lsn = client.idempotent().put(key(1), key(3)).await.unwrap();
     let after = client.counters();
-    assert_eq!(after.attempts - before.attempts, 2, "sent twice");
-    assert_eq!(after.retries - before.retries, 1, "one retry counted");
+    // At least twice: the lost answer, then the resend. On a loaded host
+    // the reconnect after the cut can fail once more, so not exactly two.
+    let attempts = after.attempts - before.attempts;
+    assert!(attempts >= 2, "sent again after the lost answer: {attempts}");
+    assert_eq!(
+        after.retries - before.retries,
+        attempts - 1,
+        "every resend counted as a retry"
+    );
     assert!(client.written_lsn() >= lsn);
     assert_eq!(client.get(key(1)).await.unwrap(), Some(key(3)));
     drop(proxy);
