@@ -148,7 +148,10 @@ async fn a_put_whose_answer_is_lost_is_resent_only_when_marked_idempotent() {
     // At least twice: the lost answer, then the resend. On a loaded host
     // the reconnect after the cut can fail once more, so not exactly two.
     let attempts = after.attempts - before.attempts;
-    assert!(attempts >= 2, "sent again after the lost answer: {attempts}");
+    assert!(
+        attempts >= 2,
+        "sent again after the lost answer: {attempts}"
+    );
     assert_eq!(
         after.retries - before.retries,
         attempts - 1,

@@ -3,11 +3,17 @@
 //! snapshot), without copying or rehashing.
 //!
 //! An image is the segment's slot array exactly as it is in memory, empty
-//! slots included, plus what is needed to use it again: its capacity, entry
-//! count, growth generation, and the *stamp* of the latest write it contains
-//! (the store stamps every write with its batch's LSN; see
-//! [`IndexWriter::set_stamp`]). The copy is taken under the segment's seqlock,
-//! so slots, count and stamp are one consistent state.
+//! slots included, then its tag words, plus what is needed to use them
+//! again: its capacity, entry count, growth generation, the bound on
+//! displacements the tags are scanned to (`max_disp`), and the *stamp* of
+//! the latest write it contains (the store stamps every write with its
+//! batch's LSN; see [`IndexWriter::set_stamp`]). The copy is taken under the
+//! segment's seqlock, so slots, tags, count and stamp are one consistent
+//! state.
+//!
+//! A restored table takes its tags from the image ([`StoredTags`]) when it
+//! has them, and otherwise rebuilds them by hashing every resident (a
+//! snapshot from before tags were stored).
 
 use std::sync::Arc;
 
@@ -23,12 +29,14 @@ use super::segment::Segment;
 use super::shared::Shared;
 use super::slot_array::{ExternalSlots, SlotArray};
 use super::table::Table;
+use super::tag_array::TagArray;
 use super::writer::IndexWriter;
 
 /// What goes with a copied slot array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentImage {
-    /// Slots in the array (the copy holds `capacity * 32` bytes).
+    /// Slots in the array (the copy holds `capacity * 32` bytes of slots,
+    /// then the tags).
     pub capacity: usize,
     /// Entries in it.
     pub len: usize,
@@ -37,6 +45,43 @@ pub struct SegmentImage {
     /// Stamp of the latest write contained in the copy (0: none since the
     /// table was created empty, or the stamp it was restored with).
     pub stamp: u64,
+    /// Words of tags after the slots: `ceil(capacity / 8)`, eight one-byte
+    /// tags to a little-endian `u64`, slot `8w + j`'s in byte `j` of word `w`.
+    pub tag_words: usize,
+    /// At least the largest displacement of any resident from its home:
+    /// how far a lookup scans the tags.
+    pub max_disp: usize,
+}
+
+/// A segment's tags as an image carried them, for [`RestoredSegment::tags`].
+pub struct StoredTags {
+    tags: TagArray,
+    max_disp: usize,
+}
+
+impl StoredTags {
+    /// The tags of a table of `capacity` slots from the little-endian bytes
+    /// of its image's tag words, and the image's `max_disp`. `None` if
+    /// `bytes` is not `ceil(capacity / 8) * 8` long.
+    ///
+    /// Tags that do not belong to the slots they are restored with (a
+    /// damaged file read without its checksum) give wrong answers, never
+    /// unsafety: lookups are bounded by the capacity, and `max_disp` is
+    /// capped at it.
+    pub fn from_le_bytes(capacity: usize, bytes: &[u8], max_disp: u64) -> Option<StoredTags> {
+        if !bytes.len().is_multiple_of(8) {
+            return None;
+        }
+        let words = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")));
+        Some(StoredTags {
+            tags: TagArray::from_words(capacity, words)?,
+            max_disp: usize::try_from(max_disp)
+                .unwrap_or(usize::MAX)
+                .min(capacity),
+        })
+    }
 }
 
 /// One segment's table for [`IndexBuilder::restore`].
@@ -49,13 +94,16 @@ pub struct RestoredSegment {
     pub generation: u32,
     /// The stamp to report for it until the next write.
     pub stamp: u64,
+    /// Its tags, or `None` to rebuild them by hashing every resident.
+    pub tags: Option<StoredTags>,
 }
 
 impl Index {
-    /// Copies segment `segment`'s whole slot array into `out` (resized to
-    /// `capacity * 4` words: the in-memory layout, byte for byte), as one
-    /// consistent state of the segment, while the writer goes on writing.
-    /// Bounded under a write stream like a scan's copy (see `scan`).
+    /// Copies segment `segment`'s whole slot array, then its tags, into
+    /// `out` (resized to `capacity * 4 + tag_words` words: the in-memory
+    /// layout, byte for byte), as one consistent state of the segment,
+    /// while the writer goes on writing. Bounded under a write stream like
+    /// a scan's copy (see `scan`).
     ///
     /// # Panics
     ///
@@ -63,14 +111,16 @@ impl Index {
     pub fn copy_segment_raw(&self, segment: usize, out: &mut Vec<u64>) -> SegmentImage {
         let guard = epoch::pin();
         let mut handoffs = 0;
-        let (table, (_version, stamp, len)) =
+        let (table, (_version, copy)) =
             self.shared.segments[segment]
                 .copy_consistent(&guard, &mut handoffs, |t| t.try_copy_raw(out));
         SegmentImage {
             capacity: table.capacity(),
-            len,
+            len: copy.len,
             generation: table.generation(),
-            stamp,
+            stamp: copy.stamp,
+            tag_words: table.tag_words(),
+            max_disp: copy.max_disp,
         }
     }
 }
@@ -122,20 +172,22 @@ impl IndexBuilder {
     }
 }
 
-/// The tables around the restored segments' memory, in order. Each table's
-/// tags are rebuilt by hashing its residents (snapshots hold slots only):
-/// one hash and one read of each slot, so the segments are spread over the
+/// The tables around the restored segments' memory, in order. A table
+/// without stored tags has them rebuilt by hashing its residents (one hash
+/// and one read of each slot), so the segments are spread over the
 /// machine's cores.
 fn restore_tables(segments: Vec<RestoredSegment>, hasher: &KeyHasher) -> Vec<Table> {
+    type Part = (SlotArray, usize, u32, u64, Option<(TagArray, usize)>);
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(segments.len())
         .max(1);
     let per_thread = segments.len().div_ceil(threads);
     // `SlotArray` is `Send`; the lent memory's handle is not.
-    let parts = segments
-        .into_iter()
-        .map(|s| (SlotArray::from(s.slots), s.len, s.generation, s.stamp));
+    let parts = segments.into_iter().map(|s| {
+        let tags = s.tags.map(|t| (t.tags, t.max_disp));
+        (SlotArray::from(s.slots), s.len, s.generation, s.stamp, tags)
+    });
     let mut chunks: Vec<Vec<_>> = Vec::with_capacity(threads);
     let mut rest = parts;
     loop {
@@ -145,11 +197,11 @@ fn restore_tables(segments: Vec<RestoredSegment>, hasher: &KeyHasher) -> Vec<Tab
         }
         chunks.push(chunk);
     }
-    let restore = |chunk: Vec<(SlotArray, usize, u32, u64)>| -> Vec<Table> {
+    let restore = |chunk: Vec<Part>| -> Vec<Table> {
         chunk
             .into_iter()
-            .map(|(slots, len, generation, stamp)| {
-                Table::restored(slots, len, generation, stamp, hasher)
+            .map(|(slots, len, generation, stamp, tags)| {
+                Table::restored(slots, len, generation, stamp, tags, hasher)
             })
             .collect()
     };

@@ -71,7 +71,7 @@ pub mod sync;
 
 pub use hasher::{HashSeeds, hash_fingerprint};
 #[cfg(not(uuidmap_loom))]
-pub use image::{RestoredSegment, SegmentImage};
+pub use image::{RestoredSegment, SegmentImage, StoredTags};
 pub use index_builder::{IndexBuilder, MAX_CAPACITY, MAX_SEGMENTS};
 pub use index_error::{BuildError, CasError, KeyError, ScanError};
 pub use key::Key;

@@ -83,6 +83,15 @@ pub(crate) struct Table {
     slots: SlotArray,
 }
 
+/// What goes with a raw copy of a table ([`Table::try_copy_raw`]).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(uuidmap_loom, allow(dead_code))]
+pub(crate) struct RawCopy {
+    pub(crate) stamp: u64,
+    pub(crate) len: usize,
+    pub(crate) max_disp: usize,
+}
+
 /// Where a probe for a key ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Probe {
@@ -126,17 +135,42 @@ impl Table {
 
     /// A table over slot memory that already holds entries (a restored
     /// snapshot). The caller vouches that `slots` holds `len` entries placed
-    /// by this hasher's Robin Hood order; a table that breaks it gives wrong
-    /// answers, never unsafety (probes are bounded by the capacity). The
-    /// tags are rebuilt here, by hashing every resident.
+    /// by this hasher's Robin Hood order, and that `tags`, if given, are
+    /// theirs with a `max_disp` at least their largest displacement; a
+    /// table that breaks it gives wrong answers, never unsafety (probes are
+    /// bounded by the capacity). Without `tags` they are rebuilt here, by
+    /// hashing every resident.
     #[cfg_attr(uuidmap_loom, allow(dead_code))]
     pub(crate) fn restored(
         slots: SlotArray,
         len: usize,
         generation: u32,
         stamp: u64,
+        tags: Option<(TagArray, usize)>,
         hasher: &KeyHasher,
     ) -> Table {
+        let capacity = slots.capacity();
+        let (tags, max_disp) = match tags {
+            Some((tags, max_disp)) => (tags, max_disp.min(capacity)),
+            None => Self::rebuilt_tags(&slots, hasher),
+        };
+        Table {
+            seqlock: SeqLock::new(),
+            scan_handoff: AtomicU32::new(0),
+            capacity,
+            max_len: super::growth::max_len(capacity).max(len),
+            generation,
+            len: AtomicUsize::new(len),
+            stamp: AtomicU64::new(stamp),
+            max_disp: AtomicUsize::new(max_disp),
+            tags,
+            slots,
+        }
+    }
+
+    /// The tags of `slots`' residents, and their largest displacement.
+    #[cfg_attr(uuidmap_loom, allow(dead_code))]
+    fn rebuilt_tags(slots: &SlotArray, hasher: &KeyHasher) -> (TagArray, usize) {
         let capacity = slots.capacity();
         let tags = TagArray::empty(capacity);
         let mut max_disp = 0;
@@ -154,18 +188,7 @@ impl Table {
                 max_disp = max_disp.max(d);
             }
         }
-        Table {
-            seqlock: SeqLock::new(),
-            scan_handoff: AtomicU32::new(0),
-            capacity,
-            max_len: super::growth::max_len(capacity).max(len),
-            generation,
-            len: AtomicUsize::new(len),
-            stamp: AtomicU64::new(stamp),
-            max_disp: AtomicUsize::new(max_disp),
-            tags,
-            slots,
-        }
+        (tags, max_disp)
     }
 
     /// Number of slots.
@@ -498,18 +521,31 @@ impl Table {
     }
 
     /// Reader: copies the whole slot array, empty slots included, in its
-    /// memory layout, into `out` (resized to `capacity * SLOT_WORDS` words),
-    /// as of one version. Returns the version, the stamp and the entry count
-    /// that go with the copy, or `None` if a write overlapped.
-    pub(crate) fn try_copy_raw(&self, out: &mut Vec<u64>) -> Option<(u64, u64, usize)> {
-        out.resize(self.capacity * SLOT_WORDS, 0);
+    /// memory layout, then its tags, into `out` (resized to `capacity *
+    /// SLOT_WORDS` words plus the tags' [`Table::tag_words`]), as of one
+    /// version. Returns the version and the stamp, entry count and
+    /// `max_disp` that go with the copy, or `None` if a write overlapped.
+    pub(crate) fn try_copy_raw(&self, out: &mut Vec<u64>) -> Option<(u64, RawCopy)> {
+        let slot_words = self.capacity * SLOT_WORDS;
+        out.resize(slot_words + self.tags.word_count(), 0);
         let version = self.seqlock.read_begin()?;
-        let stamp = self.stamp.load(Ordering::Relaxed);
-        let len = self.len.load(Ordering::Relaxed);
-        self.slots.copy_words_to(out);
+        let copy = RawCopy {
+            stamp: self.stamp.load(Ordering::Relaxed),
+            len: self.len.load(Ordering::Relaxed),
+            max_disp: self.max_disp.load(Ordering::Relaxed),
+        };
+        let (slots, tags) = out.split_at_mut(slot_words);
+        self.slots.copy_words_to(slots);
+        self.tags.copy_to(tags);
         self.seqlock
             .read_validate(version)
-            .then_some((version, stamp, len))
+            .then_some((version, copy))
+    }
+
+    /// Words of tags: `ceil(capacity / 8)`.
+    #[cfg_attr(uuidmap_loom, allow(dead_code))]
+    pub(crate) fn tag_words(&self) -> usize {
+        self.tags.word_count()
     }
 
     /// The stamp of the latest write (exact for the writer).

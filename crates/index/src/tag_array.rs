@@ -79,6 +79,36 @@ impl TagArray {
         tags
     }
 
+    /// Tags for `capacity` slots from `words`, the layout [`TagArray::copy_to`]
+    /// copies out (a snapshot's), or `None` if there are not exactly
+    /// `ceil(capacity / 8)` of them. The padding past the last slot is set
+    /// anew, whatever the words say.
+    #[cfg_attr(uuidmap_loom, allow(dead_code))]
+    pub(crate) fn from_words(
+        capacity: usize,
+        words: impl ExactSizeIterator<Item = u64>,
+    ) -> Option<Self> {
+        if words.len() != capacity.div_ceil(TAGS_PER_WORD) {
+            return None;
+        }
+        let tags = TagArray {
+            words: words.map(AtomicU64::new).collect(),
+        };
+        for i in capacity..tags.words.len() * TAGS_PER_WORD {
+            tags.set(i, PAD_TAG);
+        }
+        Some(tags)
+    }
+
+    /// Copies every word into `out`, which must be [`TagArray::word_count`]
+    /// long (relaxed loads; validate before trusting).
+    #[cfg_attr(uuidmap_loom, allow(dead_code))]
+    pub(crate) fn copy_to(&self, out: &mut [u64]) {
+        for (o, w) in out.iter_mut().zip(self.words.iter()) {
+            *o = w.load(Ordering::Relaxed);
+        }
+    }
+
     /// Number of words.
     #[inline(always)]
     pub(crate) fn word_count(&self) -> usize {

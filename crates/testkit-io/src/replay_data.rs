@@ -16,7 +16,8 @@ pub fn value(x: u64) -> Uuid {
 }
 
 /// Panics unless `a` and `b` hold the same entries in the same slots, segment
-/// by segment (capacity, length, generation, stamp and slots); `what` names
+/// by segment (capacity, length, generation, stamp, slots, tags and the
+/// tags' scan bound); `what` names
 /// the run in the message.
 pub fn assert_same_tables(a: &Index, b: &Index, what: &str) {
     assert_eq!(a.len(), b.len(), "{what}: entry counts");
@@ -25,8 +26,8 @@ pub fn assert_same_tables(a: &Index, b: &Index, what: &str) {
         assert_eq!(
             a.copy_segment_raw(s, &mut x),
             b.copy_segment_raw(s, &mut y),
-            "{what}: segment {s}'s image (capacity, length, generation, stamp)"
+            "{what}: segment {s}'s image (capacity, length, generation, stamp, max_disp)"
         );
-        assert!(x == y, "{what}: segment {s}'s slots differ");
+        assert!(x == y, "{what}: segment {s}'s slots or tags differ");
     }
 }

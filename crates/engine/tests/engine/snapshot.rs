@@ -180,8 +180,8 @@ fn segment_of_keys(index: &Index, keys: &[Uuid]) -> HashMap<Uuid, usize> {
     let mut out = HashMap::new();
     let mut words = Vec::new();
     for s in 0..probe.segment_count() {
-        probe.copy_segment_raw(s, &mut words);
-        let slots: &[uuidmap_index::Slot] = bytemuck::cast_slice(&words);
+        let image = probe.copy_segment_raw(s, &mut words);
+        let slots: &[uuidmap_index::Slot] = bytemuck::cast_slice(&words[..image.capacity * 4]);
         for slot in slots.iter().filter(|s| !s.is_empty()) {
             out.insert(slot.key(), s);
         }

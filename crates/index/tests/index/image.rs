@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use uuid::Uuid;
-use uuidmap_index::{ExternalSlots, RestoredSegment};
+use uuidmap_index::{ExternalSlots, RestoredSegment, StoredTags};
 use uuidmap_index::{Index, IndexBuilder};
 
 use crate::data::mix;
@@ -14,24 +14,32 @@ fn key(i: u64) -> Uuid {
     Uuid::from_u128(((mix(i) as u128) << 64) | mix(i ^ 0xabc) as u128 | 1)
 }
 
-/// Copies every segment and rebuilds an index around the copies.
+/// Copies every segment and rebuilds an index around the copies, with the
+/// copied tags.
 fn restore_copy(index: &Index) -> (uuidmap_index::IndexWriter, Index, Vec<u64>) {
-    restore_copy_as(index, |generation| generation)
+    restore_copy_as(index, |generation| generation, true)
 }
 
 /// [`restore_copy`], with each segment's growth generation replaced by
-/// `generation(its own)`.
+/// `generation(its own)`, and the tags taken from the copies or rebuilt.
 fn restore_copy_as(
     index: &Index,
     generation: impl Fn(u32) -> u32,
+    stored_tags: bool,
 ) -> (uuidmap_index::IndexWriter, Index, Vec<u64>) {
     let mut restored = Vec::new();
     let mut stamps = Vec::new();
     for s in 0..index.segment_count() {
         let mut words = Vec::new();
         let image = index.copy_segment_raw(s, &mut words);
-        assert_eq!(words.len(), image.capacity * 4);
+        assert_eq!(words.len(), image.capacity * 4 + image.tag_words);
+        assert_eq!(image.tag_words, image.capacity.div_ceil(8));
         stamps.push(image.stamp);
+        let tag_bytes: Vec<u8> = bytemuck::cast_slice(&words[image.capacity * 4..]).to_vec();
+        let tags = stored_tags.then(|| {
+            StoredTags::from_le_bytes(image.capacity, &tag_bytes, image.max_disp as u64).unwrap()
+        });
+        words.truncate(image.capacity * 4);
         let mut memory: Box<[u64]> = words.into_boxed_slice();
         let ptr = NonNull::new(memory.as_mut_ptr().cast::<u8>()).unwrap();
         let keepalive: Arc<dyn Send + Sync> = Arc::new(memory);
@@ -43,6 +51,7 @@ fn restore_copy_as(
             len: image.len,
             generation: generation(image.generation),
             stamp: image.stamp,
+            tags,
         });
     }
     let (w, i) = IndexBuilder::default()
@@ -63,7 +72,7 @@ fn a_table_from_another_growth_schedule_grows_into_a_larger_one() {
     for i in 0..10_000u64 {
         writer.insert(key(i), key(i)).unwrap();
     }
-    let (mut w2, restored, _) = restore_copy_as(&index, |_| 0);
+    let (mut w2, restored, _) = restore_copy_as(&index, |_| 0, false);
     let before = restored.table_bytes();
     for i in 10_000..30_000u64 {
         w2.insert(key(i), key(i)).unwrap();
@@ -136,6 +145,7 @@ fn restore_refuses_bad_inputs() {
     assert!(IndexBuilder::default().restore(Vec::new()).is_err());
     let mut words = Vec::new();
     let image = index.copy_segment_raw(0, &mut words);
+    words.truncate(image.capacity * 4);
     let mut memory: Box<[u64]> = words.into_boxed_slice();
     let ptr = NonNull::new(memory.as_mut_ptr().cast::<u8>()).unwrap();
     let keepalive: Arc<dyn Send + Sync> = Arc::new(memory);
@@ -149,8 +159,53 @@ fn restore_refuses_bad_inputs() {
             len: image.capacity,
             generation: 0,
             stamp: 0,
+            tags: None,
         }])
         .err()
         .expect("a full table is refused");
     assert!(err.to_string().contains("free slot"), "{err}");
+}
+
+/// Tags carried in an image are the ones a rebuild computes by hashing, and
+/// the carried `max_disp` bounds every displacement: a table restored with
+/// them answers exactly as one whose tags were rebuilt, hits and misses,
+/// before and after more writes.
+#[test]
+fn stored_tags_restore_the_same_table_as_rebuilt_ones() {
+    let (mut writer, index) = Index::builder().segments(4).build().unwrap();
+    for i in 0..30_000u64 {
+        writer.insert(key(i), key(i + 7)).unwrap();
+    }
+    for i in (0..30_000u64).step_by(5) {
+        writer.remove(&key(i));
+    }
+    let (mut w_stored, stored, _) = restore_copy_as(&index, |g| g, true);
+    let (mut w_rebuilt, rebuilt, _) = restore_copy_as(&index, |g| g, false);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for s in 0..index.segment_count() {
+        let ia = stored.copy_segment_raw(s, &mut a);
+        let ib = rebuilt.copy_segment_raw(s, &mut b);
+        assert!(a == b, "segment {s}: slots and tags equal");
+        assert!(ia.max_disp >= ib.max_disp, "segment {s}: the bound holds");
+    }
+    for i in 0..40_000u64 {
+        let want = (i < 30_000 && i % 5 != 0).then(|| key(i + 7));
+        assert_eq!(stored.get(&key(i)), want, "key {i}");
+        assert_eq!(rebuilt.get(&key(i)), want, "key {i}");
+    }
+    for i in 30_000..50_000u64 {
+        w_stored.insert(key(i), key(i)).unwrap();
+        w_rebuilt.insert(key(i), key(i)).unwrap();
+    }
+    for i in 0..50_000u64 {
+        assert_eq!(stored.get(&key(i)), rebuilt.get(&key(i)), "key {i}");
+    }
+}
+
+#[test]
+fn stored_tags_of_the_wrong_length_are_refused() {
+    assert!(StoredTags::from_le_bytes(17, &[0; 24], 0).is_some());
+    assert!(StoredTags::from_le_bytes(17, &[0; 16], 0).is_none());
+    assert!(StoredTags::from_le_bytes(17, &[0; 32], 0).is_none());
+    assert!(StoredTags::from_le_bytes(17, &[0; 23], 0).is_none());
 }

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! 0            prologue: magic, format version, zeros up to 4096
-//! 4096         segment 0's slot array (capacity * 32 bytes)
+//! 4096         segment 0's slot array (capacity * 32 bytes), then (version
+//!              2) its tags (ceil(capacity / 8) * 8 bytes)
 //! (4096-aligned) segment 1's slot array ... one per segment, in order
 //! H            header: fixed fields, segment directory, crc32c of the header
 //! end - 16     trailer: H (u64), magic
@@ -23,8 +24,12 @@ use uuidmap_index::{HashSeeds, MAX_SEGMENTS};
 
 /// First and last eight bytes of every snapshot file, and the header's first.
 pub(super) const MAGIC: [u8; 8] = *b"UUIDMAPS";
-/// The format this build writes and the only one it reads.
-pub(super) const FORMAT_VERSION: u32 = 1;
+/// The format this build writes: version 2 stores each table's tags after
+/// its slots, and its `max_disp` in the directory.
+pub(super) const FORMAT_VERSION: u32 = 2;
+/// The oldest format this build reads: version 1 holds slots only, and a
+/// reader rebuilds the tags by hashing the keys.
+pub(super) const OLDEST_READABLE_VERSION: u32 = 1;
 /// Alignment of every slot array in the file: a page, so that the private
 /// mapping of the file can serve as the tables in place.
 pub(super) const PAGE: u64 = 4096;
@@ -36,8 +41,10 @@ pub(super) const TRAILER_LEN: u64 = 16;
 pub(super) const SLOT_BYTES: u64 = 32;
 /// Bytes of the header before the segment directory.
 const HEADER_FIXED_LEN: usize = 104;
-/// Bytes of one directory entry.
-const DIRECTORY_ENTRY_LEN: usize = 40;
+/// Bytes of one directory entry in format version 1; version 2 adds
+/// `max_disp`.
+const DIRECTORY_ENTRY_LEN_V1: usize = 40;
+const DIRECTORY_ENTRY_LEN_V2: usize = 48;
 /// Bytes of the header's closing checksum.
 const HEADER_CRC_LEN: usize = 4;
 
@@ -55,20 +62,40 @@ pub struct SegmentEntry {
     pub capture_lsn: u64,
     /// The table's growth generation.
     pub generation: u32,
-    /// crc32c of the array's bytes.
+    /// crc32c of the array's bytes (its slots, then its tags if stored).
     pub crc: u32,
+    /// Format version 2: the tags follow the slots, and lookups scan them
+    /// this far from a key's home. `None` in version 1 (no tags stored).
+    pub max_disp: Option<u64>,
 }
 
 impl SegmentEntry {
-    /// Bytes of the slot array.
-    pub fn bytes(&self) -> u64 {
+    /// Bytes of the slots.
+    pub fn slot_bytes(&self) -> u64 {
         self.capacity * SLOT_BYTES
+    }
+
+    /// Bytes of the tags stored after the slots: one per slot, in whole
+    /// 8-byte words (0 in version 1).
+    pub fn tag_bytes(&self) -> u64 {
+        if self.max_disp.is_some() {
+            self.capacity.div_ceil(8) * 8
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of the array: its slots, then its tags if stored.
+    pub fn bytes(&self) -> u64 {
+        self.slot_bytes() + self.tag_bytes()
     }
 }
 
 /// Everything the header says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Header {
+    /// The format version (also in the prologue).
+    pub version: u32,
     /// The index's hash seeds.
     pub seeds: HashSeeds,
     /// The hash fingerprint of the build that wrote the file.
@@ -89,10 +116,10 @@ pub(super) struct Header {
 }
 
 /// The prologue: magic, version, zeros up to the first page boundary.
-pub(super) fn prologue() -> Vec<u8> {
+pub(super) fn prologue(version: u32) -> Vec<u8> {
     let mut p = vec![0u8; PROLOGUE_LEN as usize];
     p[..8].copy_from_slice(&MAGIC);
-    p[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    p[8..12].copy_from_slice(&version.to_le_bytes());
     p
 }
 
@@ -104,18 +131,28 @@ pub(super) fn trailer(header_offset: u64) -> [u8; TRAILER_LEN as usize] {
     t
 }
 
-/// Bytes of a header with `segments` directory entries.
-pub(super) fn header_len(segments: usize) -> usize {
-    HEADER_FIXED_LEN + segments * DIRECTORY_ENTRY_LEN + HEADER_CRC_LEN
+/// Bytes of a directory entry in format `version`.
+fn directory_entry_len(version: u32) -> usize {
+    if version >= 2 {
+        DIRECTORY_ENTRY_LEN_V2
+    } else {
+        DIRECTORY_ENTRY_LEN_V1
+    }
+}
+
+/// Bytes of a header in format `version` with `segments` directory entries.
+pub(super) fn header_len(version: u32, segments: usize) -> usize {
+    HEADER_FIXED_LEN + segments * directory_entry_len(version) + HEADER_CRC_LEN
 }
 
 impl Header {
-    /// The header's bytes, checksum included.
+    /// The header's bytes, checksum included. Every segment must have a
+    /// `max_disp` in version 2 and none in version 1.
     pub(super) fn encode(&self) -> Vec<u8> {
-        let len = header_len(self.segments.len());
+        let len = header_len(self.version, self.segments.len());
         let mut b = Vec::with_capacity(len);
         b.extend_from_slice(&MAGIC);
-        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&self.version.to_le_bytes());
         b.extend_from_slice(&(len as u32).to_le_bytes());
         b.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
         b.extend_from_slice(&0u32.to_le_bytes()); // flags: none defined
@@ -139,6 +176,10 @@ impl Header {
             }
             b.extend_from_slice(&s.generation.to_le_bytes());
             b.extend_from_slice(&s.crc.to_le_bytes());
+            debug_assert_eq!(s.max_disp.is_some(), self.version >= 2);
+            if let Some(max_disp) = s.max_disp {
+                b.extend_from_slice(&max_disp.to_le_bytes());
+            }
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -167,10 +208,10 @@ impl Header {
             );
         }
         let version = u32_at(file, 8);
-        if version != FORMAT_VERSION {
+        if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(format!(
                 "the file is in snapshot format version {version}; this build reads \
-                 version {FORMAT_VERSION}"
+                 versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION}"
             ));
         }
         let trailer_at = file.len() - TRAILER_LEN as usize;
@@ -181,7 +222,7 @@ impl Header {
             ));
         }
         let header_offset = u64_at(file, trailer_at);
-        let min_header = header_len(0) as u64;
+        let min_header = header_len(version, 0) as u64;
         if header_offset < PROLOGUE_LEN
             || header_offset > file_len - TRAILER_LEN
             || file_len - TRAILER_LEN - header_offset < min_header
@@ -209,7 +250,7 @@ impl Header {
         }
         // The checksum holds, so what follows describes what the writer wrote;
         // the checks below guard against a writer bug or a forged file.
-        if header[..8] != MAGIC || u32_at(header, 8) != FORMAT_VERSION {
+        if header[..8] != MAGIC || u32_at(header, 8) != version {
             return Err("the header's magic or version disagrees with the file's start".into());
         }
         let count = u32_at(header, 16) as usize;
@@ -219,11 +260,11 @@ impl Header {
                  between 1 and {MAX_SEGMENTS}"
             ));
         }
-        if header_len(count) != header.len() {
+        if header_len(version, count) != header.len() {
             return Err(format!(
                 "the header is {} bytes but {count} segments need {}",
                 header.len(),
-                header_len(count)
+                header_len(version, count)
             ));
         }
         let flags = u32_at(header, 20);
@@ -238,7 +279,9 @@ impl Header {
             u64_at(header, 40),
             u64_at(header, 48),
         ]);
+        let entry_len = directory_entry_len(version);
         let h = Header {
+            version,
             seeds,
             fingerprint: u64_at(header, 56),
             lsn: u64_at(header, 64),
@@ -248,7 +291,7 @@ impl Header {
             entries: u64_at(header, 96),
             segments: (0..count)
                 .map(|i| {
-                    let e = &header[HEADER_FIXED_LEN + i * DIRECTORY_ENTRY_LEN..];
+                    let e = &header[HEADER_FIXED_LEN + i * entry_len..];
                     SegmentEntry {
                         offset: u64_at(e, 0),
                         capacity: u64_at(e, 8),
@@ -256,6 +299,7 @@ impl Header {
                         capture_lsn: u64_at(e, 24),
                         generation: u32_at(e, 32),
                         crc: u32_at(e, 36),
+                        max_disp: (version >= 2).then(|| u64_at(e, 40)),
                     }
                 })
                 .collect(),
@@ -291,9 +335,12 @@ impl Header {
                     s.len, s.capacity
                 ));
             }
+            // The tags' bytes are at most a slot's per slot: no overflow
+            // once the slots' do not.
             let seg_end = s
                 .capacity
                 .checked_mul(SLOT_BYTES)
+                .and_then(|b| b.checked_add(s.tag_bytes()))
                 .and_then(|b| b.checked_add(s.offset))
                 .filter(|&e| e <= header_offset)
                 .ok_or_else(|| {
@@ -329,7 +376,9 @@ impl Header {
 mod tests {
     use super::*;
 
-    fn sample() -> (Header, Vec<u8>) {
+    /// A file of format `version` with two segments.
+    fn sample(version: u32) -> (Header, Vec<u8>) {
+        let max_disp = |d| (version >= 2).then_some(d);
         let segments = vec![
             SegmentEntry {
                 offset: PROLOGUE_LEN,
@@ -338,6 +387,7 @@ mod tests {
                 capture_lsn: 5,
                 generation: 0,
                 crc: 0,
+                max_disp: max_disp(1),
             },
             SegmentEntry {
                 offset: 2 * PAGE,
@@ -346,9 +396,11 @@ mod tests {
                 capture_lsn: 9,
                 generation: 7,
                 crc: 0,
+                max_disp: max_disp(4),
             },
         ];
         let header = Header {
+            version,
             seeds: HashSeeds([1, 2, 3, 4]),
             fingerprint: 77,
             lsn: 10,
@@ -358,8 +410,8 @@ mod tests {
             entries: 3,
             segments,
         };
-        let mut file = prologue();
-        file.resize(2 * PAGE as usize + 200 * 32, 0);
+        let mut file = prologue(version);
+        file.resize(2 * PAGE as usize + header.segments[1].bytes() as usize, 0);
         let at = file.len() as u64;
         file.extend_from_slice(&header.encode());
         file.extend_from_slice(&trailer(at));
@@ -367,30 +419,53 @@ mod tests {
     }
 
     #[test]
-    fn a_header_reads_back_as_written() {
-        let (header, file) = sample();
-        assert_eq!(Header::parse_file(&file).unwrap(), header);
+    fn a_header_reads_back_as_written_in_either_version() {
+        for version in [1, 2] {
+            let (header, file) = sample(version);
+            assert_eq!(Header::parse_file(&file).unwrap(), header, "{version}");
+        }
+        // Version 2's arrays hold the tags after the slots.
+        let (header, _) = sample(2);
+        assert_eq!(header.segments[1].bytes(), 200 * 32 + 200);
+        assert_eq!(header.segments[0].bytes(), 3 * 32 + 8);
+        assert_eq!(sample(1).0.segments[0].bytes(), 3 * 32);
     }
 
     #[test]
     fn every_single_byte_change_to_the_header_is_caught() {
-        let (_, file) = sample();
-        let header_at = file.len() - TRAILER_LEN as usize - header_len(2);
-        for i in header_at..file.len() {
-            let mut bad = file.clone();
-            bad[i] ^= 0x10;
-            assert!(Header::parse_file(&bad).is_err(), "byte {i}");
-        }
-        for i in 0..12 {
-            let mut bad = file.clone();
-            bad[i] ^= 0x01;
-            assert!(Header::parse_file(&bad).is_err(), "prologue byte {i}");
+        for version in [1, 2] {
+            let (_, file) = sample(version);
+            let header_at = file.len() - TRAILER_LEN as usize - header_len(version, 2);
+            for i in header_at..file.len() {
+                let mut bad = file.clone();
+                bad[i] ^= 0x10;
+                assert!(Header::parse_file(&bad).is_err(), "v{version} byte {i}");
+            }
+            for i in 0..12 {
+                let mut bad = file.clone();
+                bad[i] ^= 0x01;
+                assert!(
+                    Header::parse_file(&bad).is_err(),
+                    "v{version} prologue byte {i}"
+                );
+            }
         }
     }
 
     #[test]
+    fn a_version_this_build_does_not_know_is_refused_by_number() {
+        let (_, mut file) = sample(2);
+        file[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let e = Header::parse_file(&file).unwrap_err();
+        assert!(
+            e.contains("version 3") && e.contains("versions 1 to 2"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn overlapping_or_unaligned_segments_are_refused() {
-        let (mut header, _) = sample();
+        let (mut header, _) = sample(2);
         header.segments[1].offset = PROLOGUE_LEN;
         assert!(
             header

@@ -7,6 +7,8 @@
 //! - `write`: [`write_snapshot`], the file protocol and retention.
 //! - `open`: [`open_snapshot`], verification, and [`OpenedSnapshot::into_index`].
 //! - `files`: names, [`list_snapshots`], removal of old files.
+//! - `version_1_tests`: files of the format before tags were stored still
+//!   load.
 //!
 //! # Fuzzy capture: why a snapshot taken under writes is exact
 //!
@@ -63,6 +65,8 @@
 mod format;
 mod open;
 mod snapshot_files;
+#[cfg(test)]
+mod version_1_tests;
 mod write;
 
 pub use format::SegmentEntry;

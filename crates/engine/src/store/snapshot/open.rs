@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::format::{Header, SLOT_BYTES, SegmentEntry};
 use crate::store::{FileError, Io, MappedFile, SnapshotCorrupt, SnapshotLoadError};
 use uuidmap_index::{
-    ExternalSlots, HashSeeds, Index, IndexBuilder, IndexWriter, RestoredSegment, Slot,
+    ExternalSlots, HashSeeds, Index, IndexBuilder, IndexWriter, RestoredSegment, Slot, StoredTags,
     hash_fingerprint,
 };
 
@@ -325,11 +325,30 @@ impl OpenedSnapshot {
             mut map,
             ..
         } = self;
+        // Version 2 stores each table's tags after its slots: copied out
+        // here (1/32 of the slots' bytes), before the slots are lent.
+        let file = map.as_slice();
+        let mut tags: Vec<Option<StoredTags>> = Vec::with_capacity(segments.len());
+        for (i, s) in segments.iter().enumerate() {
+            let Some(max_disp) = s.max_disp else {
+                tags.push(None);
+                continue;
+            };
+            let at = (s.offset + s.slot_bytes()) as usize;
+            let bytes = &file[at..at + s.tag_bytes() as usize];
+            let stored = StoredTags::from_le_bytes(s.capacity as usize, bytes, max_disp)
+                .ok_or_else(|| SnapshotCorrupt {
+                    path: path.clone(),
+                    reason: format!("segment {i}'s tags are not one byte per slot"),
+                })?;
+            tags.push(Some(stored));
+        }
         let base = map.as_mut_ptr();
         let keepalive: Arc<dyn Send + Sync> = Arc::new(map);
         let tables = segments
             .iter()
-            .map(|s| {
+            .zip(tags)
+            .map(|(s, tags)| {
                 // SAFETY: `parse_file` checked that `[offset, offset +
                 // capacity * 32)` lies inside the file, so the pointer is in
                 // the mapping; it is page aligned (the mapping is, and the
@@ -348,6 +367,7 @@ impl OpenedSnapshot {
                     len: s.len as usize,
                     generation: s.generation,
                     stamp: s.capture_lsn,
+                    tags,
                 }
             })
             .collect();

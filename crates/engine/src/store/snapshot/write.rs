@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::format::{Header, PAGE, PROLOGUE_LEN, SegmentEntry, prologue, trailer};
+use super::format::{FORMAT_VERSION, Header, PAGE, PROLOGUE_LEN, SegmentEntry, prologue, trailer};
 use super::snapshot_files::{list_snapshots, prune, snapshot_name, temp_name};
 use crate::store::{
     FileError, Io, IoFile, SnapshotCorrupt, SnapshotLoadError, SnapshotWriteError, WalWriteError,
@@ -167,7 +167,7 @@ fn write_temp(
     let mut file = io
         .create(temp)
         .map_err(|e| FileError::new("creating the snapshot", temp, e))?;
-    file.write_all(&prologue()).map_err(writing)?;
+    file.write_all(&prologue(FORMAT_VERSION)).map_err(writing)?;
     let count = index.segment_count();
     let mut segments = Vec::with_capacity(count);
     // One buffer for every segment: sized by the largest copy so far.
@@ -186,20 +186,26 @@ fn write_temp(
         let aligned = offset.next_multiple_of(PAGE);
         write_zeros(&mut *file, aligned - offset).map_err(writing)?;
         file.write_all(bytes).map_err(writing)?;
-        segments.push(SegmentEntry {
+        // The copy is the slots, then the tags: the array as version 2
+        // stores it.
+        let entry = SegmentEntry {
             offset: aligned,
             capacity: image.capacity as u64,
             len: image.len as u64,
             capture_lsn,
             generation: image.generation,
             crc: crc32c::crc32c(bytes),
-        });
+            max_disp: Some(image.max_disp as u64),
+        };
+        debug_assert_eq!(entry.bytes(), bytes.len() as u64);
+        segments.push(entry);
         offset = aligned + bytes.len() as u64;
         entries += image.len as u64;
     }
     let min_capture_lsn = segments.iter().map(|s| s.capture_lsn).min().unwrap_or(0);
     let max_capture_lsn = segments.iter().map(|s| s.capture_lsn).max().unwrap_or(0);
     let header = Header {
+        version: FORMAT_VERSION,
         seeds: index.seeds(),
         fingerprint: index.hash_fingerprint(),
         // A copy can hold writes past the watermark (batches applied but
