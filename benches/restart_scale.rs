@@ -42,6 +42,8 @@ use uuidmap_testkit::data::mix;
 
 #[path = "common/binary.rs"]
 mod binary;
+#[path = "common/count.rs"]
+mod count;
 #[path = "common/restart.rs"]
 mod restart;
 
@@ -49,11 +51,18 @@ use restart::{
     copy_dir, each, key, median, open_unsynced, restart_on, update_value, value, write_range,
 };
 
+/// The count in `name` (`10000000`, `10_000_000`, `10M`, `250k`), or
+/// `default` when unset. A value that is not a count stops the bench: a
+/// knob silently ignored would measure another size than the one written
+/// down.
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.replace('_', "").parse().ok())
-        .unwrap_or(default)
+    match std::env::var(name) {
+        Err(_) => default,
+        Ok(s) => count::parse_count(&s).map_or_else(
+            || panic!("{name}={s:?} is not a count: give e.g. 10000000, 10_000_000, 10M or 250k"),
+            |n| n as u64,
+        ),
+    }
 }
 
 /// The key the `j`-th update of the tail writes (an existing one).

@@ -9,7 +9,10 @@
 //! allowance below.
 #![allow(dead_code)]
 
+pub mod count;
 pub mod histogram;
+
+pub use count::parse_count;
 
 use std::time::Duration;
 
@@ -74,17 +77,6 @@ pub fn bench_sizes(bench: &str, default: &[usize]) -> Vec<usize> {
     let shown: Vec<String> = sizes.iter().map(|&n| label(n)).collect();
     eprintln!("{bench}: sizes {} ({from})", shown.join(", "));
     sizes
-}
-
-/// Parses `1000000`, `1_000_000`, `1M`, `250k`.
-pub fn parse_count(s: &str) -> Option<usize> {
-    let s = s.trim().replace('_', "");
-    let (digits, scale) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1_000),
-        'm' | 'M' => (&s[..s.len() - 1], 1_000_000),
-        _ => (&s[..], 1),
-    };
-    digits.parse::<usize>().ok()?.checked_mul(scale)
 }
 
 /// A short name for an entry count: `10M`, `100k`, `1234`.
