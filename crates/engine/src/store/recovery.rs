@@ -511,8 +511,8 @@ fn reject(
     tracing::error!("not using snapshot {}: {error}", path.display());
     report.rejected.push(error.to_string());
     if !matches!(error, SnapshotLoadError::Corrupt(_)) || options.read_only {
-        // Not proven damaged (an I/O error, say), or only looking: leave it
-        // where it is.
+        // Not proven damaged (an I/O error, say, or a newer build's
+        // format), or only looking: leave it where it is.
         return;
     }
     if let Err(e) = set_aside_damaged(io, path) {

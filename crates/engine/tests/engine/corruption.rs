@@ -147,3 +147,36 @@ fn damaged_snapshots_and_wal_files_are_detected_and_never_give_wrong_answers() {
         "both fallback and refusal happen"
     );
 }
+
+/// A snapshot in a format version newer than this build reads (a newer
+/// build wrote it, before this one was started on its directory) is not
+/// damage: a start passes over it to the older snapshot and the longer WAL,
+/// gives the whole state, says why, and leaves the file where it is, so
+/// that the newer build finds it again.
+#[test]
+fn a_snapshot_from_a_newer_build_is_passed_over_and_left_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let states = build(dir.path());
+    let newest = files(dir.path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "snap"))
+        .next_back()
+        .unwrap();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+    bytes[8..12].copy_from_slice(&(version + 1).to_le_bytes());
+    std::fs::write(&newest, &bytes).unwrap();
+    let recovered = recover(&OsIo, dir.path(), &RecoveryOptions::default()).unwrap();
+    let state: Model = (0..KEYS)
+        .filter_map(|k| recovered.index.get(&key(k)).map(|v| (key(k), v)))
+        .collect();
+    assert!(&state == states.last().unwrap(), "the whole state");
+    assert_eq!(recovered.report.last_lsn, 300);
+    let why = recovered.report.rejected.join("; ");
+    assert!(
+        why.contains(&format!("format version {}", version + 1)) && why.contains("newer build"),
+        "{why}"
+    );
+    assert!(newest.exists(), "left in place, not set aside");
+    assert_eq!(std::fs::read(&newest).unwrap(), bytes, "and unchanged");
+}

@@ -37,6 +37,23 @@ pub enum SnapshotLoadError {
     /// The file could not be mapped. Not proven damaged.
     #[error(transparent)]
     Io(#[from] FileError),
+    /// The file is in a format version newer than this build reads: a
+    /// newer build wrote it, and it is not damaged. A start passes over it
+    /// for an older one and leaves it in place.
+    #[error(
+        "snapshot {path} is in format version {version}, written by a newer build \
+         (this build reads versions {oldest} to {newest}); it is left as it is"
+    )]
+    NewerFormat {
+        /// The snapshot file.
+        path: PathBuf,
+        /// Its format version.
+        version: u32,
+        /// The oldest version this build reads.
+        oldest: u32,
+        /// The newest version this build reads (and writes).
+        newest: u32,
+    },
 }
 
 impl SnapshotLoadError {

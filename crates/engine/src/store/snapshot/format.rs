@@ -123,6 +123,17 @@ pub(super) fn prologue(version: u32) -> Vec<u8> {
     p
 }
 
+/// The format version of a file that starts like a snapshot but is newer
+/// than this build reads, if it is one: such a file is not damaged, and a
+/// start leaves it as it is (a newer build wrote it).
+pub(super) fn newer_version(file: &[u8]) -> Option<u32> {
+    if file.len() < 12 || file[..8] != MAGIC {
+        return None;
+    }
+    let version = u32_at(file, 8);
+    (version > FORMAT_VERSION).then_some(version)
+}
+
 /// The trailer for a header at `header_offset`.
 pub(super) fn trailer(header_offset: u64) -> [u8; TRAILER_LEN as usize] {
     let mut t = [0u8; TRAILER_LEN as usize];

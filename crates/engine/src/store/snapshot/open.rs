@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use uuid::Uuid;
 
-use super::format::{Header, SLOT_BYTES, SegmentEntry};
+use super::format::{
+    FORMAT_VERSION, Header, OLDEST_READABLE_VERSION, SLOT_BYTES, SegmentEntry, newer_version,
+};
 use crate::store::{FileError, Io, MappedFile, SnapshotCorrupt, SnapshotLoadError};
 use uuidmap_index::{
     ExternalSlots, HashSeeds, Index, IndexBuilder, IndexWriter, RestoredSegment, Slot, StoredTags,
@@ -170,6 +172,14 @@ pub fn open_snapshot(
     let map = io
         .map_private(path)
         .map_err(|e| FileError::new("opening the snapshot", path, e))?;
+    if let Some(version) = newer_version(map.as_slice()) {
+        return Err(SnapshotLoadError::NewerFormat {
+            path: path.to_path_buf(),
+            version,
+            oldest: OLDEST_READABLE_VERSION,
+            newest: FORMAT_VERSION,
+        });
+    }
     let header = Header::parse_file(map.as_slice()).map_err(corrupt)?;
     let mut opened = OpenedSnapshot {
         path: path.to_path_buf(),
