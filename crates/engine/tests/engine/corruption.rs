@@ -159,8 +159,7 @@ fn a_snapshot_from_a_newer_build_is_passed_over_and_left_in_place() {
     let states = build(dir.path());
     let newest = files(dir.path())
         .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "snap"))
-        .next_back()
+        .rfind(|p| p.extension().is_some_and(|e| e == "snap"))
         .unwrap();
     let mut bytes = std::fs::read(&newest).unwrap();
     let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
