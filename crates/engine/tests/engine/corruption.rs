@@ -161,9 +161,18 @@ fn a_snapshot_from_a_newer_build_is_passed_over_and_left_in_place() {
         .into_iter()
         .rfind(|p| p.extension().is_some_and(|e| e == "snap"))
         .unwrap();
+    // What a newer build's file looks like through the framing every
+    // version keeps: the version in the prologue and in the header, whose
+    // checksum holds (docs/format.md, "Snapshot").
     let mut bytes = std::fs::read(&newest).unwrap();
     let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
-    bytes[8..12].copy_from_slice(&(version + 1).to_le_bytes());
+    let n = bytes.len();
+    let at = u64::from_le_bytes(bytes[n - 16..n - 8].try_into().unwrap()) as usize;
+    for v in [8, at + 8] {
+        bytes[v..v + 4].copy_from_slice(&(version + 1).to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&bytes[at..n - 20]);
+    bytes[n - 20..n - 16].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&newest, &bytes).unwrap();
     let recovered = recover(&OsIo, dir.path(), &RecoveryOptions::default()).unwrap();
     let state: Model = (0..KEYS)

@@ -123,15 +123,32 @@ pub(super) fn prologue(version: u32) -> Vec<u8> {
     p
 }
 
-/// The format version of a file that starts like a snapshot but is newer
-/// than this build reads, if it is one: such a file is not damaged, and a
-/// start leaves it as it is (a newer build wrote it).
+/// The format version of a whole snapshot file that is newer than this
+/// build reads, if it is one: such a file is not damaged, and a start
+/// leaves it as it is (a newer build wrote it).
+///
+/// Only the framing every version keeps is read (docs/format.md): the
+/// prologue's magic and version, the trailer, and the header's magic,
+/// version, length and closing checksum. The version must be the same in
+/// both places and the header's checksum must hold, so a damaged version
+/// field is damage, never a newer version.
 pub(super) fn newer_version(file: &[u8]) -> Option<u32> {
-    if file.len() < 12 || file[..8] != MAGIC {
+    let len = file.len();
+    if len < 12 + TRAILER_LEN as usize || file[..8] != MAGIC {
         return None;
     }
     let version = u32_at(file, 8);
-    (version > FORMAT_VERSION).then_some(version)
+    if version <= FORMAT_VERSION || file[len - 8..] != MAGIC {
+        return None;
+    }
+    let at = usize::try_from(u64_at(file, len - TRAILER_LEN as usize)).ok()?;
+    let header = file.get(at..len - TRAILER_LEN as usize)?;
+    let framed = header.len() >= 16 + HEADER_CRC_LEN
+        && header[..8] == MAGIC
+        && u32_at(header, 8) == version
+        && u32_at(header, 12) as usize == header.len();
+    let (body, crc) = header.split_at(header.len().checked_sub(HEADER_CRC_LEN)?);
+    (framed && crc32c::crc32c(body) == u32_at(crc, 0)).then_some(version)
 }
 
 /// The trailer for a header at `header_offset`.
@@ -461,6 +478,38 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `file` with its version set to `version` in the prologue and the
+    /// header, and the header's checksum taken again.
+    fn with_version(mut file: Vec<u8>, version: u32) -> Vec<u8> {
+        let len = file.len();
+        let at = u64_at(&file, len - TRAILER_LEN as usize) as usize;
+        let end = len - TRAILER_LEN as usize - HEADER_CRC_LEN;
+        file[8..12].copy_from_slice(&version.to_le_bytes());
+        file[at + 8..at + 12].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32c::crc32c(&file[at..end]);
+        file[end..end + HEADER_CRC_LEN].copy_from_slice(&crc.to_le_bytes());
+        file
+    }
+
+    #[test]
+    fn a_newer_version_is_told_from_a_damaged_version_field() {
+        let (_, file) = sample(2);
+        assert_eq!(newer_version(&file), None, "this build's own");
+        assert_eq!(newer_version(&with_version(file.clone(), 3)), Some(3));
+        // A flipped bit in either copy of the version, or the header's
+        // checksum not holding, is damage.
+        let mut flipped = file.clone();
+        flipped[8] ^= 0x80;
+        assert_eq!(newer_version(&flipped), None);
+        let mut one_copy = with_version(file.clone(), 3);
+        one_copy[8..12].copy_from_slice(&2u32.to_le_bytes());
+        assert_eq!(newer_version(&one_copy), None);
+        let mut bad_crc = with_version(file, 3);
+        let n = bad_crc.len();
+        bad_crc[n - TRAILER_LEN as usize - 1] ^= 1;
+        assert_eq!(newer_version(&bad_crc), None);
     }
 
     #[test]
