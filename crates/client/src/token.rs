@@ -222,12 +222,15 @@ mod tests {
     // thread-local `Cell` (no allocation, no destructor), so counting cannot
     // re-enter the allocator.
     unsafe impl GlobalAlloc for Counting {
+        // SAFETY: an `unsafe fn` because `GlobalAlloc` declares it so; its
+        // callers keep `GlobalAlloc::alloc`'s contract, passed on below.
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             ALLOCATIONS.with(|n| n.set(n.get() + 1));
             // SAFETY: the caller's contract for `alloc` is `System.alloc`'s.
             unsafe { System.alloc(layout) }
         }
 
+        // SAFETY: as `alloc`: `GlobalAlloc::dealloc`'s contract, passed on.
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             // SAFETY: `ptr` was allocated by `System` with `layout` (every
             // allocation of this binary goes through `alloc` above).

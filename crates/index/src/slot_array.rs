@@ -72,6 +72,8 @@ impl ExternalSlots {
     /// - nothing else reads or writes those bytes from now on, except
     ///   through the index;
     /// - `capacity` is at least 1.
+    // SAFETY: unsafe to call, not to run: the caller vouches for the memory
+    // (the `# Safety` list above), and every use below relies on it.
     pub unsafe fn new(
         ptr: std::ptr::NonNull<u8>,
         capacity: usize,

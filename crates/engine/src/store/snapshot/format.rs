@@ -123,32 +123,40 @@ pub(super) fn prologue(version: u32) -> Vec<u8> {
     p
 }
 
-/// The format version of a whole snapshot file that is newer than this
-/// build reads, if it is one: such a file is not damaged, and a start
-/// leaves it as it is (a newer build wrote it).
-///
-/// Only the framing every version keeps is read (docs/format.md): the
-/// prologue's magic and version, the trailer, and the header's magic,
-/// version, length and closing checksum. The version must be the same in
-/// both places and the header's checksum must hold, so a damaged version
-/// field is damage, never a newer version.
-pub(super) fn newer_version(file: &[u8]) -> Option<u32> {
-    let len = file.len();
-    if len < 12 + TRAILER_LEN as usize || file[..8] != MAGIC {
-        return None;
+/// Why a file's header cannot be used ([`Header::parse_file`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Unreadable {
+    /// It fails a check; the reason is for a user.
+    Damaged(String),
+    /// A newer build wrote it: its framing holds (the version is the same
+    /// in the prologue and in the header, whose checksum holds) but the
+    /// version is past the ones this build reads. Not damage.
+    Newer(u32),
+}
+
+impl From<String> for Unreadable {
+    fn from(reason: String) -> Self {
+        Unreadable::Damaged(reason)
     }
-    let version = u32_at(file, 8);
-    if version <= FORMAT_VERSION || file[len - 8..] != MAGIC {
-        return None;
+}
+
+impl From<&str> for Unreadable {
+    fn from(reason: &str) -> Self {
+        Unreadable::Damaged(reason.into())
     }
-    let at = usize::try_from(u64_at(file, len - TRAILER_LEN as usize)).ok()?;
-    let header = file.get(at..len - TRAILER_LEN as usize)?;
-    let framed = header.len() >= 16 + HEADER_CRC_LEN
-        && header[..8] == MAGIC
-        && u32_at(header, 8) == version
-        && u32_at(header, 12) as usize == header.len();
-    let (body, crc) = header.split_at(header.len().checked_sub(HEADER_CRC_LEN)?);
-    (framed && crc32c::crc32c(body) == u32_at(crc, 0)).then_some(version)
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreadable::Damaged(reason) => f.write_str(reason),
+            Unreadable::Newer(version) => write!(
+                f,
+                "the file is in snapshot format version {version}, written by a newer build; \
+                 this build reads versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION}"
+            ),
+        }
+    }
 }
 
 /// The trailer for a header at `header_offset`.
@@ -219,14 +227,15 @@ impl Header {
     /// magics, version, checksum, and that every segment lies inside the
     /// file, page aligned, in order, without overlap, with a free slot. Does
     /// not read the slot arrays. The error is a reason for a user.
-    pub(super) fn parse_file(file: &[u8]) -> Result<Header, String> {
+    pub(super) fn parse_file(file: &[u8]) -> Result<Header, Unreadable> {
         let file_len = file.len() as u64;
         if file_len < PROLOGUE_LEN + TRAILER_LEN {
             return Err(format!(
                 "the file is {file_len} bytes, shorter than the smallest snapshot \
                  ({} bytes): it was cut short",
                 PROLOGUE_LEN + TRAILER_LEN
-            ));
+            )
+            .into());
         }
         if file[..8] != MAGIC {
             return Err(
@@ -235,19 +244,23 @@ impl Header {
                     .into(),
             );
         }
+        // A version past this build's is told apart from a damaged one by
+        // the framing every version keeps (docs/format.md), checked below.
         let version = u32_at(file, 8);
-        if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
+        if version < OLDEST_READABLE_VERSION {
             return Err(format!(
                 "the file is in snapshot format version {version}; this build reads \
                  versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION}"
-            ));
+            )
+            .into());
         }
         let trailer_at = file.len() - TRAILER_LEN as usize;
         if file[trailer_at + 8..] != MAGIC {
             return Err(format!(
                 "the file ({file_len} bytes) does not end with the snapshot trailer: \
                  it was cut short or its end is damaged"
-            ));
+            )
+            .into());
         }
         let header_offset = u64_at(file, trailer_at);
         let min_header = header_len(version, 0) as u64;
@@ -258,7 +271,8 @@ impl Header {
             return Err(format!(
                 "the trailer places the header at byte {header_offset}, outside the \
                  file ({file_len} bytes): the trailer is damaged"
-            ));
+            )
+            .into());
         }
         let header = &file[header_offset as usize..trailer_at];
         let declared_len = u32_at(header, 12) as usize;
@@ -268,38 +282,46 @@ impl Header {
                  {} bytes lie between it and the trailer: the file is {file_len} bytes, \
                  not the length its header implies",
                 header.len()
-            ));
+            )
+            .into());
         }
         let (body, crc) = header.split_at(header.len() - HEADER_CRC_LEN);
         if crc32c::crc32c(body) != u32_at(crc, 0) {
             return Err(format!(
                 "the header at byte {header_offset} fails its checksum: the file is damaged"
-            ));
+            )
+            .into());
         }
         // The checksum holds, so what follows describes what the writer wrote;
         // the checks below guard against a writer bug or a forged file.
         if header[..8] != MAGIC || u32_at(header, 8) != version {
             return Err("the header's magic or version disagrees with the file's start".into());
         }
+        if version > FORMAT_VERSION {
+            return Err(Unreadable::Newer(version));
+        }
         let count = u32_at(header, 16) as usize;
         if count == 0 || count > MAX_SEGMENTS || !count.is_power_of_two() {
             return Err(format!(
                 "the header claims {count} segments; a snapshot has a power of two \
                  between 1 and {MAX_SEGMENTS}"
-            ));
+            )
+            .into());
         }
         if header_len(version, count) != header.len() {
             return Err(format!(
                 "the header is {} bytes but {count} segments need {}",
                 header.len(),
                 header_len(version, count)
-            ));
+            )
+            .into());
         }
         let flags = u32_at(header, 20);
         if flags != 0 {
             return Err(format!(
                 "the header sets flags {flags:#x}, which this build does not know"
-            ));
+            )
+            .into());
         }
         let seeds = HashSeeds([
             u64_at(header, 24),
@@ -493,34 +515,43 @@ mod tests {
         file
     }
 
+    fn is_damaged(file: &[u8]) -> bool {
+        matches!(Header::parse_file(file), Err(Unreadable::Damaged(_)))
+    }
+
     #[test]
     fn a_newer_version_is_told_from_a_damaged_version_field() {
         let (_, file) = sample(2);
-        assert_eq!(newer_version(&file), None, "this build's own");
-        assert_eq!(newer_version(&with_version(file.clone(), 3)), Some(3));
+        assert!(Header::parse_file(&file).is_ok(), "this build's own");
+        let newer = Header::parse_file(&with_version(file.clone(), 3)).unwrap_err();
+        assert_eq!(newer, Unreadable::Newer(3));
         // A flipped bit in either copy of the version, or the header's
         // checksum not holding, is damage.
         let mut flipped = file.clone();
         flipped[8] ^= 0x80;
-        assert_eq!(newer_version(&flipped), None);
+        assert!(is_damaged(&flipped));
         let mut one_copy = with_version(file.clone(), 3);
         one_copy[8..12].copy_from_slice(&2u32.to_le_bytes());
-        assert_eq!(newer_version(&one_copy), None);
+        assert!(is_damaged(&one_copy));
         let mut bad_crc = with_version(file, 3);
         let n = bad_crc.len();
         bad_crc[n - TRAILER_LEN as usize - 1] ^= 1;
-        assert_eq!(newer_version(&bad_crc), None);
+        assert!(is_damaged(&bad_crc));
     }
 
     #[test]
     fn a_version_this_build_does_not_know_is_refused_by_number() {
-        let (_, mut file) = sample(2);
-        file[8..12].copy_from_slice(&3u32.to_le_bytes());
-        let e = Header::parse_file(&file).unwrap_err();
-        assert!(
-            e.contains("version 3") && e.contains("versions 1 to 2"),
-            "{e}"
-        );
+        let (_, file) = sample(2);
+        for (version, damaged) in [(3, false), (0, true)] {
+            let e = Header::parse_file(&with_version(file.clone(), version))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("version {version}")) && e.contains("versions 1 to 2"),
+                "{e}"
+            );
+            assert_eq!(is_damaged(&with_version(file.clone(), version)), damaged);
+        }
     }
 
     #[test]

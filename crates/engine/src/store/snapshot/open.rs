@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use uuid::Uuid;
 
 use super::format::{
-    FORMAT_VERSION, Header, OLDEST_READABLE_VERSION, SLOT_BYTES, SegmentEntry, newer_version,
+    FORMAT_VERSION, Header, OLDEST_READABLE_VERSION, SLOT_BYTES, SegmentEntry, Unreadable,
 };
 use crate::store::{FileError, Io, MappedFile, SnapshotCorrupt, SnapshotLoadError};
 use uuidmap_index::{
@@ -172,15 +172,15 @@ pub fn open_snapshot(
     let map = io
         .map_private(path)
         .map_err(|e| FileError::new("opening the snapshot", path, e))?;
-    if let Some(version) = newer_version(map.as_slice()) {
-        return Err(SnapshotLoadError::NewerFormat {
+    let header = Header::parse_file(map.as_slice()).map_err(|e| match e {
+        Unreadable::Newer(version) => SnapshotLoadError::NewerFormat {
             path: path.to_path_buf(),
             version,
             oldest: OLDEST_READABLE_VERSION,
             newest: FORMAT_VERSION,
-        });
-    }
-    let header = Header::parse_file(map.as_slice()).map_err(corrupt)?;
+        },
+        Unreadable::Damaged(reason) => corrupt(reason).into(),
+    })?;
     let mut opened = OpenedSnapshot {
         path: path.to_path_buf(),
         lsn: header.lsn,
@@ -282,7 +282,7 @@ impl OpenedSnapshot {
         // Snapshot files never change once in place (the disk
         // assumptions), but the copy is what will be served: its own
         // header must be the one checked.
-        let header = Header::parse_file(copy.as_slice()).map_err(corrupt)?;
+        let header = Header::parse_file(copy.as_slice()).map_err(|e| corrupt(e.to_string()))?;
         if header.lsn != self.lsn || header.segments != self.segments {
             return Err(corrupt("the file changed while it was read".into()).into());
         }

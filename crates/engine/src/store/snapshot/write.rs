@@ -141,9 +141,9 @@ fn existing_info(
     let map = io
         .map_private(path)
         .map_err(|e| FileError::new("opening the snapshot", path, e))?;
-    let header = Header::parse_file(map.as_slice()).map_err(|reason| SnapshotCorrupt {
+    let header = Header::parse_file(map.as_slice()).map_err(|e| SnapshotCorrupt {
         path: path.to_path_buf(),
-        reason,
+        reason: e.to_string(),
     })?;
     Ok(SnapshotInfo {
         path: path.to_path_buf(),
