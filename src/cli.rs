@@ -211,6 +211,10 @@ pub enum ClusterCommand {
         #[command(flatten)]
         connect: ConnectArgs,
     },
+    /// A partitioned cluster's map in etcd: which group owns each of the
+    /// 4096 partitions, the groups' registered members, moves under way
+    /// (README "Partitions"). `init` makes the table.
+    Partitions(crate::cli_partitions::PartitionsArgs),
 }
 
 impl ClientCommand {
@@ -229,6 +233,7 @@ impl ClientCommand {
             ClientCommand::Cluster(ClusterCommand::TransferLeader { .. }) => {
                 "cluster transfer-leader"
             }
+            ClientCommand::Cluster(ClusterCommand::Partitions(_)) => "cluster partitions",
             ClientCommand::Bench(_) => "bench",
         }
     }
@@ -379,6 +384,9 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
             }
             print_fields(&fields);
             Ok(EXIT_OK)
+        }
+        ClientCommand::Cluster(ClusterCommand::Partitions(args)) => {
+            crate::cli_partitions::execute(args).await
         }
         ClientCommand::Cluster(ClusterCommand::Status { connect }) => {
             let c = Client::connect(&connect.options()).await?;

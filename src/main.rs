@@ -20,6 +20,7 @@
 mod bench;
 mod cli;
 mod cli_common;
+mod cli_partitions;
 
 use std::time::Instant;
 

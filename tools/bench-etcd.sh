@@ -61,14 +61,7 @@ CONNS=${CONNS:-4}
 STREAMS=${STREAMS:-16}
 export ETCDCTL_API=3
 
-if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
-  . tools/apt-install.sh
-  apt_install etcd-server etcd-client || true
-  if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
-    echo "etcd is missing and could not be installed: apt-get install etcd-server etcd-client" >&2
-    exit 2
-  fi
-fi
+. tools/install-etcd.sh || exit 2
 . tools/install-h2load.sh
 
 . tools/bench-lib.sh

@@ -14,7 +14,8 @@
 //!   `disk_failure`: a full or failing data disk; `cli`: the binary's
 //!   client commands against a running server; `group`: the server as a
 //!   member of a replica group; `group_watch`: Watch on its members;
-//!   `read_consistency`: linearizable and stale reads on its members.
+//!   `read_consistency`: linearizable and stale reads on its members;
+//!   `partitions`: servers of a partitioned cluster over a real etcd.
 //! - `uuidmap serve` and the data-directory commands as processes:
 //!   `serve_process` (options from the command line and the environment,
 //!   a failed final snapshot), `dir_lock_process` (one process at a time),
@@ -33,6 +34,7 @@ mod group;
 mod group_watch;
 mod lookup;
 mod ops;
+mod partitions;
 mod protocol;
 mod read_consistency;
 mod repair_command;

@@ -332,6 +332,14 @@ pub enum ClientError {
     /// The client was built without an endpoint.
     #[error("no server to call: give the client at least one endpoint")]
     NoEndpoints,
+    /// A partitioned client could not route a key: the cluster's map in
+    /// etcd could not be read, has no table, or names a group with no
+    /// registered member.
+    #[error("cannot route the call: {why}")]
+    Routing {
+        /// What is missing.
+        why: String,
+    },
 }
 
 fn last_error(last: &Option<Box<ClientError>>) -> String {
@@ -382,7 +390,8 @@ impl ClientError {
             | ClientError::NotRetained { .. }
             | ClientError::Overloaded { .. }
             | ClientError::Runtime { .. }
-            | ClientError::NoEndpoints => RetryClass::Final,
+            | ClientError::NoEndpoints
+            | ClientError::Routing { .. } => RetryClass::Final,
         }
     }
 

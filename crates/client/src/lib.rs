@@ -64,9 +64,10 @@
 //! - **A limit on calls in flight** (1024 unless set): excess callers wait,
 //!   newest first, until their deadline.
 //!
-//! Layering: depends on the protocol crate (`uuidmap-proto`), and on the
-//! index crate for its LIFO semaphore only; never on the engine or the
-//! server.
+//! Layering: depends on the protocol crate (`uuidmap-proto`), on the
+//! partition crate (`uuidmap-partition`: the key hash and the map in etcd),
+//! and on the index crate for its LIFO semaphore only; never on the engine
+//! or the server.
 //!
 //! - `client_builder`: [`ClientBuilder`]; `client`: [`Client`] and the
 //!   retry loop; `endpoints`: health and pessimization; `endpoint_source`:
@@ -74,7 +75,9 @@
 //!   `auto_batch`: auto-batching; `consistency_level`: [`ReadConsistency`];
 //!   `scan_stream`: [`ScanStream`]; `watch_stream`: [`WatchStream`],
 //!   [`FollowStream`]; `retry`: backoffs; `budget`: the retry budget;
-//!   `error`: [`ClientError`] and [`RetryClass`].
+//!   `error`: [`ClientError`] and [`RetryClass`]; `partitioned_client`:
+//!   [`PartitionedClient`], a partitioned cluster's groups behind one
+//!   client, routed by the map in etcd.
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -92,6 +95,7 @@ mod endpoints;
 pub mod error;
 mod latency;
 mod membership_calls;
+mod partitioned_client;
 mod pool;
 mod read_attempt;
 mod reads;
@@ -110,10 +114,14 @@ pub use client::{Client, ClientCounters};
 pub use client_builder::ClientBuilder;
 pub use consistency_level::ReadConsistency;
 pub use error::{ClientError, RetryClass};
+pub use partitioned_client::{MAX_REROUTES, PartitionedClient};
 pub use pool::PoolConfig;
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use scan_stream::{ScanOptions, ScanPage, ScanStream, unpack_entries};
 pub use token::TokenProvider;
+/// The partition layer the [`PartitionedClient`] routes with (the stable
+/// key hash, the table, the map in etcd).
+pub use uuidmap_partition as partition;
 pub use watch_stream::{Follow, FollowStream, WatchBatch, WatchStream};
 pub use write_op::{CasOutcome, WriteOp};
 

@@ -33,6 +33,17 @@ pub enum WriteOp {
     },
 }
 
+impl WriteOp {
+    /// The key the operation writes.
+    pub fn key(&self) -> Uuid {
+        match *self {
+            WriteOp::Put { key, .. }
+            | WriteOp::Delete { key }
+            | WriteOp::CompareAndSet { key, .. } => key,
+        }
+    }
+}
+
 /// What a [`Client::compare_and_set`](crate::Client::compare_and_set)
 /// did, when the server answered: a mismatch is an answer, not an error
 /// (as tikv-client's `(previous, swapped)` and etcd's `Txn::succeeded`).

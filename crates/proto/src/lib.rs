@@ -56,6 +56,27 @@ pub const ELECTION_METADATA: &str = "uuidmap-election";
 /// The value of [`ELECTION_METADATA`].
 pub const ELECTION_NO_LEADER: &str = "no-leader";
 
+/// The metadata key of a refusal by a member of a partitioned cluster
+/// whose group does not own a key of the request (`FAILED_PRECONDITION`,
+/// nothing done): the group that owns it, as the member's partition table
+/// says. Re-read the map (its version is [`TABLE_VERSION_METADATA`]) and
+/// send the request to that group.
+pub const OWNER_GROUP_METADATA: &str = "uuidmap-owner-group";
+
+/// The metadata key of a partitioned member's refusal
+/// ([`OWNER_GROUP_METADATA`], [`MOVING_TO_METADATA`]): the version of the
+/// partition table it decided with (an etcd revision; higher is newer).
+pub const TABLE_VERSION_METADATA: &str = "uuidmap-table-version";
+
+/// The metadata key of a partitioned member's refusal: the partition
+/// (0 to 4095) of the key it refused.
+pub const PARTITION_METADATA: &str = "uuidmap-partition";
+
+/// The metadata key of a partitioned member's refusal of a write to a
+/// partition that is moving (`UNAVAILABLE`, nothing done; retry after a
+/// backoff): the group it is moving to.
+pub const MOVING_TO_METADATA: &str = "uuidmap-moving-to";
+
 /// The encoded `FileDescriptorSet` of the protocol, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/uuidmap_descriptor.bin"));

@@ -26,7 +26,12 @@
 //!   `DEADLINE_EXCEEDED` when the read index or its apply did not come
 //!   within the call's bound.
 //! - `FAILED_PRECONDITION`: a `Watch` whose next LSN the WAL no longer holds
-//!   (rescan, then watch from the scan's `applied_lsn`). `DATA_LOSS`: a
+//!   (rescan, then watch from the scan's `applied_lsn`); on a member of a
+//!   partitioned cluster, a key of a partition its group does not own
+//!   (`uuidmap-owner-group` names the owner, `uuidmap-table-version` the
+//!   table; nothing was done). A write to a moving partition, or any key
+//!   before the member has read the table, is `UNAVAILABLE` (nothing
+//!   done; retry). `DATA_LOSS`: a
 //!   `Watch` met a damaged WAL record.
 //! - `RESOURCE_EXHAUSTED`: admission refused the call at once (its class's
 //!   queue is full, or too many long polls are open); nothing was run.
@@ -43,7 +48,9 @@
 //! proto, positions in the batch).
 
 use std::sync::Arc;
+
 use std::time::Duration;
+use uuidmap_partition::Refusal;
 
 use tonic::Status;
 
@@ -131,6 +138,55 @@ fn add_leader(status: &mut Status, leader: Option<&LeaderHint>) {
     {
         metadata.insert(uuidmap_proto::LEADER_METADATA, value);
     }
+}
+
+/// A partitioned member's refusal of a key its group does not serve: the
+/// owner and the table version in the metadata, so that a client routes
+/// the request again without parsing the message.
+pub fn partition_refused(r: Refusal) -> Status {
+    let (mut status, partition, version) = match &r {
+        Refusal::NotOwned {
+            partition, version, ..
+        } => (
+            Status::failed_precondition(r.to_string()),
+            Some(*partition),
+            *version,
+        ),
+        Refusal::Moving {
+            partition, version, ..
+        } => (
+            Status::unavailable(r.to_string()),
+            Some(*partition),
+            *version,
+        ),
+        Refusal::NoTable { .. } => (Status::unavailable(r.to_string()), None, 0),
+    };
+    let md = status.metadata_mut();
+    md.insert(
+        uuidmap_proto::TABLE_VERSION_METADATA,
+        tonic::metadata::MetadataValue::from(version),
+    );
+    if let Some(p) = partition {
+        md.insert(
+            uuidmap_proto::PARTITION_METADATA,
+            tonic::metadata::MetadataValue::from(p.get()),
+        );
+    }
+    // Group names are [a-z0-9-]: always valid metadata.
+    match &r {
+        Refusal::NotOwned { owner, .. } => {
+            if let Ok(v) = owner.as_str().parse() {
+                md.insert(uuidmap_proto::OWNER_GROUP_METADATA, v);
+            }
+        }
+        Refusal::Moving { to, .. } => {
+            if let Ok(v) = to.as_str().parse() {
+                md.insert(uuidmap_proto::MOVING_TO_METADATA, v);
+            }
+        }
+        Refusal::NoTable { .. } => {}
+    }
+    status
 }
 
 /// The status for a read a member that believes it leads would not

@@ -32,6 +32,9 @@
 //!   the gRPC services (the Redis protocol: the `uuidmap-resp` crate).
 //! - `serve_member`: serving as a member of a replica group (`--node-id`):
 //!   the member, its Raft service on its own listener, `--cluster-init`.
+//! - `serve_partitioned`: serving one group's partitions of a partitioned
+//!   cluster (`--etcd`): the map's cache, the registration, the ownership
+//!   check the data service applies to every key.
 //!
 //! Beside our two services the server answers `grpc.health.v1.Health`
 //! (SERVING for "", `uuidmap.v1.UuidMap`, `uuidmap.v1.UuidMapAdmin` and
@@ -63,6 +66,7 @@ pub mod metrics;
 pub mod metrics_endpoint;
 pub mod read_gate;
 mod serve_member;
+mod serve_partitioned;
 pub use uuidmap_proto as proto;
 pub mod grpc_status;
 pub mod reflection;
@@ -177,6 +181,9 @@ pub enum ServeError {
         /// The Raft address asked for.
         addr: SocketAddr,
     },
+    /// A server of a partitioned cluster could not join it.
+    #[error("cannot join the partitioned cluster: {0}")]
+    Partitions(#[source] uuidmap_partition::PartitionError),
 }
 
 /// The process is about to exit: a full disk needs room before the next

@@ -78,12 +78,13 @@ use super::admission::Admission;
 use super::config::Limits;
 use super::deadline::{CallDeadline, request_wait};
 use super::errors::WaitBound;
-use super::grpc_status::{request_deadline_passed, stopping_stream};
+use super::grpc_status::{partition_refused, request_deadline_passed, stopping_stream};
 use super::metrics::CODES;
 use super::read_gate::{Consistency, ReadGate};
 use super::transport_errors;
 use super::wire::{pack_values, packed_keys};
 use uuidmap_engine::writer::DurableIndex;
+use uuidmap_partition::Ownership;
 use uuidmap_proto::v1 as pb;
 
 /// Keys looked up under one read permit: about the work of one small
@@ -177,6 +178,9 @@ pub struct Lookups {
     /// The stream's own deadline, if it has one.
     call: Option<CallDeadline>,
     stopping: watch::Receiver<bool>,
+    /// On a member of a partitioned cluster: refuses keys of partitions its
+    /// group does not own.
+    ownership: Option<Ownership>,
 }
 
 type Answers = mpsc::Sender<Result<pb::LookupResponse, Status>>;
@@ -202,7 +206,15 @@ impl Lookups {
             limits: limits.clone(),
             call,
             stopping,
+            ownership: None,
         }
+    }
+
+    /// These lookups on a member of a partitioned cluster: each request's
+    /// keys are checked against `ownership` first.
+    pub fn with_ownership(mut self, ownership: Option<Ownership>) -> Self {
+        self.ownership = ownership;
+        self
     }
 
     /// Serves `requests` on a task of their own; the answers are the
@@ -252,6 +264,17 @@ impl Lookups {
                     continue;
                 }
             };
+            if let Some(o) = &self.ownership
+                && let Err(r) = o.check_reads(keys.iter().map(|k| k.into_bytes()))
+            {
+                if !self
+                    .reply(&answers, refused(id, partition_refused(r)), 0)
+                    .await
+                {
+                    return;
+                }
+                continue;
+            }
             let consistency = match Consistency::of(request.consistency, request.max_staleness_ms) {
                 Ok(c) => c,
                 Err(e) => {

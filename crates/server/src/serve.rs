@@ -32,7 +32,9 @@ use tonic_reflection::pb::v1alpha::server_reflection_server::ServerReflectionSer
 use crate::front_end::{FrontEnd, Shared};
 use crate::transport_errors;
 use crate::{ClusterView, ServeConfig, ServeError};
-use crate::{admin, admission, auth, cluster_service, deadline, end_on_stop, read_gate};
+use crate::{
+    admin, admission, auth, cluster_service, deadline, end_on_stop, read_gate, serve_partitioned,
+};
 use crate::{lookup, metrics, metrics_endpoint, reflection, serve_member, service, tls};
 use uuidmap_engine::store::{Io, OsIo};
 use uuidmap_engine::writer::{DurableConfig, DurableIndex};
@@ -273,6 +275,10 @@ impl ServerParts {
                 (m.durable(), Some(m))
             }
         };
+        let partitioned = match &config.partitions {
+            Some(p) => Some(serve_partitioned::Partitioned::start(p).await?),
+            None => None,
+        };
         let raft_failed = member.as_ref().map(|m| m.raft());
         let cluster = member.as_ref().map(|m| m.view());
         let member_reads = member.as_ref().map(|m| m.reads());
@@ -320,8 +326,12 @@ impl ServerParts {
             transfer,
             stopping,
             front_ends,
+            ownership: partitioned.as_ref().map(|p| p.ownership()),
         };
         let result = run(assembled, &config, shutdown).await;
+        if let Some(p) = partitioned {
+            p.stop().await;
+        }
         let failure = durable.wal_failure();
         if let Some(m) = member {
             m.stop().await;
@@ -356,6 +366,8 @@ struct Assembled {
     stopping: tokio::sync::watch::Receiver<bool>,
     /// Other protocols, served over the same handles.
     front_ends: Vec<Box<dyn FrontEnd>>,
+    /// On a server of a partitioned cluster: which keys it may serve.
+    ownership: Option<uuidmap_partition::Ownership>,
 }
 
 async fn open(config: &ServeConfig, io: Arc<dyn Io>) -> Result<Arc<DurableIndex>, ServeError> {
@@ -414,6 +426,7 @@ async fn run(
         transfer,
         stopping,
         front_ends,
+        ownership,
     } = assembled;
     let max_message = transport_errors::decoder_limit(&config.limits);
     let catalog = Arc::new(reflection::Catalog::of_server());
@@ -430,7 +443,8 @@ async fn run(
         stopping.clone(),
     )
     .with_cluster(cluster.clone())
-    .with_member_reads(member_reads.clone());
+    .with_member_reads(member_reads.clone())
+    .with_ownership(ownership);
     let shared = Shared {
         durable: durable.clone(),
         limits: config.limits.clone(),

@@ -17,13 +17,15 @@ use super::admission::Admission;
 use super::config::Limits;
 use super::deadline::{call_deadline, wait_deadline};
 use super::errors::RequestError;
-use super::grpc_status::{read_refused, write_error};
+use super::grpc_status::{partition_refused, read_refused, write_error};
 use super::lookup::{LookupMetrics, LookupStream, Lookups};
 use super::read_gate::{Consistency, MemberReads, ReadGate};
 use super::scan_rpc;
 use super::wait;
 use super::wire::{bytes_of, key, optional_uuid, pack_values, packed_keys, uuid};
+use uuid::Uuid;
 use uuidmap_engine::writer::{DurableIndex, WriteError, WriteOp};
+use uuidmap_partition::Ownership;
 use uuidmap_proto::v1::{self as pb, uuid_map_server::UuidMap, write_op::Op};
 
 /// The data service over one durable index.
@@ -44,6 +46,9 @@ pub struct DataService {
     cluster: Option<crate::ClusterView>,
     /// Admits reads at their consistency.
     gate: ReadGate,
+    /// On a member of a partitioned cluster: refuses keys of partitions its
+    /// group does not own (`None`: it serves the whole keyspace).
+    ownership: Option<Ownership>,
 }
 
 impl DataService {
@@ -67,6 +72,24 @@ impl DataService {
             scan_counters: Arc::default(),
             cluster: None,
             gate,
+            ownership: None,
+        }
+    }
+
+    /// This service as a partitioned member's: every key is checked against
+    /// `ownership` before the index sees it.
+    pub fn with_ownership(mut self, ownership: Option<Ownership>) -> Self {
+        self.ownership = ownership;
+        self
+    }
+
+    /// Refuses the request if this member may not read one of `keys`.
+    fn check_reads<'a>(&self, keys: impl IntoIterator<Item = &'a Uuid>) -> Result<(), Status> {
+        match &self.ownership {
+            Some(o) => o
+                .check_reads(keys.into_iter().map(|k| k.into_bytes()))
+                .map_err(partition_refused),
+            None => Ok(()),
         }
     }
 
@@ -121,6 +144,17 @@ impl DataService {
         Ok(applied)
     }
 
+    /// Refuses the request if this member may not write one of `ops`'
+    /// keys.
+    fn check_writes(&self, ops: &[WriteOp]) -> Result<(), Status> {
+        match &self.ownership {
+            Some(o) => o
+                .check_writes(ops.iter().map(|op| op.key().as_uuid().into_bytes()))
+                .map_err(partition_refused),
+            None => Ok(()),
+        }
+    }
+
     async fn submit(&self, ops: Vec<WriteOp>) -> Result<u64, WriteError> {
         self.durable.writes().write(ops).await.map(|o| o.lsn)
     }
@@ -154,6 +188,7 @@ impl UuidMap for DataService {
     ) -> Result<Response<pb::GetResponse>, Status> {
         let r = request.get_ref();
         let k = key("key", &r.key)?;
+        self.check_reads([k.as_uuid()])?;
         let applied_lsn = self
             .admit_read(&request, (r.consistency, r.max_staleness_ms), r.min_lsn)
             .await?;
@@ -167,6 +202,7 @@ impl UuidMap for DataService {
     ) -> Result<Response<pb::BatchGetResponse>, Status> {
         let r = request.get_ref();
         let keys = packed_keys("keys", &r.keys, self.limits.max_batch_keys)?;
+        self.check_reads(&keys)?;
         let applied_lsn = self
             .admit_read(&request, (r.consistency, r.max_staleness_ms), r.min_lsn)
             .await?;
@@ -195,7 +231,8 @@ impl UuidMap for DataService {
             &self.limits,
             call_deadline(&request),
             self.stopping.clone(),
-        );
+        )
+        .with_ownership(self.ownership.clone());
         Ok(Response::new(lookups.start(request.into_inner())))
     }
 
@@ -208,7 +245,9 @@ impl UuidMap for DataService {
             key: key("key", &r.key)?,
             value: uuid("value", &r.value)?,
         };
-        let lsn = self.submit(vec![op]).await.map_err(write_error)?;
+        let ops = vec![op];
+        self.check_writes(&ops)?;
+        let lsn = self.submit(ops).await.map_err(write_error)?;
         Ok(Response::new(pb::PutResponse { lsn }))
     }
 
@@ -219,7 +258,9 @@ impl UuidMap for DataService {
         let op = WriteOp::Delete {
             key: key("key", &request.get_ref().key)?,
         };
-        let lsn = self.submit(vec![op]).await.map_err(write_error)?;
+        let ops = vec![op];
+        self.check_writes(&ops)?;
+        let lsn = self.submit(ops).await.map_err(write_error)?;
         Ok(Response::new(pb::DeleteResponse { lsn }))
     }
 
@@ -233,7 +274,9 @@ impl UuidMap for DataService {
             expected: optional_uuid("expected", r.expected.as_ref())?,
             new: optional_uuid("new_value", r.new_value.as_ref())?,
         };
-        let response = match self.submit(vec![op]).await {
+        let ops = vec![op];
+        self.check_writes(&ops)?;
+        let response = match self.submit(ops).await {
             Ok(lsn) => pb::CompareAndSetResponse {
                 applied: true,
                 lsn,
@@ -270,6 +313,7 @@ impl UuidMap for DataService {
             .enumerate()
             .map(|(i, op)| write_op(i, op))
             .collect::<Result<Vec<_>, _>>()?;
+        self.check_writes(&ops)?;
         let response = match self.submit(ops).await {
             Ok(lsn) => pb::WriteResponse {
                 applied: true,

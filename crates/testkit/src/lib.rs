@@ -15,6 +15,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cluster;
+pub mod etcd;
 pub mod linearizability;
 pub mod netns;
 pub mod proxy;

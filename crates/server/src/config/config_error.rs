@@ -47,4 +47,7 @@ pub enum ConfigError {
     /// Replica group options that do not fit together.
     #[error("{0}")]
     Cluster(String),
+    /// Partitioned cluster options that do not fit together.
+    #[error("{0}")]
+    Partitions(String),
 }

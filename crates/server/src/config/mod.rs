@@ -53,6 +53,11 @@
 //! raft_tls_key = "/etc/uuidmap/raft-node-1.key"
 //! raft_tls_ca = "/etc/uuidmap/raft-ca.pem"
 //! raft_insecure = false               # plaintext, unauthenticated Raft off loopback
+//! # One group of a partitioned cluster (README, "Partitions"):
+//! etcd = "http://127.0.0.1:2379,http://127.0.0.1:22379"
+//! etcd_cluster = "uuidmap"            # keys under /uuidmap/<etcd_cluster>/ in etcd
+//! group = "g1"                        # the group this server serves partitions for
+//! etcd_lease_ttl = 10                 # seconds a registration outlives its last renewal
 //!
 //! The module's parts:
 //! - `options`: the declaration of every option, once (`serve_options!`):
@@ -83,7 +88,9 @@ use uuidmap_engine::store::wal::Preallocate;
 use uuidmap_engine::writer::FsyncPolicy;
 
 pub use config_error::ConfigError;
-pub use option_values::{MaxReplay, MetricsListen, OnOff, Peers, RaftDial, SnapshotInterval};
+pub use option_values::{
+    EtcdEndpoints, MaxReplay, MetricsListen, OnOff, Peers, RaftDial, SnapshotInterval,
+};
 pub use options::{OPTION_DEFAULTS, ServeArgs, ServeOptions, show_defaults};
 
 /// An option's default as its row states it (`options`), as the flag's
@@ -229,6 +236,28 @@ pub struct ServeConfig {
     /// Serve as a member of a replica group; `None`: a single node (the
     /// default).
     pub cluster: Option<ClusterOptions>,
+    /// Serve one group's partitions of a partitioned cluster (`--etcd`);
+    /// `None`: the whole keyspace (the default).
+    pub partitions: Option<PartitionOptions>,
+}
+
+/// How a server serves its group's partitions (`--etcd` and the options
+/// that go with it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionOptions {
+    /// etcd's client URLs.
+    pub etcd: Vec<String>,
+    /// The cluster's name in etcd.
+    pub cluster: String,
+    /// The group this server serves.
+    pub group: uuidmap_partition::GroupName,
+    /// The server's name among its group's members in etcd: `node-<ID>`
+    /// for a replica group member, `single` for a single node.
+    pub member: String,
+    /// The URL registered for clients to reach this server.
+    pub advertise_url: String,
+    /// How long the registration outlives its last renewal.
+    pub lease_ttl: Duration,
 }
 
 /// How a member of a replica group serves (`--node-id` and the options

@@ -61,6 +61,30 @@ impl FromStr for RaftDial {
     }
 }
 
+/// `--etcd`: etcd's client URLs, separated by commas.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EtcdEndpoints(pub Vec<String>);
+
+impl FromStr for EtcdEndpoints {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let urls: Vec<String> = s
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if urls.is_empty() {
+            return Err("no etcd URL given: write http://HOST:PORT[,http://HOST:PORT...]".into());
+        }
+        for u in &urls {
+            check_url(u)?;
+        }
+        Ok(EtcdEndpoints(urls))
+    }
+}
+
 /// Parses `ID=REST` items separated by commas (empty items skipped), in
 /// the order given: each id a node id (a number from 1), no id twice, and
 /// `rest` made into a `T` by `item` (an error says why not). An error

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::ConfigError;
 use super::option_values::{
-    MaxReplay, MetricsListen, OnOff, Peers, RaftDial, SnapshotInterval, as_flag_text,
+    EtcdEndpoints, MaxReplay, MetricsListen, OnOff, Peers, RaftDial, SnapshotInterval, as_flag_text,
 };
 use uuidmap_engine::store::replay_apply::ReplayWorkers;
 use uuidmap_engine::store::wal::Preallocate;
@@ -316,6 +316,24 @@ serve_options! {
         value_parser = clap::builder::BoolishValueParser::new(),
     )]
     raft_insecure: bool,
+    /// Serve one group's partitions of a partitioned cluster whose map is
+    /// in this etcd: its client URLs, separated by commas (README,
+    /// "Partitions"). Needs --group.
+    #[arg(long, env = "UUIDMAP_ETCD")]
+    etcd: EtcdEndpoints,
+    /// The partitioned cluster's name: its keys in etcd are under
+    /// /uuidmap/NAME/ [default: uuidmap].
+    #[arg(long, env = "UUIDMAP_ETCD_CLUSTER")]
+    etcd_cluster: String,
+    /// The replica group this server serves partitions for, in the
+    /// partitioned cluster (--etcd). Every member of a group gives the same
+    /// name.
+    #[arg(long, env = "UUIDMAP_GROUP")]
+    group: String,
+    /// Seconds this server's registration in etcd outlives its last
+    /// renewal (renewed every third of it) [default: 10].
+    #[arg(long, env = "UUIDMAP_ETCD_LEASE_TTL")]
+    etcd_lease_ttl: u64,
 }
 
 /// The command line of `uuidmap serve`: where the TOML file is, and the

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::option_values::{check_host_port, check_url};
 use super::{
     AdmissionLimits, ClusterOptions, ConfigError, DEFAULTED, Limits, MIN_SNAPSHOT_INTERVAL,
-    ServeArgs, ServeConfig, ServeOptions,
+    PartitionOptions, ServeArgs, ServeConfig, ServeOptions,
 };
 use crate::tls::{RaftTlsFiles, TlsFiles};
 
@@ -44,6 +44,10 @@ impl ServeOptions {
             raft_tls_key: self.raft_tls_key.clone(),
             raft_tls_ca: self.raft_tls_ca.clone(),
             raft_insecure: self.raft_insecure,
+            etcd: self.etcd.clone(),
+            etcd_cluster: self.etcd_cluster.clone(),
+            group: self.group.clone(),
+            etcd_lease_ttl: self.etcd_lease_ttl,
             ..ServeOptions::default()
         };
         let o = self.or(ServeOptions::defaults());
@@ -80,6 +84,7 @@ impl ServeOptions {
             metrics_listen: o.metrics_listen.expect(DEFAULTED).0,
             resp_listen: o.resp_listen,
             cluster: None,
+            partitions: None,
         };
         if let Some(every) = c.snapshot_interval
             && every < MIN_SNAPSHOT_INTERVAL
@@ -102,7 +107,101 @@ impl ServeOptions {
             });
         }
         c.cluster = cluster.cluster_options(&c)?;
+        c.partitions = cluster.partition_options(&c)?;
         Ok(c)
+    }
+
+    /// The partitioned cluster's options, checked (`None`: the whole
+    /// keyspace).
+    fn partition_options(&self, c: &ServeConfig) -> Result<Option<PartitionOptions>, ConfigError> {
+        let err = |m: String| Err(ConfigError::Partitions(m));
+        let Some(etcd) = &self.etcd else {
+            let given = [
+                ("--group", self.group.is_some()),
+                ("--etcd-cluster", self.etcd_cluster.is_some()),
+                ("--etcd-lease-ttl", self.etcd_lease_ttl.is_some()),
+            ];
+            return match given.iter().find(|(_, on)| *on) {
+                Some((flag, _)) => err(format!(
+                    "{flag} is an option of a partitioned cluster: give --etcd too, or leave it \
+                     out to serve the whole keyspace"
+                )),
+                None => Ok(None),
+            };
+        };
+        let Some(group) = &self.group else {
+            return err(
+                "--etcd needs --group: the name of the replica group this server serves \
+                 partitions for"
+                    .into(),
+            );
+        };
+        let group = group
+            .parse::<uuidmap_partition::GroupName>()
+            .map_err(|e| ConfigError::Partitions(format!("--group: {e}")))?;
+        let cluster = self
+            .etcd_cluster
+            .clone()
+            .unwrap_or_else(|| "uuidmap".into());
+        if cluster.parse::<uuidmap_partition::GroupName>().is_err() {
+            return err(format!(
+                "--etcd-cluster {cluster:?} is not a cluster name: use 1 to 32 of a-z, 0-9 and \
+                 '-', not starting with '-'"
+            ));
+        }
+        let ttl = self.etcd_lease_ttl.unwrap_or(10);
+        if ttl < 2 {
+            return Err(ConfigError::TooSmall {
+                option: "etcd_lease_ttl",
+                min: "2".into(),
+                value: ttl.to_string(),
+                why: "a registration renewed every third of its life needs at least a second \
+                      between renewals",
+            });
+        }
+        if c.resp_listen.is_some() {
+            return err(
+                "--resp-listen is not served in a partitioned cluster yet: the Redis port does \
+                 not check which group owns a key. Leave out --resp-listen or --etcd"
+                    .into(),
+            );
+        }
+        let (member, advertise_url) = match &c.cluster {
+            Some(m) => (format!("node-{}", m.node_id), m.advertise_url.clone()),
+            None => (
+                "single".to_owned(),
+                self.client_url(c).map_err(ConfigError::Partitions)?,
+            ),
+        };
+        Ok(Some(PartitionOptions {
+            etcd: etcd.0.clone(),
+            cluster,
+            group,
+            member,
+            advertise_url,
+            lease_ttl: Duration::from_secs(ttl),
+        }))
+    }
+
+    /// The URL clients reach this server at: --advertise-url, or from
+    /// --listen.
+    fn client_url(&self, c: &ServeConfig) -> Result<String, String> {
+        match &self.advertise_url {
+            Some(u) => {
+                check_url(u).map_err(|why| format!("--advertise-url: {why}"))?;
+                Ok(u.clone())
+            }
+            None if c.listen.ip().is_unspecified() => Err(format!(
+                "--listen {} is every interface: give --advertise-url, the URL clients reach \
+                 this server at",
+                c.listen
+            )),
+            None => Ok(format!(
+                "{}://{}",
+                if c.tls.is_some() { "https" } else { "http" },
+                c.listen
+            )),
+        }
     }
 
     /// The replica group options, checked (`None`: a single node).
@@ -113,7 +212,11 @@ impl ServeOptions {
             let given = [
                 ("--raft-listen", self.raft_listen.is_some()),
                 ("--raft-advertise", self.raft_advertise.is_some()),
-                ("--advertise-url", self.advertise_url.is_some()),
+                // A single node of a partitioned cluster registers it.
+                (
+                    "--advertise-url",
+                    self.advertise_url.is_some() && self.etcd.is_none(),
+                ),
                 ("--peers", self.peers.is_some()),
                 ("--cluster-init", self.cluster_init == Some(true)),
                 (
@@ -164,25 +267,7 @@ impl ServeOptions {
             }
             None => raft_listen.to_string(),
         };
-        let advertise_url = match &self.advertise_url {
-            Some(u) => {
-                check_url(u)
-                    .map_err(|why| ConfigError::Cluster(format!("--advertise-url: {why}")))?;
-                u.clone()
-            }
-            None if c.listen.ip().is_unspecified() => {
-                return err(format!(
-                    "--listen {} is every interface: give --advertise-url, the URL clients are \
-                     sent to when this member leads",
-                    c.listen
-                ));
-            }
-            None => format!(
-                "{}://{}",
-                if c.tls.is_some() { "https" } else { "http" },
-                c.listen
-            ),
-        };
+        let advertise_url = self.client_url(c).map_err(ConfigError::Cluster)?;
         let peers = self.peers.clone().unwrap_or_default().0;
         if peers.iter().any(|p| p.id == node_id) {
             return err(format!(

@@ -2,10 +2,12 @@
 //! ephemeral loopback port ([`TestServer`]), calls the generated client
 //! cannot make (raw gRPC bytes, bare HTTP/2 with the server's own deadline
 //! answer), reading `/metrics`, small value helpers, a throw-away
-//! certificate authority ([`pki`]), and a replica group of servers
-//! ([`TestGroup`]).
+//! certificate authority ([`pki`]), a replica group of servers
+//! ([`TestGroup`]), and servers of a partitioned cluster
+//! ([`start_partitioned`]).
 
 mod metrics_text;
+mod partitioned;
 pub mod pki;
 mod raw_grpc;
 mod request_fields;
@@ -13,6 +15,7 @@ mod test_group;
 mod test_server;
 
 pub use metrics_text::{http_get, sample, scrape};
+pub use partitioned::start_partitioned;
 pub use raw_grpc::{
     RPCS, RawAnswer, RawCodec, RawConnection, RawDecoder, RawEncoder, Stalled, framed,
     percent_decode, raw_call, raw_status, stalled_call,

@@ -59,6 +59,17 @@ impl TestServer {
     /// simulated disk) when given.
     pub async fn start_on(config: ServeConfig, io: Option<Arc<dyn Io>>) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        TestServer::start_bound(config, listener, io).await
+    }
+
+    /// [`TestServer::start_on`], serving on `listener` (bound by the
+    /// caller, so that its address can be in the configuration: a
+    /// partitioned server registers it).
+    pub async fn start_bound(
+        config: ServeConfig,
+        listener: TcpListener,
+        io: Option<Arc<dyn Io>>,
+    ) -> TestServer {
         let addr = listener.local_addr().unwrap();
         let metrics = match config.metrics_listen {
             Some(a) => Some(TcpListener::bind(a).await.unwrap()),

@@ -1,0 +1,262 @@
+//! `PartitionedClient`: one client for a partitioned cluster, many replica
+//! groups behind one map in etcd (README "Partitions").
+//!
+//! It reads the map from etcd once and keeps it current with a watch
+//! (`uuidmap_partition::MapCache`); each call hashes its keys to their
+//! partitions ([`uuidmap_partition::partition_of`]), finds each one's
+//! group in the cached table, and sends the keys to that group through a
+//! [`Client`] of the group's registered members (built from the template
+//! [`ClientBuilder`], so retries, leaders, deadlines and read-your-writes
+//! work per group as for one group). A call never waits on etcd unless a
+//! member refuses a key as not its group's: then the map is read again and
+//! the call routed again, up to [`MAX_REROUTES`] times.
+//!
+//! Multi-key reads ([`PartitionedClient::get_many`]) are split by group,
+//! sent to the groups at once, and merged back in the caller's order.
+//! A write batch ([`PartitionedClient::write`]) must stay within one group:
+//! groups share no log, so a batch across two would not be atomic.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use uuid::Uuid;
+use uuidmap_partition::{ClusterView, EtcdMap, GroupName, MapCache, PartitionError};
+
+use crate::{Client, ClientBuilder, ClientError, WriteOp};
+
+/// How many times a call is routed again after members refused it as not
+/// theirs (each time after reading the map again).
+pub const MAX_REROUTES: usize = 3;
+
+/// Each group's client, with the member URLs it was built for.
+type GroupClients = HashMap<GroupName, (Vec<String>, Client)>;
+
+/// A client of a partitioned cluster (module docs).
+#[derive(Clone)]
+pub struct PartitionedClient {
+    cache: Arc<MapCache>,
+    template: ClientBuilder,
+    groups: Arc<ArcSwap<GroupClients>>,
+}
+
+fn routing(e: PartitionError) -> ClientError {
+    ClientError::Routing { why: e.to_string() }
+}
+
+/// Whether `e` is a member's refusal of a key its group does not own.
+fn not_owned(e: &ClientError) -> bool {
+    e.status().is_some_and(|s| {
+        s.code() == tonic::Code::FailedPrecondition
+            && s.metadata()
+                .get(uuidmap_proto::OWNER_GROUP_METADATA)
+                .is_some()
+    })
+}
+
+impl PartitionedClient {
+    /// A client of cluster `cluster` whose map is in the etcd at
+    /// `etcd` (client URLs); each group's client is built from `template`
+    /// (its endpoints are ignored: they come from the map). Fails if etcd
+    /// cannot be read now.
+    pub async fn connect(
+        etcd: &[String],
+        cluster: &str,
+        template: ClientBuilder,
+    ) -> Result<PartitionedClient, ClientError> {
+        let map = EtcdMap::connect(etcd, cluster).await.map_err(routing)?;
+        let cache = MapCache::start(map, true).await.map_err(routing)?;
+        Ok(PartitionedClient {
+            cache,
+            template,
+            groups: Arc::default(),
+        })
+    }
+
+    /// The map as this client last read it.
+    pub fn view(&self) -> Arc<ClusterView> {
+        self.cache.view()
+    }
+
+    /// Reads the map from etcd now.
+    pub async fn refresh(&self) -> Result<Arc<ClusterView>, ClientError> {
+        self.cache.refresh().await.map_err(routing)
+    }
+
+    /// The client of the group that owns `key` in the cached map.
+    pub fn client_for(&self, key: Uuid) -> Result<(GroupName, Client), ClientError> {
+        let view = self.cache.view();
+        let group = view
+            .owner_of(key.as_bytes())
+            .ok_or_else(|| ClientError::Routing {
+                why: format!(
+                    "cluster {:?} has no partition table in etcd yet",
+                    self.cache.etcd().cluster()
+                ),
+            })?
+            .clone();
+        let client = self.group_client(&view, &group)?;
+        Ok((group, client))
+    }
+
+    /// `group`'s client, built (or built again) for its members in `view`.
+    pub fn group_client(
+        &self,
+        view: &ClusterView,
+        group: &GroupName,
+    ) -> Result<Client, ClientError> {
+        let urls = view.member_urls(group);
+        if let Some((built_for, client)) = self.groups.load().get(group)
+            && *built_for == urls
+        {
+            return Ok(client.clone());
+        }
+        if urls.is_empty() {
+            return Err(ClientError::Routing {
+                why: format!(
+                    "group {group} owns the key's partition but has no member registered in etcd \
+                     (all stopped, or their leases expired)"
+                ),
+            });
+        }
+        let client = self.template.clone().endpoints(urls.clone()).build()?;
+        self.groups.rcu(|groups| {
+            let mut next = HashMap::clone(groups);
+            next.insert(group.clone(), (urls.clone(), client.clone()));
+            next
+        });
+        Ok(client)
+    }
+
+    /// Runs `call` on the client of `key`'s group, routing again after a
+    /// refusal as not that group's.
+    async fn routed<T, F, Fut>(&self, key: Uuid, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let mut tries = 0;
+        loop {
+            let (_, client) = self.client_for(key)?;
+            match call(client).await {
+                Err(e) if not_owned(&e) && tries < MAX_REROUTES => {
+                    tries += 1;
+                    self.refresh().await?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The value of `key`.
+    pub async fn get(&self, key: Uuid) -> Result<Option<Uuid>, ClientError> {
+        self.routed(key, |c| async move { c.get(key).await }).await
+    }
+
+    /// Sets `key` to `value`; the LSN is its group's.
+    pub async fn put(&self, key: Uuid, value: Uuid) -> Result<u64, ClientError> {
+        self.routed(key, |c| async move { c.put(key, value).await })
+            .await
+    }
+
+    /// Removes `key`; the LSN is its group's.
+    pub async fn delete(&self, key: Uuid) -> Result<u64, ClientError> {
+        self.routed(key, |c| async move { c.delete(key).await })
+            .await
+    }
+
+    /// Sets `key` to `new` if it is `expected` (see
+    /// [`Client::compare_and_set`]). A refusal as not the group's did
+    /// nothing, so routing it again never applies it twice.
+    pub async fn compare_and_set(
+        &self,
+        key: Uuid,
+        expected: Option<Uuid>,
+        new: Option<Uuid>,
+    ) -> Result<crate::CasOutcome, ClientError> {
+        self.routed(key, |c| async move {
+            c.compare_and_set(key, expected, new).await
+        })
+        .await
+    }
+
+    /// Applies `ops` atomically in their group. Every key must be in one
+    /// group's partitions: a batch across groups is refused here, before
+    /// anything is sent.
+    pub async fn write(&self, ops: &[WriteOp]) -> Result<u64, ClientError> {
+        let Some(first) = ops.first() else {
+            return Err(ClientError::Routing {
+                why: "an empty write batch".into(),
+            });
+        };
+        let first_key = first.key();
+        let view = self.cache.view();
+        let group = view.owner_of(first_key.as_bytes()).cloned();
+        if let Some(other) = ops
+            .iter()
+            .find(|op| view.owner_of(op.key().as_bytes()).cloned() != group)
+        {
+            return Err(ClientError::Routing {
+                why: format!(
+                    "keys {first_key} and {} are in different groups' partitions ({} and {}): a \
+                     batch is atomic only within one group; send one batch per group",
+                    other.key(),
+                    group.map_or("none".into(), |g| g.to_string()),
+                    view.owner_of(other.key().as_bytes())
+                        .map_or("none".into(), |g| g.to_string()),
+                ),
+            });
+        }
+        self.routed(first_key, |c| async move { c.write(ops).await })
+            .await
+    }
+
+    /// The values of `keys`, in order: split by group, asked of every group
+    /// at once, merged.
+    pub async fn get_many(&self, keys: &[Uuid]) -> Result<Vec<Option<Uuid>>, ClientError> {
+        let mut tries = 0;
+        loop {
+            match self.get_many_once(keys).await {
+                Err(e) if not_owned(&e) && tries < MAX_REROUTES => {
+                    tries += 1;
+                    self.refresh().await?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn get_many_once(&self, keys: &[Uuid]) -> Result<Vec<Option<Uuid>>, ClientError> {
+        let view = self.cache.view();
+        let mut by_group: HashMap<GroupName, (Vec<usize>, Vec<Uuid>)> = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            let group = view
+                .owner_of(k.as_bytes())
+                .ok_or_else(|| ClientError::Routing {
+                    why: format!(
+                        "cluster {:?} has no partition table in etcd yet",
+                        self.cache.etcd().cluster()
+                    ),
+                })?;
+            let slot = by_group.entry(group.clone()).or_default();
+            slot.0.push(i);
+            slot.1.push(*k);
+        }
+        let mut calls = Vec::with_capacity(by_group.len());
+        for (group, (positions, keys)) in by_group {
+            let client = self.group_client(&view, &group)?;
+            calls.push(async move {
+                let values = client.get_many(&keys).await?;
+                Ok::<_, ClientError>((positions, values))
+            });
+        }
+        let mut out = vec![None; keys.len()];
+        for answer in futures_util::future::join_all(calls).await {
+            let (positions, values) = answer?;
+            for (i, v) in positions.into_iter().zip(values) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+}

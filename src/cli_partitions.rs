@@ -1,0 +1,140 @@
+//! `uuidmap cluster partitions`: a partitioned cluster's map in etcd, shown
+//! and made (README "Partitions").
+
+use uuidmap_client::partition::{
+    ClusterView, EtcdMap, GroupName, MapCache, PartitionError, PartitionTable,
+};
+
+use crate::cli_common::{CliError, EXIT_OK};
+
+/// Where the map is (every `cluster partitions` command).
+#[derive(clap::Args, Clone, Debug)]
+pub struct EtcdArgs {
+    /// etcd's client URLs, separated by commas.
+    #[arg(long, env = "UUIDMAP_ETCD", default_value = "http://127.0.0.1:2379")]
+    pub etcd: String,
+    /// The partitioned cluster's name (its keys are under /uuidmap/NAME/).
+    #[arg(long, env = "UUIDMAP_ETCD_CLUSTER", default_value = "uuidmap")]
+    pub etcd_cluster: String,
+}
+
+impl EtcdArgs {
+    async fn map(&self) -> Result<EtcdMap, CliError> {
+        let endpoints: Vec<String> = self
+            .etcd
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        EtcdMap::connect(&endpoints, &self.etcd_cluster)
+            .await
+            .map_err(refused)
+    }
+}
+
+/// `uuidmap cluster partitions ...`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct PartitionsArgs {
+    /// What to do (without one: show the map).
+    #[command(subcommand)]
+    pub command: Option<PartitionsCommand>,
+    /// Where the map is.
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+}
+
+/// The subcommands of `cluster partitions`.
+#[derive(clap::Subcommand, Clone, Debug)]
+pub enum PartitionsCommand {
+    /// Make the cluster's partition table: the 4096 partitions split
+    /// between the groups in equal runs. Refused if it has one.
+    Init {
+        /// The groups, separated by commas (their servers' --group).
+        #[arg(long, required = true, value_delimiter = ',')]
+        groups: Vec<String>,
+    },
+}
+
+fn refused(e: PartitionError) -> CliError {
+    CliError::Refused(e.to_string())
+}
+
+/// Runs `args`; the exit code.
+pub async fn execute(args: PartitionsArgs) -> Result<i32, CliError> {
+    let map = args.etcd.map().await?;
+    match args.command {
+        None => {
+            let view = map.load().await.map_err(refused)?;
+            print!("{}", show(&view, map.cluster()));
+        }
+        Some(PartitionsCommand::Init { groups }) => {
+            let groups = groups
+                .iter()
+                .map(|g| g.parse::<GroupName>())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(refused)?;
+            let table = PartitionTable::even(&groups).map_err(refused)?;
+            let version = map.init(&table).await.map_err(refused)?;
+            println!("table_version {version}");
+            // What the servers now read.
+            let cache = MapCache::start(map, true).await.map_err(refused)?;
+            print!("{}", show(&cache.view(), cache.etcd().cluster()));
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// The map as the command prints it: `key value` lines, then the table's
+/// runs.
+fn show(view: &ClusterView, cluster: &str) -> String {
+    let mut out = format!("cluster {cluster}\n");
+    let Some(table) = &view.table else {
+        out.push_str("table none (make one: uuidmap cluster partitions init --groups G1,G2,...)\n");
+        return out;
+    };
+    out.push_str(&format!("table_version {}\n", view.version));
+    for (group, partitions) in table.owners() {
+        let members = view
+            .groups
+            .get(&group)
+            .map(|m| {
+                m.iter()
+                    .map(|(name, url)| format!("{name}={url}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_else(|| "none registered".into());
+        out.push_str(&format!(
+            "group {group} partitions {partitions} members {members}\n"
+        ));
+    }
+    for (group, members) in &view.groups {
+        if !table.owners().contains_key(group) {
+            out.push_str(&format!(
+                "group {group} partitions 0 members {}\n",
+                members.len()
+            ));
+        }
+    }
+    let moves: Vec<String> = table
+        .moves()
+        .map(|(p, a)| {
+            format!(
+                "{p}:{}>{}",
+                a.owner,
+                a.moving_to.as_ref().map_or("", |t| t.as_str())
+            )
+        })
+        .collect();
+    out.push_str(&format!(
+        "moving {}\n",
+        if moves.is_empty() {
+            "none".to_owned()
+        } else {
+            moves.join(" ")
+        }
+    ));
+    out.push_str(&table.to_text());
+    out
+}
