@@ -215,6 +215,11 @@ pub enum ClusterCommand {
     /// 4096 partitions, the groups' registered members, moves under way
     /// (README "Partitions"). `init` makes the table.
     Partitions(crate::cli_partitions::PartitionsArgs),
+    /// Move a partition to another group, online: copy it, fence writes to
+    /// it for the flip (they are refused as retryable meanwhile), make the
+    /// group its owner in etcd. Prints what it did and how long writes
+    /// were refused.
+    Move(crate::cli_partitions::MoveArgs),
 }
 
 impl ClientCommand {
@@ -234,6 +239,7 @@ impl ClientCommand {
                 "cluster transfer-leader"
             }
             ClientCommand::Cluster(ClusterCommand::Partitions(_)) => "cluster partitions",
+            ClientCommand::Cluster(ClusterCommand::Move(_)) => "cluster move",
             ClientCommand::Bench(_) => "bench",
         }
     }
@@ -388,6 +394,9 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
         ClientCommand::Cluster(ClusterCommand::Partitions(args)) => {
             crate::cli_partitions::execute(args).await
         }
+        ClientCommand::Cluster(ClusterCommand::Move(args)) => {
+            crate::cli_partitions::execute_move(args).await
+        }
         ClientCommand::Cluster(ClusterCommand::Status { connect }) => {
             let c = Client::connect(&connect.options()).await?;
             print_fields(&cluster_fields(&c.cluster_status().await?));
@@ -473,6 +482,7 @@ async fn scan(args: ScanArgs) -> Result<i32, CliError> {
         splits,
         values: args.values.clone(),
         limit: args.limit.unwrap_or(0),
+        partitions: Vec::new(),
     };
     let mut cursor = options.cursor.clone();
     let mut stream = client.scan(options);

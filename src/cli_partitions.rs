@@ -2,8 +2,9 @@
 //! and made (README "Partitions").
 
 use uuidmap_client::partition::{
-    ClusterView, EtcdMap, GroupName, MapCache, PartitionError, PartitionTable,
+    ClusterView, EtcdMap, GroupName, MapCache, PartitionError, PartitionId, PartitionTable,
 };
+use uuidmap_client::{ClientOptions, MoveOptions, PartitionedClient};
 
 use crate::cli_common::{CliError, EXIT_OK};
 
@@ -54,6 +55,74 @@ pub enum PartitionsCommand {
         #[arg(long, required = true, value_delimiter = ',')]
         groups: Vec<String>,
     },
+}
+
+/// `uuidmap cluster move`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct MoveArgs {
+    /// The partition (0 to 4095).
+    #[arg(long)]
+    pub partition: u16,
+    /// The group it moves to.
+    #[arg(long)]
+    pub to: String,
+    /// Operations per write batch sent to the target group (at most its
+    /// servers' --max-write-ops).
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+    /// Seconds the groups' members may take to fence a new table.
+    #[arg(long, default_value = "10", value_parser = crate::cli_common::seconds)]
+    pub fence_timeout: std::time::Duration,
+    /// Where the map is.
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// Bearer token for the groups' servers (prefer the environment
+    /// variable: a flag shows in `ps`).
+    #[arg(long, env = "UUIDMAP_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// PEM of the CA that signed the servers' certificates (https only).
+    #[arg(long, env = "UUIDMAP_TLS_CA")]
+    pub tls_ca: Option<std::path::PathBuf>,
+}
+
+/// Moves a partition; prints what it did.
+pub async fn execute_move(args: MoveArgs) -> Result<i32, CliError> {
+    let p = PartitionId::new(args.partition).ok_or_else(|| {
+        CliError::Refused(format!(
+            "--partition {} does not exist: partitions are 0 to 4095",
+            args.partition
+        ))
+    })?;
+    let to = args.to.parse::<GroupName>().map_err(refused)?;
+    let mut connect = ClientOptions::new("");
+    connect.token = args.token.clone();
+    connect.tls_ca = args.tls_ca.clone();
+    let endpoints: Vec<String> = args
+        .etcd
+        .etcd
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let client =
+        PartitionedClient::connect(&endpoints, &args.etcd.etcd_cluster, connect.builder()).await?;
+    let options = MoveOptions {
+        batch: args.batch,
+        fence_timeout: args.fence_timeout,
+        ..MoveOptions::default()
+    };
+    let r = client.move_partition(p, &to, &options).await?;
+    println!("partition {}", r.partition);
+    println!("from {}", r.from);
+    println!("to {}", r.to);
+    println!("copied {}", r.copied);
+    println!("caught_up {}", r.caught_up);
+    println!("reconciled {}", r.reconciled);
+    println!("writes_blocked_ms {:.1}", r.blocked.as_secs_f64() * 1e3);
+    println!("total_ms {:.1}", r.total.as_secs_f64() * 1e3);
+    println!("table_version {}", r.version);
+    Ok(EXIT_OK)
 }
 
 fn refused(e: PartitionError) -> CliError {

@@ -15,7 +15,8 @@
 //! `tools/bench-damaged-member.sh`); a group across network namespaces under kills, with
 //! pauses, one-way drops, delay, full disks and real reads (`netns_chaos`,
 //! ignored: root only, `tools/cluster-chaos.sh --netns`); the load both
-//! share (`chaos_load`).
+//! share (`chaos_load`); a partitioned cluster of two groups over a real
+//! etcd, with partitions moved under load (`partitions`).
 
 mod batching;
 mod blocking;
@@ -30,6 +31,7 @@ mod group_kill;
 mod hedging;
 mod monotonic;
 mod netns_chaos;
+mod partitions;
 mod retries;
 #[path = "../serve_child/mod.rs"]
 mod serve_child;

@@ -180,12 +180,16 @@ async fn a_partition_given_to_another_group_is_refused_by_its_old_owner_at_once(
     let k = g1_keys(1)[0];
     let mut c1 = s1.client().await;
     c1.put(put_req(k, u(1))).await.unwrap();
-    // The table gives k's partition to g2 (as a finished move does).
+    // The table gives k's partition to g2, as a move does: copying (the
+    // owner serves it as before), fenced, flipped.
     let view = map.load().await.unwrap();
     let p = partition_of(k.as_bytes());
-    let table = view.table.unwrap().with_move(p, &g("g2")).unwrap();
-    let moving = map.replace_table(view.version, &table).await.unwrap();
-    // While it moves: reads go on at the owner, writes are refused as
+    let copying = view.table.unwrap().with_move(p, &g("g2")).unwrap();
+    let v = map.replace_table(view.version, &copying).await.unwrap();
+    c1.put(put_req(k, u(1))).await.unwrap();
+    let table = copying.with_fence(p).unwrap();
+    let moving = map.replace_table(v, &table).await.unwrap();
+    // While it is fenced: reads go on at the owner, writes are refused as
     // retryable.
     // (The writes before the server sees the mark succeed: they write the
     // value it has.)
@@ -326,9 +330,20 @@ async fn a_server_started_while_etcd_is_down_refuses_keys_until_it_reads_the_tab
 #[tokio::test]
 async fn a_second_server_under_the_same_member_name_is_refused_at_start() {
     let etcd = TestEtcd::start();
-    init_two_groups(&etcd).await;
+    let map = init_two_groups(&etcd).await;
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let s1 = start_partitioned(d1.path(), &etcd.url, CLUSTER, "g1").await;
+    eventually("the first registered", || {
+        let map = map.clone();
+        async move {
+            let v = map.load().await.map_err(|e| e.to_string())?;
+            match v.member_urls(&g("g1")).len() {
+                1 => Ok(()),
+                n => Err(format!("{n} members")),
+            }
+        }
+    })
+    .await;
     let s2 = start_partitioned(d2.path(), &etcd.url, CLUSTER, "g1").await;
     let e = TestServer::stop(s2).await.unwrap_err().to_string();
     assert!(
@@ -336,4 +351,79 @@ async fn a_second_server_under_the_same_member_name_is_refused_at_start() {
         "{e}"
     );
     s1.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn scans_and_stats_follow_the_table() {
+    let etcd = TestEtcd::start();
+    let map = init_two_groups(&etcd).await;
+    let d2 = tempfile::tempdir().unwrap();
+    let s2 = start_partitioned(d2.path(), &etcd.url, CLUSTER, "g2").await;
+    let c2 = s2.client().await;
+    let (mine, theirs) = (g2_keys(3), g1_keys(1));
+    let first = mine[0];
+    eventually("the server read the table", || {
+        let mut c = c2.clone();
+        async move { c.put(put_req(first, u(5))).await }
+    })
+    .await;
+    let mut c2 = c2;
+    let scan = |partitions: Vec<u32>| pb::ScanRequest {
+        partitions,
+        ..Default::default()
+    };
+    // A partition of g1's, by number: refused like its keys.
+    let foreign = u32::from(partition_of(theirs[0].as_bytes()).get());
+    let s = c2.scan(scan(vec![foreign])).await.unwrap_err();
+    assert_eq!(s.code(), Code::FailedPrecondition);
+    assert_eq!(md(&s, "uuidmap-owner-group"), "g1");
+    let s = c2.scan(scan(vec![4096])).await.unwrap_err();
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(s.message().contains("0 to 4095"), "{}", s.message());
+    // One of its own: only that partition's keys.
+    let own = u32::from(partition_of(first.as_bytes()).get());
+    let mut stream = c2.scan(scan(vec![own])).await.unwrap().into_inner();
+    let mut keys = Vec::new();
+    while let Some(m) = stream.message().await.unwrap() {
+        keys.extend(m.entries.chunks(32).map(|e| e[..16].to_vec()));
+    }
+    assert_eq!(keys, [first.as_bytes().to_vec()]);
+    // Being copied to g2, a g1 partition takes g2's writes (the mover's)
+    // and no reads; Stats counts it.
+    let view = map.load().await.unwrap();
+    let p = partition_of(theirs[0].as_bytes());
+    let copying = view.table.unwrap().with_move(p, &g("g2")).unwrap();
+    map.replace_table(view.version, &copying).await.unwrap();
+    let k = theirs[0];
+    eventually("the copy's write taken", || {
+        let mut c = c2.clone();
+        async move { c.put(put_req(k, u(6))).await }
+    })
+    .await;
+    let s = c2
+        .get(pb::GetRequest {
+            key: b(k),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::FailedPrecondition);
+    let stats = c2
+        .stats(pb::StatsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .partitions
+        .expect("a partitioned server reports its partitions");
+    assert_eq!(
+        (stats.group.as_str(), stats.cluster.as_str()),
+        ("g2", CLUSTER)
+    );
+    assert_eq!(
+        (stats.owned, stats.moving_in, stats.moving_out),
+        (2048, 1, 0)
+    );
+    assert!(stats.fenced_version <= stats.table_version && stats.table_version > view.version);
+    assert!(stats.etcd_error.is_empty());
+    s2.stop().await.unwrap();
 }

@@ -77,7 +77,8 @@
 //!   [`FollowStream`]; `retry`: backoffs; `budget`: the retry budget;
 //!   `error`: [`ClientError`] and [`RetryClass`]; `partitioned_client`:
 //!   [`PartitionedClient`], a partitioned cluster's groups behind one
-//!   client, routed by the map in etcd.
+//!   client, routed by the map in etcd; `partition_move`: moving a
+//!   partition between groups online ([`PartitionedClient::move_partition`]).
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -95,6 +96,7 @@ mod endpoints;
 pub mod error;
 mod latency;
 mod membership_calls;
+mod partition_move;
 mod partitioned_client;
 mod pool;
 mod read_attempt;
@@ -114,6 +116,7 @@ pub use client::{Client, ClientCounters};
 pub use client_builder::ClientBuilder;
 pub use consistency_level::ReadConsistency;
 pub use error::{ClientError, RetryClass};
+pub use partition_move::{MoveOptions, MoveReport};
 pub use partitioned_client::{MAX_REROUTES, PartitionedClient};
 pub use pool::PoolConfig;
 pub use retry::{Backoff, Jitter, RetryPolicy};

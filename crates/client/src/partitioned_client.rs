@@ -73,6 +73,21 @@ impl PartitionedClient {
         })
     }
 
+    /// The map's cache.
+    pub(crate) fn cache(&self) -> &MapCache {
+        &self.cache
+    }
+
+    /// The map in etcd.
+    pub fn etcd(&self) -> &EtcdMap {
+        self.cache.etcd()
+    }
+
+    /// The builder each group's client is made from.
+    pub(crate) fn template(&self) -> &ClientBuilder {
+        &self.template
+    }
+
     /// The map as this client last read it.
     pub fn view(&self) -> Arc<ClusterView> {
         self.cache.view()

@@ -36,6 +36,10 @@ pub struct ScanOptions {
     pub limit: u64,
     /// Resume after this cursor (empty: from the start).
     pub cursor: Bytes,
+    /// Only keys of these partitions (0 to 4095, the partition crate's
+    /// `partition_of`; empty: all). A server of a partitioned cluster
+    /// refuses a partition its group does not hold.
+    pub partitions: Vec<u16>,
 }
 
 /// One message of a scan: entries and where to resume after them.
@@ -200,6 +204,12 @@ impl ScanStream {
             min_lsn: self.client.min_lsn().max(self.applied_lsn.unwrap_or(0)),
             consistency: self.client.consistency().to_wire().0,
             max_staleness_ms: self.client.consistency().to_wire().1,
+            partitions: self
+                .options
+                .partitions
+                .iter()
+                .map(|p| u32::from(*p))
+                .collect(),
         };
         let client = &self.client;
         let endpoints = client.endpoints();

@@ -14,6 +14,7 @@
 //!   format: it never changes);
 //! - `group_name`: [`GroupName`];
 //! - `partition_table`: [`PartitionTable`] and its text in etcd;
+//! - `partition_set`: [`PartitionSet`], a scan's filter;
 //! - `cluster_view`: [`ClusterView`], one read of the map;
 //! - `etcd_map`: [`EtcdMap`], the keys in etcd and the calls on them;
 //! - `map_cache`: [`MapCache`], the view kept current;
@@ -33,6 +34,7 @@ mod group_name;
 mod map_cache;
 mod ownership;
 mod partition_id;
+mod partition_set;
 mod partition_table;
 mod registration;
 
@@ -41,7 +43,8 @@ pub use error::PartitionError;
 pub use etcd_map::EtcdMap;
 pub use group_name::{GroupName, MAX_GROUP_NAME};
 pub use map_cache::MapCache;
-pub use ownership::{Ownership, Refusal};
+pub use ownership::{Ownership, OwnershipStats, Refusal, ScanPartitions};
 pub use partition_id::{PARTITIONS, PartitionId, partition_of};
+pub use partition_set::PartitionSet;
 pub use partition_table::{Assignment, PartitionTable};
 pub use registration::Registration;

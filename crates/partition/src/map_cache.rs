@@ -64,6 +64,12 @@ impl MapCache {
         self.view.load_full()
     }
 
+    /// Changes whenever a newer view is stored (its value: the view's etcd
+    /// revision).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.changed.subscribe()
+    }
+
     /// The etcd the map lives in.
     pub fn etcd(&self) -> &EtcdMap {
         &self.map

@@ -3,20 +3,34 @@
 //! Every request that names keys is checked against the member's cached
 //! view before it touches the index: a key of a partition its group does
 //! not own is refused ([`Refusal::NotOwned`], naming the owner and the
-//! table's version), and a write to a partition that is moving away is
-//! refused as retryable ([`Refusal::Moving`]) until the move flips it.
-//! A request with several keys is refused whole if any key is refused.
+//! table's version), and a write to a partition fenced for a move is
+//! refused as retryable ([`Refusal::Moving`]) until the move flips it. The
+//! group a partition is being copied to takes writes to it (the mover's)
+//! but no reads. A request with several keys is refused whole if any key
+//! is refused.
+//!
+//! **The write fence.** A write holds a shared permit
+//! ([`Ownership::write_permit`]) from before its check until it is
+//! answered. When the member sees a new table, [`Ownership::fence`] takes
+//! the permit exclusively: it waits until every write checked under an
+//! older table has been answered, then records the new version as fenced,
+//! with the applied LSN. So once a member reports a fenced version (Stats),
+//! no write it accepted under an older table can still be applied, and
+//! none to a partition fenced in that table will be. (The permit is a
+//! tokio `RwLock`: uncontended but for the moment of a fence, which table
+//! changes alone cause.)
 //!
 //! Why a member can go on while etcd is down: the table changes only by a
-//! move, and a move first marks the partition moving in etcd and waits for
-//! the source group to have seen the mark before it flips the owner
-//! (docs/partitions.md, "Moves"). A member cut off from etcd therefore
-//! cannot have lost a partition without having seen it marked moving, and
-//! refuses writes to a moving partition from then on.
+//! move, and a move fences the partition in etcd and waits for every
+//! member of the source group to report that fence before it flips the
+//! owner (docs/partitions.md, "Moves"). A member cut off from etcd
+//! therefore cannot lose a partition without having fenced it first.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::{GroupName, MapCache, PartitionId, partition_of};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock};
+
+use crate::{GroupName, MapCache, PartitionId, PartitionSet, partition_of};
 
 /// Why a member refuses a key.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -66,12 +80,133 @@ pub enum Refusal {
 pub struct Ownership {
     cache: Arc<MapCache>,
     group: GroupName,
+    /// Shared by each write from its check to its answer; taken whole by a
+    /// fence (module docs).
+    permits: Arc<RwLock<()>>,
+    /// The last fence: its table version and the applied LSN then.
+    fenced: Arc<Mutex<(i64, u64)>>,
+}
+
+/// The partitions a scan may return, as [`Ownership::scan_partitions`]
+/// decided them.
+#[derive(Clone, Debug)]
+pub struct ScanPartitions {
+    /// The set to filter keys by.
+    pub set: PartitionSet,
+}
+
+/// A member's counts for `Stats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnershipStats {
+    /// The table version in use (0: none read yet).
+    pub table_version: i64,
+    /// The last fenced version, and the applied LSN then.
+    pub fenced_version: i64,
+    /// The applied LSN when `fenced_version` was fenced.
+    pub fence_lsn: u64,
+    /// Partitions the group owns.
+    pub owned: u32,
+    /// Of those, partitions moving away.
+    pub moving_out: u32,
+    /// Partitions being copied to the group.
+    pub moving_in: u32,
 }
 
 impl Ownership {
     /// The check for a member of `group`.
     pub fn new(cache: Arc<MapCache>, group: GroupName) -> Ownership {
-        Ownership { cache, group }
+        Ownership {
+            cache,
+            group,
+            permits: Arc::new(RwLock::new(())),
+            fenced: Arc::new(Mutex::new((0, 0))),
+        }
+    }
+
+    /// A write's permit: take it before [`Ownership::check_writes`] and
+    /// keep it until the write is answered.
+    pub async fn write_permit(&self) -> OwnedRwLockReadGuard<()> {
+        Arc::clone(&self.permits).read_owned().await
+    }
+
+    /// Fences table version `version`: waits until every write holding a
+    /// permit has been answered, then records it with `applied_lsn()` (the
+    /// applied LSN, read once they have). Versions only move forward.
+    pub async fn fence(&self, version: i64, applied_lsn: impl FnOnce() -> u64) {
+        let _all = self.permits.write().await;
+        let mut fenced = self.fenced.lock().unwrap_or_else(|p| p.into_inner());
+        if version > fenced.0 {
+            *fenced = (version, applied_lsn());
+        }
+    }
+
+    /// The counts `Stats` reports.
+    pub fn stats(&self) -> OwnershipStats {
+        let view = self.cache.view();
+        let (fenced_version, fence_lsn) = *self.fenced.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = OwnershipStats {
+            table_version: view.version,
+            fenced_version,
+            fence_lsn,
+            ..OwnershipStats::default()
+        };
+        if let Some(t) = &view.table {
+            for p in PartitionId::all() {
+                let a = t.get(p);
+                if a.owner == self.group {
+                    s.owned += 1;
+                    s.moving_out += u32::from(a.moving_to.is_some());
+                } else if a.moving_to.as_ref() == Some(&self.group) {
+                    s.moving_in += 1;
+                }
+            }
+        }
+        s
+    }
+
+    /// The partitions a scan asking for `requested` (empty: all) may
+    /// return: those this group holds (owns, or is being copied). A
+    /// requested partition it does not hold is refused like a key of it; a
+    /// number above 4095 is the caller's to refuse first.
+    pub fn scan_partitions(&self, requested: &[u32]) -> Result<ScanPartitions, Refusal> {
+        let view = self.cache.view();
+        let Some(table) = &view.table else {
+            return Err(self.no_table());
+        };
+        if requested.is_empty() {
+            let set = PartitionId::all()
+                .filter(|p| table.get(*p).held_by(&self.group))
+                .collect();
+            return Ok(ScanPartitions { set });
+        }
+        let mut set = PartitionSet::default();
+        for n in requested {
+            let p = u16::try_from(*n)
+                .ok()
+                .and_then(PartitionId::new)
+                .expect("the caller refuses partitions above 4095");
+            let a = table.get(p);
+            if !a.held_by(&self.group) {
+                return Err(Refusal::NotOwned {
+                    partition: p,
+                    key: format!("(a scan of partition {p})"),
+                    owner: a.owner.clone(),
+                    ours: self.group.clone(),
+                    version: view.version,
+                });
+            }
+            set.insert(p);
+        }
+        Ok(ScanPartitions { set })
+    }
+
+    fn no_table(&self) -> Refusal {
+        Refusal::NoTable {
+            why: self
+                .cache
+                .etcd_error()
+                .unwrap_or_else(|| "the cluster has no partition table yet".into()),
+        }
     }
 
     /// This member's group.
@@ -97,16 +232,14 @@ impl Ownership {
     fn check(&self, keys: impl IntoIterator<Item = [u8; 16]>, write: bool) -> Result<(), Refusal> {
         let view = self.cache.view();
         let Some(table) = &view.table else {
-            return Err(Refusal::NoTable {
-                why: self
-                    .cache
-                    .etcd_error()
-                    .unwrap_or_else(|| "the cluster has no partition table yet".into()),
-            });
+            return Err(self.no_table());
         };
         for key in keys {
             let partition = partition_of(&key);
             let a = table.get(partition);
+            if write && a.writable_by(&self.group) {
+                continue;
+            }
             if a.owner != self.group {
                 return Err(Refusal::NotOwned {
                     partition,
@@ -116,6 +249,7 @@ impl Ownership {
                     version: view.version,
                 });
             }
+            // Ours, but fenced for the flip.
             if write && let Some(to) = &a.moving_to {
                 return Err(Refusal::Moving {
                     partition,

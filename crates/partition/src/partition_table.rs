@@ -8,16 +8,21 @@
 //! ```text
 //! uuidmap-partitions 1
 //! 0-2047 g1
-//! 2048-2050 g2>g1
+//! 2048-2048 g2~g1
+//! 2049-2050 g2>g1
 //! 2051-4095 g2
 //! ```
 //!
 //! The first line names the format and its version. Each other line is a
-//! run of partitions `FIRST-LAST` (inclusive) and its owner, or
-//! `OWNER>TARGET` for partitions moving from `OWNER` to `TARGET` (the owner
-//! serves reads and refuses writes until the move flips them). The runs
-//! cover `0..4096` in order, with no gap and no overlap; anything else is
-//! refused whole, naming the line.
+//! run of partitions `FIRST-LAST` (inclusive) and its owner, alone or with
+//! a move under way (docs/partitions.md, "Moves"):
+//! - `OWNER~TARGET`: being copied to `TARGET`. The owner serves it as
+//!   usual; the target takes the mover's writes to it (and no reads).
+//! - `OWNER>TARGET`: fenced for the flip. The owner still serves reads and
+//!   refuses writes (retryable), until the owner becomes `TARGET`.
+//!
+//! The runs cover `0..4096` in order, with no gap and no overlap; anything
+//! else is refused whole, naming the line.
 
 use crate::{GroupName, PARTITIONS, PartitionError, PartitionId};
 
@@ -29,9 +34,25 @@ const HEADER: &str = "uuidmap-partitions 1";
 pub struct Assignment {
     /// The group that serves it.
     pub owner: GroupName,
-    /// The group it is moving to, while a move is under way: the owner
-    /// refuses writes to it meanwhile.
+    /// The group it is moving to, while a move is under way.
     pub moving_to: Option<GroupName>,
+    /// With `moving_to`: the move is at its flip, and the owner refuses
+    /// writes (`>` in the text; `~` while it is only copied).
+    pub fenced: bool,
+}
+
+impl Assignment {
+    /// Whether `group` may take writes to the partition: its owner unless
+    /// fenced, and the group it moves to (the mover's copy).
+    pub fn writable_by(&self, group: &GroupName) -> bool {
+        (self.owner == *group && !self.fenced) || self.moving_to.as_ref() == Some(group)
+    }
+
+    /// Whether `group` holds the partition's entries: its owner, or the
+    /// group it is being copied to.
+    pub fn held_by(&self, group: &GroupName) -> bool {
+        self.owner == *group || self.moving_to.as_ref() == Some(group)
+    }
 }
 
 /// Every partition's [`Assignment`].
@@ -57,6 +78,7 @@ impl PartitionTable {
             .map(|i| Assignment {
                 owner: groups[i * n / p].clone(),
                 moving_to: None,
+                fenced: false,
             })
             .collect();
         Ok(PartitionTable { slots })
@@ -93,7 +115,8 @@ impl PartitionTable {
                 let a = &self.slots[first];
                 out.push_str(&format!("{first}-{} {}", i - 1, a.owner));
                 if let Some(t) = &a.moving_to {
-                    out.push_str(&format!(">{t}"));
+                    out.push(if a.fenced { '>' } else { '~' });
+                    out.push_str(t.as_str());
                 }
                 out.push('\n');
                 first = i;
@@ -134,14 +157,15 @@ impl PartitionTable {
                     ),
                 ));
             }
-            let (owner, moving_to) = match who.split_once('>') {
-                Some((o, t)) => (o, Some(t)),
-                None => (who, None),
+            let (owner, moving_to, fenced) = match who.split_once(['>', '~']) {
+                Some((o, t)) => (o, Some(t), who.contains('>')),
+                None => (who, None, false),
             };
             let name = |s: &str| s.parse::<GroupName>().map_err(|e| bad(n, e.to_string()));
             let a = Assignment {
                 owner: name(owner)?,
                 moving_to: moving_to.map(name).transpose()?,
+                fenced,
             };
             if a.moving_to.as_ref() == Some(&a.owner) {
                 return Err(bad(
@@ -164,7 +188,7 @@ impl PartitionTable {
         Ok(PartitionTable { slots })
     }
 
-    /// This table with `p` marked moving to `to` (refused if it is moving
+    /// This table with `p` being copied to `to` (refused if it is moving
     /// already or `to` owns it).
     pub fn with_move(&self, p: PartitionId, to: &GroupName) -> Result<Self, PartitionError> {
         let a = self.get(p);
@@ -174,21 +198,45 @@ impl PartitionTable {
         if let Some(t) = &a.moving_to {
             return Err(PartitionError::AlreadyMoving(p, t.clone()));
         }
-        let mut next = self.clone();
-        next.slots[usize::from(p.get())].moving_to = Some(to.clone());
-        Ok(next)
+        Ok(self.with(p, |a| a.moving_to = Some(to.clone())))
+    }
+
+    /// This table with `p`'s move at its flip: the owner refuses writes.
+    pub fn with_fence(&self, p: PartitionId) -> Result<Self, PartitionError> {
+        if self.get(p).moving_to.is_none() {
+            return Err(PartitionError::NotMoving(p));
+        }
+        Ok(self.with(p, |a| a.fenced = true))
     }
 
     /// This table with `p`'s move finished: its target owns it.
     pub fn with_move_done(&self, p: PartitionId) -> Result<Self, PartitionError> {
-        let a = self.get(p);
-        let to = a.moving_to.clone().ok_or(PartitionError::NotMoving(p))?;
+        let to = self
+            .get(p)
+            .moving_to
+            .clone()
+            .ok_or(PartitionError::NotMoving(p))?;
+        Ok(self.with(p, |a| {
+            *a = Assignment {
+                owner: to,
+                moving_to: None,
+                fenced: false,
+            }
+        }))
+    }
+
+    /// This table with `p`'s move called off: its owner keeps it.
+    pub fn without_move(&self, p: PartitionId) -> Self {
+        self.with(p, |a| {
+            a.moving_to = None;
+            a.fenced = false;
+        })
+    }
+
+    fn with(&self, p: PartitionId, f: impl FnOnce(&mut Assignment)) -> Self {
         let mut next = self.clone();
-        next.slots[usize::from(p.get())] = Assignment {
-            owner: to,
-            moving_to: None,
-        };
-        Ok(next)
+        f(&mut next.slots[usize::from(p.get())]);
+        next
     }
 }
 
@@ -217,17 +265,31 @@ mod tests {
     fn a_move_is_marked_then_flipped() {
         let t = PartitionTable::even(&[g("a"), g("b")]).unwrap();
         let p = PartitionId::new(7).unwrap();
-        let moving = t.with_move(p, &g("b")).unwrap();
+        let copying = t.with_move(p, &g("b")).unwrap();
+        assert_eq!(
+            copying.to_text(),
+            "uuidmap-partitions 1\n0-6 a\n7-7 a~b\n8-2047 a\n2048-4095 b\n"
+        );
+        let a = copying.get(p);
+        assert!(a.writable_by(&g("a")) && a.writable_by(&g("b")));
+        assert!(a.held_by(&g("b")) && !a.held_by(&g("c")));
+        let moving = copying.with_fence(p).unwrap();
         assert_eq!(
             moving.to_text(),
             "uuidmap-partitions 1\n0-6 a\n7-7 a>b\n8-2047 a\n2048-4095 b\n"
         );
-        assert_eq!(PartitionTable::parse(&moving.to_text()).unwrap(), moving);
+        assert!(!moving.get(p).writable_by(&g("a")), "fenced");
+        assert!(moving.get(p).writable_by(&g("b")));
+        for table in [&copying, &moving] {
+            assert_eq!(&PartitionTable::parse(&table.to_text()).unwrap(), table);
+        }
         assert_eq!(moving.moves().count(), 1);
         assert!(moving.with_move(p, &g("c")).is_err(), "one move at a time");
+        assert_eq!(moving.without_move(p), t, "called off");
         let done = moving.with_move_done(p).unwrap();
         assert_eq!(done.get(p).owner, g("b"));
         assert!(done.with_move_done(p).is_err());
+        assert!(done.with_fence(p).is_err());
         assert!(done.with_move(p, &g("b")).is_err(), "to its own owner");
     }
 
@@ -251,6 +313,8 @@ mod tests {
             ("uuidmap-partitions 1\nx-4095 a\n", 2, "not a range"),
             ("uuidmap-partitions 1\n0-4095 A\n", 2, "group name"),
             ("uuidmap-partitions 1\n0-4095 a>a\n", 2, "its own owner"),
+            ("uuidmap-partitions 1\n0-4095 a~a\n", 2, "its own owner"),
+            ("uuidmap-partitions 1\n0-4095 a~b>c\n", 2, "group name"),
         ];
         for (text, line, why) in cases {
             match PartitionTable::parse(text) {

@@ -76,6 +76,16 @@ pub enum RequestError {
         /// The configured limit.
         max: usize,
     },
+    /// A scan's partition that does not exist.
+    #[error(
+        "partitions[{index}] is {value}: partitions are numbered 0 to 4095 (docs/partitions.md)"
+    )]
+    NoSuchPartition {
+        /// Its position in the request.
+        index: usize,
+        /// The number given.
+        value: u32,
+    },
     /// A scan cursor or split that does not fit this index.
     #[error("{0}")]
     Scan(#[from] ScanError),

@@ -34,7 +34,9 @@
 //!   the member, its Raft service on its own listener, `--cluster-init`.
 //! - `serve_partitioned`: serving one group's partitions of a partitioned
 //!   cluster (`--etcd`): the map's cache, the registration, the ownership
-//!   check the data service applies to every key.
+//!   check the data service applies to every key; `partition_upkeep`: the
+//!   write fence at each table change, and the drop of partitions that
+//!   moved away.
 //!
 //! Beside our two services the server answers `grpc.health.v1.Health`
 //! (SERVING for "", `uuidmap.v1.UuidMap`, `uuidmap.v1.UuidMapAdmin` and
@@ -64,6 +66,7 @@ pub mod lookup;
 pub mod methods;
 pub mod metrics;
 pub mod metrics_endpoint;
+mod partition_upkeep;
 pub mod read_gate;
 mod serve_member;
 mod serve_partitioned;

@@ -51,6 +51,7 @@ use uuid::Uuid;
 use super::config::Limits;
 use super::errors::RequestError;
 use uuidmap_index::{Index, ScanCursor, Scanner, ValueFilter};
+use uuidmap_partition::{PartitionId, PartitionSet};
 use uuidmap_proto::v1 as pb;
 
 /// Entries in a message, normally (128 KiB).
@@ -94,6 +95,17 @@ pub struct ScanPlan {
     scanner: Scanner,
     /// Entries still allowed (`None`: no limit).
     limit: Option<u64>,
+    /// Only keys of these partitions (`None`: every key).
+    partitions: Option<PartitionSet>,
+}
+
+impl ScanPlan {
+    /// This scan limited to keys of `set` (a partitioned member's: what
+    /// its group holds, of what the request asked).
+    pub fn with_partitions(mut self, set: PartitionSet) -> ScanPlan {
+        self.partitions = Some(set);
+        self
+    }
 }
 
 /// The response stream.
@@ -115,11 +127,26 @@ pub fn plan(
         ScanCursor::from_bytes(&request.cursor)?
     };
     let filter = filter(&request.values, limits.max_filter_values)?;
+    let partitions = partitions(&request.partitions)?;
     let scanner = Scanner::new(index.clone(), cursor, filter)?;
     Ok(ScanPlan {
         scanner,
         limit: (request.limit > 0).then_some(request.limit),
+        partitions,
     })
+}
+
+/// The set of `partitions` (`None` when empty), each checked.
+fn partitions(partitions: &[u32]) -> Result<Option<PartitionSet>, RequestError> {
+    let mut set = PartitionSet::default();
+    for (index, &value) in partitions.iter().enumerate() {
+        let p = u16::try_from(value)
+            .ok()
+            .and_then(PartitionId::new)
+            .ok_or(RequestError::NoSuchPartition { index, value })?;
+        set.insert(p);
+    }
+    Ok((!set.is_empty()).then_some(set))
 }
 
 /// The filter of `values` (n×16 bytes); `None` when empty.
@@ -152,6 +179,7 @@ pub fn start(
     let (tx, rx) = mpsc::channel(CHANNEL_MESSAGES);
     let producer = Producer {
         scanner: plan.scanner,
+        partitions: plan.partitions,
         counters,
         counted: 0,
         limit: plan.limit,
@@ -178,6 +206,8 @@ enum Stop {
 /// The scan's producer: fills messages and sends them.
 struct Producer {
     scanner: Scanner,
+    /// Only keys of these partitions (`None`: every key).
+    partitions: Option<PartitionSet>,
     /// The server's counters, added to after each segment.
     counters: Arc<ScanCounters>,
     /// How much of `scanner.examined()` is already in `counters`.
@@ -220,6 +250,9 @@ impl Producer {
             let before = self.scanner.cursor().clone();
             self.stage.clear();
             self.scanner.next_segment(&mut self.stage);
+            if let Some(set) = &self.partitions {
+                self.stage.retain(|(k, _)| set.contains_key(k.as_bytes()));
+            }
             // Before this segment's entries are sent: a client that has
             // the final message finds the whole scan counted.
             let examined = self.scanner.examined();

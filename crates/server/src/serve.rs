@@ -276,7 +276,7 @@ impl ServerParts {
             }
         };
         let partitioned = match &config.partitions {
-            Some(p) => Some(serve_partitioned::Partitioned::start(p).await?),
+            Some(p) => Some(serve_partitioned::Partitioned::start(p, &durable).await?),
             None => None,
         };
         let raft_failed = member.as_ref().map(|m| m.raft());

@@ -19,8 +19,11 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use uuidmap_partition::{EtcdMap, MapCache, Ownership, PartitionError, Registration};
 
+use uuidmap_engine::writer::DurableIndex;
+
 use crate::ServeError;
 use crate::config::PartitionOptions;
+use crate::partition_upkeep;
 
 /// A server's place in its partitioned cluster.
 pub(crate) struct Partitioned {
@@ -28,11 +31,16 @@ pub(crate) struct Partitioned {
     registration: Arc<Mutex<Option<Registration>>>,
     /// Registers in the background when etcd was down at start.
     registering: Option<JoinHandle<()>>,
+    /// The fence and the drop of moved partitions (`partition_upkeep`).
+    upkeep: Vec<JoinHandle<()>>,
 }
 
 impl Partitioned {
-    /// Joins the cluster `options` name.
-    pub(crate) async fn start(options: &PartitionOptions) -> Result<Partitioned, ServeError> {
+    /// Joins the cluster `options` name, serving `durable`'s index.
+    pub(crate) async fn start(
+        options: &PartitionOptions,
+        durable: &Arc<DurableIndex>,
+    ) -> Result<Partitioned, ServeError> {
         let map = EtcdMap::connect(&options.etcd, &options.cluster)
             .await
             .map_err(ServeError::Partitions)?;
@@ -76,10 +84,22 @@ impl Partitioned {
             url = %options.advertise_url,
             "serving the group's partitions"
         );
+        let ownership = Ownership::new(cache, options.group.clone());
+        let upkeep = vec![
+            tokio::spawn(partition_upkeep::fence_on_change(
+                ownership.clone(),
+                Arc::clone(durable),
+            )),
+            tokio::spawn(partition_upkeep::drop_foreign_on_change(
+                ownership.clone(),
+                Arc::clone(durable),
+            )),
+        ];
         Ok(Partitioned {
-            ownership: Ownership::new(cache, options.group.clone()),
+            ownership,
             registration,
             registering,
+            upkeep,
         })
     }
 
@@ -92,6 +112,9 @@ impl Partitioned {
     /// lease's expiry, so clients stop sending here at once.
     pub(crate) async fn stop(self) {
         if let Some(task) = self.registering {
+            task.abort();
+        }
+        for task in self.upkeep {
             task.abort();
         }
         if let Some(r) = self.registration.lock().await.take()

@@ -144,6 +144,15 @@ impl DataService {
         Ok(applied)
     }
 
+    /// On a partitioned member, the write fence's permit: held from the
+    /// ownership check until the write is answered (`Ownership`).
+    async fn write_permit(&self) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
+        match &self.ownership {
+            Some(o) => Some(o.write_permit().await),
+            None => None,
+        }
+    }
+
     /// Refuses the request if this member may not write one of `ops`'
     /// keys.
     fn check_writes(&self, ops: &[WriteOp]) -> Result<(), Status> {
@@ -246,6 +255,7 @@ impl UuidMap for DataService {
             value: uuid("value", &r.value)?,
         };
         let ops = vec![op];
+        let _permit = self.write_permit().await;
         self.check_writes(&ops)?;
         let lsn = self.submit(ops).await.map_err(write_error)?;
         Ok(Response::new(pb::PutResponse { lsn }))
@@ -259,6 +269,7 @@ impl UuidMap for DataService {
             key: key("key", &request.get_ref().key)?,
         };
         let ops = vec![op];
+        let _permit = self.write_permit().await;
         self.check_writes(&ops)?;
         let lsn = self.submit(ops).await.map_err(write_error)?;
         Ok(Response::new(pb::DeleteResponse { lsn }))
@@ -275,6 +286,7 @@ impl UuidMap for DataService {
             new: optional_uuid("new_value", r.new_value.as_ref())?,
         };
         let ops = vec![op];
+        let _permit = self.write_permit().await;
         self.check_writes(&ops)?;
         let response = match self.submit(ops).await {
             Ok(lsn) => pb::CompareAndSetResponse {
@@ -313,6 +325,7 @@ impl UuidMap for DataService {
             .enumerate()
             .map(|(i, op)| write_op(i, op))
             .collect::<Result<Vec<_>, _>>()?;
+        let _permit = self.write_permit().await;
         self.check_writes(&ops)?;
         let response = match self.submit(ops).await {
             Ok(lsn) => pb::WriteResponse {
@@ -344,10 +357,12 @@ impl UuidMap for DataService {
         &self,
         _request: Request<pb::StatsRequest>,
     ) -> Result<Response<pb::StatsResponse>, Status> {
-        Ok(Response::new(super::stats_answer::stats(
-            &self.durable,
-            self.cluster.as_ref(),
-        )))
+        let mut stats = super::stats_answer::stats(&self.durable, self.cluster.as_ref());
+        stats.partitions = self
+            .ownership
+            .as_ref()
+            .map(super::stats_answer::partition_stats);
+        Ok(Response::new(stats))
     }
 
     type ScanStream = scan_rpc::ScanStream;
@@ -358,7 +373,13 @@ impl UuidMap for DataService {
         request: Request<pb::ScanRequest>,
     ) -> Result<Response<Self::ScanStream>, Status> {
         let r = request.get_ref();
-        let plan = scan_rpc::plan(&self.durable.index(), r, &self.limits)?;
+        let mut plan = scan_rpc::plan(&self.durable.index(), r, &self.limits)?;
+        if let Some(o) = &self.ownership {
+            let held = o
+                .scan_partitions(&r.partitions)
+                .map_err(partition_refused)?;
+            plan = plan.with_partitions(held.set);
+        }
         let applied_lsn = self
             .admit_read(&request, (r.consistency, r.max_staleness_ms), r.min_lsn)
             .await?;

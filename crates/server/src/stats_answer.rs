@@ -36,6 +36,8 @@ pub fn stats(durable: &DurableIndex, cluster: Option<&ClusterView>) -> pb::Stats
         queued_batches: s.queued_batches,
         restart: Some(restart_stats(durable)),
         cluster: cluster.map(|view| cluster_stats(&view())),
+        // A partitioned member's service adds its own (`partition_stats`).
+        partitions: None,
     }
 }
 
@@ -106,5 +108,21 @@ pub fn restart_stats(durable: &DurableIndex) -> pb::RestartStats {
         max_replay_ms: s.max_replay_ms,
         replay_bytes_per_sec: s.replay_bytes_per_sec,
         snapshot_trigger_bytes: s.snapshot_trigger_bytes,
+    }
+}
+
+/// A partitioned member's place in its cluster, as `Stats` reports it.
+pub fn partition_stats(o: &uuidmap_partition::Ownership) -> pb::PartitionStats {
+    let s = o.stats();
+    pb::PartitionStats {
+        group: o.group().to_string(),
+        cluster: o.cache().etcd().cluster().to_owned(),
+        table_version: s.table_version,
+        fenced_version: s.fenced_version,
+        fence_lsn: s.fence_lsn,
+        owned: s.owned,
+        moving_out: s.moving_out,
+        moving_in: s.moving_in,
+        etcd_error: o.cache().etcd_error().unwrap_or_default(),
     }
 }

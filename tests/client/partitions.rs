@@ -1,0 +1,290 @@
+//! The partitioned client (`PartitionedClient`) over two groups and a real
+//! etcd: keys routed to their owners and merged back, batches kept within
+//! a group, and partitions moved back and forth under Put and
+//! compare-and-set load with nothing acknowledged lost and every key in
+//! exactly one place.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use uuid::Uuid;
+use uuidmap_client::partition::{EtcdMap, GroupName, PartitionId, PartitionTable, partition_of};
+use uuidmap_client::{Client, ClientError, MoveOptions, PartitionedClient, ScanOptions, WriteOp};
+use uuidmap_testkit::etcd::TestEtcd;
+use uuidmap_testkit::server::{MAX_WRITE_OPS, TestServer, start_partitioned};
+
+const CLUSTER: &str = "c";
+
+fn g(s: &str) -> GroupName {
+    s.parse().unwrap()
+}
+
+struct Cluster {
+    etcd: TestEtcd,
+    servers: Vec<TestServer>,
+    _dirs: Vec<tempfile::TempDir>,
+    client: PartitionedClient,
+}
+
+async fn two_groups() -> Cluster {
+    let etcd = TestEtcd::start();
+    let map = EtcdMap::connect(std::slice::from_ref(&etcd.url), CLUSTER)
+        .await
+        .unwrap();
+    map.init(&PartitionTable::even(&[g("g1"), g("g2")]).unwrap())
+        .await
+        .unwrap();
+    let dirs = vec![tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut servers = Vec::new();
+    for (dir, group) in dirs.iter().zip(["g1", "g2"]) {
+        servers.push(start_partitioned(dir.path(), &etcd.url, CLUSTER, group).await);
+    }
+    let template = Client::builder().timeout(Duration::from_secs(10));
+    let client = PartitionedClient::connect(std::slice::from_ref(&etcd.url), CLUSTER, template)
+        .await
+        .unwrap();
+    // Until both servers registered and read the table.
+    for _ in 0..200 {
+        let v = client.refresh().await.unwrap();
+        if v.groups.len() == 2
+            && client
+                .put(Uuid::from_u128(1), Uuid::from_u128(1))
+                .await
+                .is_ok()
+            && client
+                .put(Uuid::from_u128(3), Uuid::from_u128(1))
+                .await
+                .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Cluster {
+        etcd,
+        servers,
+        _dirs: dirs,
+        client,
+    }
+}
+
+impl Cluster {
+    /// A client of one group alone (its member's URL).
+    fn group(&self, i: usize) -> Client {
+        Client::builder()
+            .endpoints([format!("http://{}", self.servers[i].addr)])
+            .build()
+            .unwrap()
+    }
+
+    /// Every entry each group's server returns for a full scan.
+    async fn scan_all(&self) -> Vec<(Uuid, Uuid)> {
+        let mut all = Vec::new();
+        for i in 0..self.servers.len() {
+            let mut scan = self.group(i).scan(ScanOptions::default());
+            while let Some(page) = scan.next_page().await.unwrap() {
+                all.extend(page.entries);
+            }
+        }
+        all
+    }
+
+    async fn stop(self) {
+        for s in self.servers {
+            s.stop().await.unwrap();
+        }
+        drop(self.etcd);
+    }
+}
+
+fn key(i: u64) -> Uuid {
+    Uuid::from_u128(0x9a00_0000_0000_0000_0000_0000_0000_0000 | u128::from(i + 1))
+}
+
+#[tokio::test]
+async fn keys_go_to_their_owners_and_come_back_merged_in_order() {
+    let c = two_groups().await;
+    let keys: Vec<Uuid> = (0..300).map(key).collect();
+    for (i, k) in keys.iter().enumerate() {
+        c.client.put(*k, key(1000 + i as u64)).await.unwrap();
+    }
+    let mut asked = keys.clone();
+    asked.push(key(5000)); // absent
+    // (The test servers take at most 100 keys a call.)
+    let mut got = Vec::new();
+    for chunk in asked.chunks(100) {
+        got.extend(c.client.get_many(chunk).await.unwrap());
+    }
+    for (i, v) in got.iter().enumerate().take(300) {
+        assert_eq!(*v, Some(key(1000 + i as u64)), "key {i}");
+    }
+    assert_eq!(got[300], None);
+    // Each key is on its owner's server only.
+    let view = c.client.view();
+    let entries = c.scan_all().await;
+    let (g1, g2) = (c.group(0), c.group(1));
+    for k in &keys {
+        assert_eq!(entries.iter().filter(|(e, _)| e == k).count(), 1, "{k}");
+        let owner = view.owner_of(k.as_bytes()).unwrap().to_string();
+        let (mine, other) = if owner == "g1" {
+            (&g1, &g2)
+        } else {
+            (&g2, &g1)
+        };
+        assert!(mine.get(*k).await.unwrap().is_some());
+        let e = other.get(*k).await.unwrap_err();
+        assert_eq!(
+            e.status().unwrap().code(),
+            tonic::Code::FailedPrecondition,
+            "{e}"
+        );
+    }
+    // A batch across groups is refused before it is sent; within one it
+    // is atomic there.
+    let (a, b) = keys
+        .iter()
+        .find_map(|a| {
+            keys.iter()
+                .find(|b| view.owner_of(a.as_bytes()) != view.owner_of(b.as_bytes()))
+                .map(|b| (*a, *b))
+        })
+        .unwrap();
+    let e = c
+        .client
+        .write(&[WriteOp::Delete { key: a }, WriteOp::Delete { key: b }])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClientError::Routing { .. }), "{e}");
+    assert!(e.to_string().contains("different groups"), "{e}");
+    assert!(c.client.get(a).await.unwrap().is_some(), "nothing deleted");
+    c.stop().await;
+}
+
+/// Keys of partition `p`, `n` of them.
+fn keys_in(p: PartitionId, n: usize) -> Vec<Uuid> {
+    (0u64..)
+        .map(key)
+        .filter(|k| partition_of(k.as_bytes()) == p)
+        .take(n)
+        .collect()
+}
+
+#[tokio::test]
+async fn partitions_move_back_and_forth_under_load_losing_nothing_acknowledged() {
+    let c = two_groups().await;
+    let p = partition_of(key(0).as_bytes());
+    let hot = keys_in(p, 20);
+    let cold: Vec<Uuid> = (100..400).map(key).collect();
+    for k in hot.iter().chain(&cold) {
+        c.client.put(*k, Uuid::from_u128(1)).await.unwrap();
+    }
+    // Writers: puts of a counter to the hot keys and to others, and a
+    // compare-and-set chain on one hot key; each records what was
+    // acknowledged.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for (w, keys) in [hot[..10].to_vec(), cold[..50].to_vec()]
+        .into_iter()
+        .enumerate()
+    {
+        let (client, stop) = (c.client.clone(), Arc::clone(&stop));
+        writers.push(tokio::spawn(async move {
+            let mut acked: HashMap<Uuid, u128> = HashMap::new();
+            let mut n: u128 = 2;
+            while !stop.load(Ordering::Relaxed) {
+                for k in &keys {
+                    let v = Uuid::from_u128((w as u128) << 64 | n);
+                    client
+                        .put(*k, v)
+                        .await
+                        .unwrap_or_else(|e| panic!("put {k}: {e}"));
+                    acked.insert(*k, v.as_u128());
+                    n += 1;
+                }
+            }
+            acked
+        }));
+    }
+    let cas_key = hot[15];
+    let cas = {
+        let (client, stop) = (c.client.clone(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut current = Uuid::from_u128(1);
+            let mut applied = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let next = Uuid::from_u128(current.as_u128() + 1);
+                let outcome = client
+                    .compare_and_set(cas_key, Some(current), Some(next))
+                    .await
+                    .unwrap_or_else(|e| panic!("cas: {e}"));
+                assert!(outcome.applied(), "only this task writes it: {outcome:?}");
+                current = next;
+                applied += 1;
+            }
+            (current, applied)
+        })
+    };
+    let options = MoveOptions {
+        batch: MAX_WRITE_OPS,
+        ..MoveOptions::default()
+    };
+    let first = c.client.view().owner(p).unwrap().clone();
+    let other = if first == g("g1") { g("g2") } else { g("g1") };
+    let mut reports = Vec::new();
+    for to in [&other, &first, &other] {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        reports.push(c.client.move_partition(p, to, &options).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = HashMap::new();
+    for w in writers {
+        acked.extend(w.await.unwrap());
+    }
+    let (cas_value, cas_applied) = cas.await.unwrap();
+    assert!(cas_applied > 0);
+    for r in &reports {
+        assert!(r.blocked < r.total, "{r:?}");
+    }
+    assert_eq!(c.client.view().owner(p), Some(&other));
+    // Every acknowledged write is there, at the owner.
+    for (k, v) in &acked {
+        assert_eq!(
+            c.client.get(*k).await.unwrap(),
+            Some(Uuid::from_u128(*v)),
+            "{k}"
+        );
+    }
+    assert_eq!(c.client.get(cas_key).await.unwrap(), Some(cas_value));
+    // Every key once, across the groups' scans (the source dropped its
+    // copy, or its scan leaves it out).
+    let entries = c.scan_all().await;
+    for k in hot.iter().chain(&cold) {
+        assert_eq!(
+            entries.iter().filter(|(e, _)| e == k).count(),
+            1,
+            "{k} not once"
+        );
+    }
+    // And the groups dropped what moved away: their entries add up to the
+    // keys, none held twice.
+    let distinct = entries.len() as u64;
+    let mut held = 0;
+    for _ in 0..200 {
+        held = 0;
+        for i in 0..2 {
+            held += c.group(i).stats().await.unwrap().entries;
+        }
+        if held == distinct {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        held, distinct,
+        "the groups hold {held} entries for {distinct} keys"
+    );
+    c.stop().await;
+}
