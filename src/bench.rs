@@ -23,11 +23,17 @@
 //!
 //! The client runs on one thread (the CLI's runtime), so on a shared
 //! machine it takes about one core, as a C load generator would.
+//!
+//! With `--etcd`, the calls go through a `PartitionedClient` (README
+//! "Partitions"): each key routed to its group by the map in etcd, the
+//! groups' clients built from the connection flags (`--server` is
+//! ignored). Only get, batch-get and put route; a Put's LSN is its
+//! group's, so the order check is per task only without `--etcd`.
 
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
-use uuidmap_client::{Client, ReadConsistency};
+use uuidmap_client::{Client, ClientError, PartitionedClient, ReadConsistency};
 
 use crate::cli_common::{CliError, ConnectArgs, ConsistencyArgs, EXIT_OK};
 
@@ -89,6 +95,13 @@ pub struct BenchArgs {
     /// How up to date the reads (get, batch-get, lookup) must be.
     #[command(flatten)]
     pub consistency: ConsistencyArgs,
+    /// Route every key through the partition map in this etcd (client
+    /// URLs, separated by commas) instead of calling --server.
+    #[arg(long)]
+    pub etcd: Option<String>,
+    /// With --etcd: the partitioned cluster's name.
+    #[arg(long, default_value = "uuidmap")]
+    pub etcd_cluster: String,
     /// How to reach the server.
     #[command(flatten)]
     pub connect: ConnectArgs,
@@ -200,16 +213,66 @@ impl Tally {
     }
 }
 
+/// What the bench calls: one server (or group), or a partitioned cluster.
+#[derive(Clone)]
+enum Target {
+    Direct(Client),
+    Routed(PartitionedClient),
+}
+
+impl Target {
+    async fn get(&self, k: Uuid) -> Result<Option<Uuid>, ClientError> {
+        match self {
+            Target::Direct(c) => c.get(k).await,
+            Target::Routed(c) => c.get(k).await,
+        }
+    }
+
+    async fn get_many(&self, k: &[Uuid]) -> Result<Vec<Option<Uuid>>, ClientError> {
+        match self {
+            Target::Direct(c) => c.get_many(k).await,
+            Target::Routed(c) => c.get_many(k).await,
+        }
+    }
+
+    async fn put(&self, k: Uuid, v: Uuid) -> Result<u64, ClientError> {
+        match self {
+            Target::Direct(c) => c.put(k, v).await,
+            Target::Routed(c) => c.put(k, v).await,
+        }
+    }
+
+    /// The client's retries so far (a routed client's are its groups').
+    fn retries(&self) -> u64 {
+        match self {
+            Target::Direct(c) => c.counters().retries,
+            Target::Routed(_) => 0,
+        }
+    }
+}
+
 /// Runs the bench; the exit code.
 pub async fn run(args: BenchArgs) -> Result<i32, CliError> {
-    let client = args
+    let builder = args
         .connect
         .options()
         .builder()
         .batching(args.lanes as usize, 4096)
-        .connect()
-        .await?
-        .with_consistency(args.consistency.level());
+        .consistency(args.consistency.level());
+    let client = match &args.etcd {
+        None => Target::Direct(builder.connect().await?),
+        Some(etcd) => {
+            if matches!(args.op, BenchOp::GetUnary | BenchOp::Lookup) {
+                return Err(CliError::Refused(
+                    "--etcd routes --op get, batch-get and put only".into(),
+                ));
+            }
+            let endpoints: Vec<String> = etcd.split(',').map(|s| s.trim().to_owned()).collect();
+            Target::Routed(
+                PartitionedClient::connect(&endpoints, &args.etcd_cluster, builder).await?,
+            )
+        }
+    };
     if let Some(n) = args.load {
         load(&client, n, args.json).await?;
     }
@@ -217,7 +280,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, CliError> {
         BenchOp::BatchGet | BenchOp::Lookup => args.keys,
         _ => 1,
     };
-    let retries_before = client.counters().retries;
+    let retries_before = client.retries();
     let start = Instant::now();
     let end = start + Duration::from_secs(args.secs);
     let tasks: Vec<_> = (0..args.tasks)
@@ -236,7 +299,7 @@ pub async fn run(args: BenchArgs) -> Result<i32, CliError> {
         let written = std::mem::take(&mut total.written);
         total.add(read_back(&client, written).await);
     }
-    let retries = client.counters().retries - retries_before;
+    let retries = client.retries() - retries_before;
     total.latencies_us.sort_unstable();
     let pct = |p: f64| -> u32 {
         let l = &total.latencies_us;
@@ -296,11 +359,14 @@ pub async fn run(args: BenchArgs) -> Result<i32, CliError> {
 }
 
 /// Puts entries 0..n from 64 tasks.
-async fn load(client: &Client, n: u64, quiet: bool) -> Result<(), CliError> {
+async fn load(client: &Target, n: u64, quiet: bool) -> Result<(), CliError> {
     let start = Instant::now();
     let tasks: Vec<_> = (0..64u64)
         .map(|t| {
-            let client = client.idempotent();
+            let client = match client {
+                Target::Direct(c) => Target::Direct(c.idempotent()),
+                routed => routed.clone(),
+            };
             tokio::spawn(async move {
                 let mut i = t;
                 while i < n {
@@ -337,9 +403,12 @@ fn sample(mut keys: Vec<u64>, n: usize) -> Vec<u64> {
 /// Reads back a sample of the keys a Put run `written`, each of which
 /// must hold its value; the tally of that check (its calls are not the
 /// run's: only its errors, wrong answers and `read_back` count).
-async fn read_back(client: &Client, written: Vec<u64>) -> Tally {
+async fn read_back(client: &Target, written: Vec<u64>) -> Tally {
     let mut tally = Tally::default();
-    let client = client.with_consistency(ReadConsistency::Linearizable);
+    let client = match client {
+        Target::Direct(c) => Target::Direct(c.with_consistency(ReadConsistency::Linearizable)),
+        routed => routed.clone(),
+    };
     for chunk in sample(written, READ_BACK).chunks(READ_BACK_BATCH) {
         let keys: Vec<Uuid> = chunk.iter().map(|&i| key(i)).collect();
         match client.get_many(&keys).await {
@@ -363,7 +432,7 @@ enum Answer {
     Lsn(u64),
 }
 
-async fn caller(client: Client, args: BenchArgs, task: u64, keys: u64, end: Instant) -> Tally {
+async fn caller(client: Target, args: BenchArgs, task: u64, keys: u64, end: Instant) -> Tally {
     let mut tally = Tally::default();
     // Each task walks the key space from its own place, with a stride
     // prime to common sizes.
@@ -380,14 +449,20 @@ async fn caller(client: Client, args: BenchArgs, task: u64, keys: u64, end: Inst
         let started = Instant::now();
         let answer = match args.op {
             BenchOp::Get => client.get(key(ids[0])).await.map(|v| Values(vec![v])),
-            BenchOp::GetUnary => client.get_unary(key(ids[0])).await.map(|v| Values(vec![v])),
+            BenchOp::GetUnary => match &client {
+                Target::Direct(c) => c.get_unary(key(ids[0])).await.map(|v| Values(vec![v])),
+                Target::Routed(_) => unreachable!("refused in `run`"),
+            },
             BenchOp::BatchGet => {
                 let k: Vec<Uuid> = ids.iter().map(|&i| key(i)).collect();
                 client.get_many(&k).await.map(Values)
             }
             BenchOp::Lookup => {
                 let k: Vec<Uuid> = ids.iter().map(|&i| key(i)).collect();
-                client.lookup(&k).await.map(Values)
+                match &client {
+                    Target::Direct(c) => c.lookup(&k).await.map(Values),
+                    Target::Routed(_) => unreachable!("refused in `run`"),
+                }
             }
             BenchOp::Put => client.put(key(ids[0]), value(ids[0])).await.map(Lsn),
         };
@@ -413,7 +488,7 @@ async fn caller(client: Client, args: BenchArgs, task: u64, keys: u64, end: Inst
             }
             // A Put: its LSN, above the task's previous one (a later
             // write of one caller); its key is read back after the run.
-            Lsn(lsn) if lsn <= last_lsn => tally.wrong(|| {
+            Lsn(lsn) if lsn <= last_lsn && matches!(client, Target::Direct(_)) => tally.wrong(|| {
                 format!(
                     "the Put of key {} answered LSN {lsn}, not above this task's previous {last_lsn}",
                     key(ids[0])

@@ -388,6 +388,9 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
             if let Some(c) = &s.cluster {
                 fields.extend(cluster_fields(c));
             }
+            if let Some(p) = &s.partitions {
+                fields.extend(crate::cli_partitions::stats_fields(p));
+            }
             print_fields(&fields);
             Ok(EXIT_OK)
         }

@@ -125,6 +125,28 @@ pub async fn execute_move(args: MoveArgs) -> Result<i32, CliError> {
     Ok(EXIT_OK)
 }
 
+/// A partitioned server's `Stats` fields, as `uuidmap stats` prints them.
+pub fn stats_fields(p: &uuidmap::server::proto::v1::PartitionStats) -> Vec<(&'static str, String)> {
+    vec![
+        ("partition_group", p.group.clone()),
+        ("partition_cluster", p.cluster.clone()),
+        ("partition_table_version", p.table_version.to_string()),
+        ("partition_fenced_version", p.fenced_version.to_string()),
+        ("partition_fence_lsn", p.fence_lsn.to_string()),
+        ("partitions_owned", p.owned.to_string()),
+        ("partitions_moving_out", p.moving_out.to_string()),
+        ("partitions_moving_in", p.moving_in.to_string()),
+        (
+            "partition_etcd_error",
+            if p.etcd_error.is_empty() {
+                "none".into()
+            } else {
+                p.etcd_error.clone()
+            },
+        ),
+    ]
+}
+
 fn refused(e: PartitionError) -> CliError {
     CliError::Refused(e.to_string())
 }
@@ -135,7 +157,8 @@ pub async fn execute(args: PartitionsArgs) -> Result<i32, CliError> {
     match args.command {
         None => {
             let view = map.load().await.map_err(refused)?;
-            print!("{}", show(&view, map.cluster()));
+            let sizes = group_sizes(&view).await;
+            print!("{}", show(&view, map.cluster(), &sizes));
         }
         Some(PartitionsCommand::Init { groups }) => {
             let groups = groups
@@ -148,15 +171,41 @@ pub async fn execute(args: PartitionsArgs) -> Result<i32, CliError> {
             println!("table_version {version}");
             // What the servers now read.
             let cache = MapCache::start(map, true).await.map_err(refused)?;
-            print!("{}", show(&cache.view(), cache.etcd().cluster()));
+            let view = cache.view();
+            let sizes = group_sizes(&view).await;
+            print!("{}", show(&view, cache.etcd().cluster(), &sizes));
         }
     }
     Ok(EXIT_OK)
 }
 
+/// Each group's entries, from the first of its members that answers
+/// `Stats` within a second (absent: none did).
+async fn group_sizes(view: &ClusterView) -> std::collections::BTreeMap<GroupName, u64> {
+    let mut sizes = std::collections::BTreeMap::new();
+    for group in view.groups.keys() {
+        for url in view.member_urls(group) {
+            let mut options = ClientOptions::new(url);
+            options.timeout = std::time::Duration::from_secs(1);
+            let Ok(client) = options.builder().build() else {
+                continue;
+            };
+            if let Ok(s) = client.stats().await {
+                sizes.insert(group.clone(), s.entries);
+                break;
+            }
+        }
+    }
+    sizes
+}
+
 /// The map as the command prints it: `key value` lines, then the table's
 /// runs.
-fn show(view: &ClusterView, cluster: &str) -> String {
+fn show(
+    view: &ClusterView,
+    cluster: &str,
+    sizes: &std::collections::BTreeMap<GroupName, u64>,
+) -> String {
     let mut out = format!("cluster {cluster}\n");
     let Some(table) = &view.table else {
         out.push_str("table none (make one: uuidmap cluster partitions init --groups G1,G2,...)\n");
@@ -174,8 +223,11 @@ fn show(view: &ClusterView, cluster: &str) -> String {
                     .join(" ")
             })
             .unwrap_or_else(|| "none registered".into());
+        let entries = sizes
+            .get(&group)
+            .map_or("unknown".to_owned(), |n| n.to_string());
         out.push_str(&format!(
-            "group {group} partitions {partitions} members {members}\n"
+            "group {group} partitions {partitions} entries {entries} members {members}\n"
         ));
     }
     for (group, members) in &view.groups {

@@ -19,9 +19,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use uuid::Uuid;
-use uuidmap_partition::{ClusterView, EtcdMap, GroupName, MapCache, PartitionError};
+use uuidmap_partition::{
+    ClusterView, EtcdMap, GroupName, MapCache, PartitionError, PartitionId, partition_of,
+};
 
 use crate::{Client, ClientBuilder, ClientError, WriteOp};
 
@@ -32,12 +34,27 @@ pub const MAX_REROUTES: usize = 3;
 /// Each group's client, with the member URLs it was built for.
 type GroupClients = HashMap<GroupName, (Vec<String>, Client)>;
 
+/// The routes of one view of the map: each partition's group's client,
+/// ready, so that routing a key is a hash and two array reads.
+struct Routes {
+    /// The view they were made for; stale once the cache holds another.
+    view: Arc<ClusterView>,
+    /// Per partition: its group's index in `clients` ([`UNROUTABLE`]: the
+    /// group has no registered member).
+    by_partition: Vec<u16>,
+    clients: Vec<Client>,
+}
+
+/// [`Routes::by_partition`] of a partition whose group has no member.
+const UNROUTABLE: u16 = u16::MAX;
+
 /// A client of a partitioned cluster (module docs).
 #[derive(Clone)]
 pub struct PartitionedClient {
     cache: Arc<MapCache>,
     template: ClientBuilder,
     groups: Arc<ArcSwap<GroupClients>>,
+    routes: Arc<ArcSwapOption<Routes>>,
 }
 
 fn routing(e: PartitionError) -> ClientError {
@@ -70,6 +87,7 @@ impl PartitionedClient {
             cache,
             template,
             groups: Arc::default(),
+            routes: Arc::default(),
         })
     }
 
@@ -99,7 +117,15 @@ impl PartitionedClient {
     }
 
     /// The client of the group that owns `key` in the cached map.
-    pub fn client_for(&self, key: Uuid) -> Result<(GroupName, Client), ClientError> {
+    pub fn client_for(&self, key: Uuid) -> Result<Client, ClientError> {
+        let p = usize::from(partition_of(key.as_bytes()).get());
+        // The hot path: the routes of the current view.
+        if let Some(routes) = &*self.routes.load()
+            && self.cache.is_current(&routes.view)
+            && let Some(client) = routes.clients.get(usize::from(routes.by_partition[p]))
+        {
+            return Ok(client.clone());
+        }
         let view = self.cache.view();
         let group = view
             .owner_of(key.as_bytes())
@@ -111,7 +137,61 @@ impl PartitionedClient {
             })?
             .clone();
         let client = self.group_client(&view, &group)?;
-        Ok((group, client))
+        self.routes.store(Some(Arc::new(self.routes_of(view))));
+        Ok(client)
+    }
+
+    /// The routes of the current view, made if they are not.
+    fn routes(&self) -> Result<Arc<Routes>, ClientError> {
+        if let Some(routes) = &*self.routes.load()
+            && self.cache.is_current(&routes.view)
+        {
+            return Ok(Arc::clone(routes));
+        }
+        let view = self.cache.view();
+        if view.table.is_none() {
+            return Err(ClientError::Routing {
+                why: format!(
+                    "cluster {:?} has no partition table in etcd yet",
+                    self.cache.etcd().cluster()
+                ),
+            });
+        }
+        let routes = Arc::new(self.routes_of(view));
+        self.routes.store(Some(Arc::clone(&routes)));
+        Ok(routes)
+    }
+
+    /// The routes of `view` (a group with no member is unroutable).
+    fn routes_of(&self, view: Arc<ClusterView>) -> Routes {
+        let mut clients = Vec::new();
+        let mut index: HashMap<GroupName, u16> = HashMap::new();
+        let mut by_partition = vec![UNROUTABLE; PartitionId::all().count()];
+        if let Some(table) = &view.table {
+            for p in PartitionId::all() {
+                let owner = &table.get(p).owner;
+                let i = match index.get(owner) {
+                    Some(i) => *i,
+                    None => {
+                        let i = match self.group_client(&view, owner) {
+                            Ok(c) => {
+                                clients.push(c);
+                                u16::try_from(clients.len() - 1).unwrap_or(UNROUTABLE)
+                            }
+                            Err(_) => UNROUTABLE,
+                        };
+                        index.insert(owner.clone(), i);
+                        i
+                    }
+                };
+                by_partition[usize::from(p.get())] = i;
+            }
+        }
+        Routes {
+            view,
+            by_partition,
+            clients,
+        }
     }
 
     /// `group`'s client, built (or built again) for its members in `view`.
@@ -120,12 +200,14 @@ impl PartitionedClient {
         view: &ClusterView,
         group: &GroupName,
     ) -> Result<Client, ClientError> {
-        let urls = view.member_urls(group);
+        // The hot path: the group's client, built for the members the view
+        // names (compared in place: no allocation per call).
         if let Some((built_for, client)) = self.groups.load().get(group)
-            && *built_for == urls
+            && built_for.iter().eq(view.members(group))
         {
             return Ok(client.clone());
         }
+        let urls = view.member_urls(group);
         if urls.is_empty() {
             return Err(ClientError::Routing {
                 why: format!(
@@ -152,7 +234,7 @@ impl PartitionedClient {
     {
         let mut tries = 0;
         loop {
-            let (_, client) = self.client_for(key)?;
+            let client = self.client_for(key)?;
             match call(client).await {
                 Err(e) if not_owned(&e) && tries < MAX_REROUTES => {
                     tries += 1;
@@ -242,29 +324,45 @@ impl PartitionedClient {
     }
 
     async fn get_many_once(&self, keys: &[Uuid]) -> Result<Vec<Option<Uuid>>, ClientError> {
-        let view = self.cache.view();
-        let mut by_group: HashMap<GroupName, (Vec<usize>, Vec<Uuid>)> = HashMap::new();
-        for (i, k) in keys.iter().enumerate() {
-            let group = view
-                .owner_of(k.as_bytes())
-                .ok_or_else(|| ClientError::Routing {
-                    why: format!(
-                        "cluster {:?} has no partition table in etcd yet",
-                        self.cache.etcd().cluster()
-                    ),
-                })?;
-            let slot = by_group.entry(group.clone()).or_default();
+        let routes = self.routes()?;
+        // Each key's group, by its index in the routes.
+        let mut groups = Vec::with_capacity(keys.len());
+        for k in keys {
+            let i = routes.by_partition[usize::from(partition_of(k.as_bytes()).get())];
+            if i == UNROUTABLE {
+                // The slow path names what is missing.
+                return Err(match self.client_for(*k) {
+                    Err(e) => e,
+                    Ok(_) => ClientError::Routing {
+                        why: "the partition map changed while the keys were routed; try again"
+                            .into(),
+                    },
+                });
+            }
+            groups.push(i);
+        }
+        // All in one group (one group, or keys that happen to share it):
+        // one call, no reordering.
+        if let Some(&first) = groups.first()
+            && groups.iter().all(|g| *g == first)
+        {
+            return routes.clients[usize::from(first)].get_many(keys).await;
+        }
+        let mut by_group: Vec<(Vec<usize>, Vec<Uuid>)> =
+            vec![Default::default(); routes.clients.len()];
+        for (i, (k, g)) in keys.iter().zip(&groups).enumerate() {
+            let slot = &mut by_group[usize::from(*g)];
             slot.0.push(i);
             slot.1.push(*k);
         }
-        let mut calls = Vec::with_capacity(by_group.len());
-        for (group, (positions, keys)) in by_group {
-            let client = self.group_client(&view, &group)?;
-            calls.push(async move {
+        let calls = by_group
+            .into_iter()
+            .zip(&routes.clients)
+            .filter(|((positions, _), _)| !positions.is_empty())
+            .map(|((positions, keys), client)| async move {
                 let values = client.get_many(&keys).await?;
                 Ok::<_, ClientError>((positions, values))
             });
-        }
         let mut out = vec![None; keys.len()];
         for answer in futures_util::future::join_all(calls).await {
             let (positions, values) = answer?;

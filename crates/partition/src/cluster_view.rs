@@ -32,6 +32,12 @@ impl ClusterView {
         self.table.as_ref().map(|t| &t.get(p).owner)
     }
 
+    /// The client URLs of `group`'s registered members, in member order,
+    /// without a copy.
+    pub fn members(&self, group: &GroupName) -> impl Iterator<Item = &String> {
+        self.groups.get(group).into_iter().flat_map(|m| m.values())
+    }
+
     /// The client URLs of `group`'s registered members, in member order.
     pub fn member_urls(&self, group: &GroupName) -> Vec<String> {
         self.groups

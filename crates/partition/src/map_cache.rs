@@ -64,6 +64,11 @@ impl MapCache {
         self.view.load_full()
     }
 
+    /// Whether `view` is the current view (no lock, no reference count).
+    pub fn is_current(&self, view: &Arc<ClusterView>) -> bool {
+        Arc::ptr_eq(&*self.view.load(), view)
+    }
+
     /// Changes whenever a newer view is stored (its value: the view's etcd
     /// revision).
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<i64> {
