@@ -111,7 +111,7 @@ pub enum ClientCommand {
     /// failed (errors), no answer wrong; 2 a wrong answer, or the bench
     /// could not run (bad arguments, no server, a failed --load). When
     /// not 0, the last line on stderr says why.
-    Bench(crate::bench::BenchArgs),
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 /// `uuidmap scan`.
@@ -214,12 +214,12 @@ pub enum ClusterCommand {
     /// A partitioned cluster's map in etcd: which group owns each of the
     /// 4096 partitions, the groups' registered members, moves under way
     /// (README "Partitions"). `init` makes the table.
-    Partitions(crate::cli_partitions::PartitionsArgs),
+    Partitions(Box<crate::cli_partitions::PartitionsArgs>),
     /// Move a partition to another group, online: copy it, fence writes to
     /// it for the flip (they are refused as retryable meanwhile), make the
     /// group its owner in etcd. Prints what it did and how long writes
     /// were refused.
-    Move(crate::cli_partitions::MoveArgs),
+    Move(Box<crate::cli_partitions::MoveArgs>),
 }
 
 impl ClientCommand {
@@ -395,10 +395,10 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
             Ok(EXIT_OK)
         }
         ClientCommand::Cluster(ClusterCommand::Partitions(args)) => {
-            crate::cli_partitions::execute(args).await
+            crate::cli_partitions::execute(*args).await
         }
         ClientCommand::Cluster(ClusterCommand::Move(args)) => {
-            crate::cli_partitions::execute_move(args).await
+            crate::cli_partitions::execute_move(*args).await
         }
         ClientCommand::Cluster(ClusterCommand::Status { connect }) => {
             let c = Client::connect(&connect.options()).await?;
@@ -469,7 +469,7 @@ async fn execute(command: ClientCommand) -> Result<i32, CliError> {
             batches,
             connect,
         } => watch(after, batches, connect).await,
-        ClientCommand::Bench(args) => crate::bench::run(args).await,
+        ClientCommand::Bench(args) => crate::bench::run(*args).await,
     }
 }
 

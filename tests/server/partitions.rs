@@ -427,3 +427,93 @@ async fn scans_and_stats_follow_the_table() {
     assert!(stats.etcd_error.is_empty());
     s2.stop().await.unwrap();
 }
+
+/// `uuidmap ARGS` against `etcd`'s cluster `CLUSTER`; exit code, stdout,
+/// stderr.
+fn cli(etcd: &TestEtcd, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"))
+        .args(args)
+        .env("UUIDMAP_ETCD", &etcd.url)
+        .env("UUIDMAP_ETCD_CLUSTER", CLUSTER)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_cli_makes_shows_and_moves_partitions_and_says_what_is_wrong() {
+    let etcd = TestEtcd::start();
+    let (code, out, _) = cli(&etcd, &["cluster", "partitions"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("table none"), "{out}");
+    let (code, out, err) = cli(
+        &etcd,
+        &["cluster", "partitions", "init", "--groups", "g1,g2"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("0-2047 g1\n2048-4095 g2\n"), "{out}");
+    let (code, _, err) = cli(&etcd, &["cluster", "partitions", "init", "--groups", "g3"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("already has a partition table"), "{err}");
+    let (code, _, err) = cli(&etcd, &["cluster", "partitions", "init", "--groups", "G!"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a group name"), "{err}");
+    // A move needs the target's servers, and a partition that exists.
+    let (code, _, err) = cli(
+        &etcd,
+        &["cluster", "move", "--partition", "4096", "--to", "g2"],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("0 to 4095"), "{err}");
+    let (code, _, err) = cli(
+        &etcd,
+        &["cluster", "move", "--partition", "7", "--to", "g2"],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("no member registered"), "{err}");
+    // With both groups served, a move goes through and the table says so.
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s1 = start_partitioned(d1.path(), &etcd.url, CLUSTER, "g1").await;
+    let s2 = start_partitioned(d2.path(), &etcd.url, CLUSTER, "g2").await;
+    let etcd_url = etcd.url.clone();
+    eventually("both registered", || {
+        let url = etcd_url.clone();
+        async move {
+            let map = EtcdMap::connect(&[url], CLUSTER)
+                .await
+                .map_err(|e| e.to_string())?;
+            let v = map.load().await.map_err(|e| e.to_string())?;
+            if v.groups.len() == 2 {
+                Ok(())
+            } else {
+                Err(format!("{:?}", v.groups))
+            }
+        }
+    })
+    .await;
+    let etcd = tokio::task::spawn_blocking(move || {
+        let (code, out, err) = cli(
+            &etcd,
+            &["cluster", "move", "--partition", "7", "--to", "g2"],
+        );
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("from g1\nto g2\n") && out.contains("writes_blocked_ms"),
+            "{out}"
+        );
+        let (_, out, _) = cli(&etcd, &["cluster", "partitions"]);
+        assert!(out.contains("0-6 g1\n7-7 g2\n8-2047 g1\n"), "{out}");
+        assert!(out.contains("group g2 partitions 2049 entries 0"), "{out}");
+        etcd
+    })
+    .await
+    .unwrap();
+    s1.stop().await.unwrap();
+    s2.stop().await.unwrap();
+    drop(etcd);
+}

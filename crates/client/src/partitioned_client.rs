@@ -52,7 +52,7 @@ const UNROUTABLE: u16 = u16::MAX;
 #[derive(Clone)]
 pub struct PartitionedClient {
     cache: Arc<MapCache>,
-    template: ClientBuilder,
+    template: Arc<ClientBuilder>,
     groups: Arc<ArcSwap<GroupClients>>,
     routes: Arc<ArcSwapOption<Routes>>,
 }
@@ -85,7 +85,7 @@ impl PartitionedClient {
         let cache = MapCache::start(map, true).await.map_err(routing)?;
         Ok(PartitionedClient {
             cache,
-            template,
+            template: Arc::new(template),
             groups: Arc::default(),
             routes: Arc::default(),
         })
@@ -216,7 +216,9 @@ impl PartitionedClient {
                 ),
             });
         }
-        let client = self.template.clone().endpoints(urls.clone()).build()?;
+        let client = ClientBuilder::clone(&self.template)
+            .endpoints(urls.clone())
+            .build()?;
         self.groups.rcu(|groups| {
             let mut next = HashMap::clone(groups);
             next.insert(group.clone(), (urls.clone(), client.clone()));

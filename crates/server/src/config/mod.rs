@@ -75,6 +75,8 @@ mod options;
 mod resolve_options;
 
 #[cfg(test)]
+mod partition_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
