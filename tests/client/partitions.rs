@@ -288,3 +288,64 @@ async fn partitions_move_back_and_forth_under_load_losing_nothing_acknowledged()
     );
     c.stop().await;
 }
+
+#[tokio::test]
+async fn a_cluster_scan_returns_every_key_once_across_a_move_and_a_resume() {
+    let c = two_groups().await;
+    let keys: Vec<Uuid> = (0..400).map(key).collect();
+    for k in &keys {
+        c.client.put(*k, Uuid::from_u128(7)).await.unwrap();
+    }
+    let all: std::collections::HashSet<Uuid> =
+        c.scan_all().await.into_iter().map(|(k, _)| k).collect();
+    let count = |seen: &[(Uuid, Uuid)]| {
+        let mut n: HashMap<Uuid, usize> = HashMap::new();
+        for (k, _) in seen {
+            *n.entry(*k).or_default() += 1;
+        }
+        n
+    };
+    // A scan, and between its pages a partition of the group it has not
+    // read yet moves to the one it has.
+    let mut scan = c.client.scan(Vec::new());
+    let first = scan.next_page().await.unwrap().unwrap();
+    assert_eq!(first.group, "g1");
+    assert!(
+        first.cursor.starts_with("uuidmap-cluster-scan 1|g2:"),
+        "{}",
+        first.cursor
+    );
+    let moved = keys
+        .iter()
+        .map(|k| partition_of(k.as_bytes()))
+        .find(|p| p.get() >= 2048)
+        .unwrap();
+    let options = MoveOptions {
+        batch: MAX_WRITE_OPS,
+        ..MoveOptions::default()
+    };
+    c.client
+        .move_partition(moved, &g("g1"), &options)
+        .await
+        .unwrap();
+    let mut seen = first.entries;
+    while let Some(page) = scan.next_page().await.unwrap() {
+        seen.extend(page.entries);
+    }
+    let n = count(&seen);
+    assert_eq!(n.len(), all.len(), "every key");
+    assert!(n.values().all(|c| *c == 1), "each once");
+    // Resumed from a page's cursor (as by another process): the rest, once.
+    let mut scan = c.client.scan(Vec::new());
+    let first = scan.next_page().await.unwrap().unwrap();
+    let mut seen = first.entries;
+    let mut resumed = c.client.resume_scan(&first.cursor, Vec::new()).unwrap();
+    while let Some(page) = resumed.next_page().await.unwrap() {
+        seen.extend(page.entries);
+    }
+    let n = count(&seen);
+    assert_eq!(n.len(), all.len());
+    assert!(n.values().all(|c| *c == 1));
+    assert!(c.client.resume_scan("garbage", Vec::new()).is_err());
+    c.stop().await;
+}

@@ -77,7 +77,8 @@
 //!   [`FollowStream`]; `retry`: backoffs; `budget`: the retry budget;
 //!   `error`: [`ClientError`] and [`RetryClass`]; `partitioned_client`:
 //!   [`PartitionedClient`], a partitioned cluster's groups behind one
-//!   client, routed by the map in etcd; `partition_move`: moving a
+//!   client, routed by the map in etcd; `cluster_scan`: [`ClusterScan`],
+//!   every partition once with one cursor; `partition_move`: moving a
 //!   partition between groups online ([`PartitionedClient::move_partition`]).
 
 #![warn(missing_docs, unreachable_pub)]
@@ -90,6 +91,7 @@ mod call;
 mod call_metrics;
 mod client;
 mod client_builder;
+mod cluster_scan;
 mod consistency_level;
 mod endpoint_source;
 mod endpoints;
@@ -114,6 +116,7 @@ use std::time::Duration;
 pub use budget::{RetryBudget, RetryBudgetConfig};
 pub use client::{Client, ClientCounters};
 pub use client_builder::ClientBuilder;
+pub use cluster_scan::{ClusterScan, ClusterScanPage};
 pub use consistency_level::ReadConsistency;
 pub use error::{ClientError, RetryClass};
 pub use partition_move::{MoveOptions, MoveReport};

@@ -62,7 +62,7 @@ fn routing(e: PartitionError) -> ClientError {
 }
 
 /// Whether `e` is a member's refusal of a key its group does not own.
-fn not_owned(e: &ClientError) -> bool {
+pub(crate) fn not_owned(e: &ClientError) -> bool {
     e.status().is_some_and(|s| {
         s.code() == tonic::Code::FailedPrecondition
             && s.metadata()

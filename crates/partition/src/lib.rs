@@ -43,7 +43,7 @@ pub use error::PartitionError;
 pub use etcd_map::EtcdMap;
 pub use group_name::{GroupName, MAX_GROUP_NAME};
 pub use map_cache::MapCache;
-pub use ownership::{Ownership, OwnershipStats, Refusal, ScanPartitions};
+pub use ownership::{Ownership, OwnershipStats, Refusal, ScanGuard, ScanPartitions};
 pub use partition_id::{PARTITIONS, PartitionId, partition_of};
 pub use partition_set::PartitionSet;
 pub use partition_table::{Assignment, PartitionTable};

@@ -26,6 +26,7 @@
 //! owner (docs/partitions.md, "Moves"). A member cut off from etcd
 //! therefore cannot lose a partition without having fenced it first.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedRwLockReadGuard, RwLock};
@@ -85,14 +86,39 @@ pub struct Ownership {
     permits: Arc<RwLock<()>>,
     /// The last fence: its table version and the applied LSN then.
     fenced: Arc<Mutex<(i64, u64)>>,
+    /// The scans running, by the table version they were planned under.
+    scans: Arc<Mutex<BTreeMap<i64, usize>>>,
+}
+
+/// A running scan, counted until it is dropped: a partition that moved
+/// away keeps its entries until the scans planned before the move end
+/// ([`Ownership::wait_for_scans_before`]).
+#[derive(Debug)]
+pub struct ScanGuard {
+    scans: Arc<Mutex<BTreeMap<i64, usize>>>,
+    version: i64,
+}
+
+impl Drop for ScanGuard {
+    fn drop(&mut self) {
+        let mut scans = self.scans.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = scans.get_mut(&self.version) {
+            *n -= 1;
+            if *n == 0 {
+                scans.remove(&self.version);
+            }
+        }
+    }
 }
 
 /// The partitions a scan may return, as [`Ownership::scan_partitions`]
 /// decided them.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ScanPartitions {
     /// The set to filter keys by.
     pub set: PartitionSet,
+    /// Keeps the set's entries in place while the scan runs.
+    pub guard: ScanGuard,
 }
 
 /// A member's counts for `Stats`.
@@ -120,6 +146,40 @@ impl Ownership {
             group,
             permits: Arc::new(RwLock::new(())),
             fenced: Arc::new(Mutex::new((0, 0))),
+            scans: Arc::default(),
+        }
+    }
+
+    fn scan_guard(&self, version: i64) -> ScanGuard {
+        *self
+            .scans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(version)
+            .or_insert(0) += 1;
+        ScanGuard {
+            scans: Arc::clone(&self.scans),
+            version,
+        }
+    }
+
+    /// Waits until no scan planned under a table older than `version` is
+    /// running (checked every 100 ms).
+    pub async fn wait_for_scans_before(&self, version: i64) {
+        loop {
+            let oldest = self
+                .scans
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .next()
+                .copied();
+            match oldest {
+                Some(v) if v < version => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                _ => return,
+            }
         }
     }
 
@@ -177,7 +237,8 @@ impl Ownership {
             let set = PartitionId::all()
                 .filter(|p| table.get(*p).held_by(&self.group))
                 .collect();
-            return Ok(ScanPartitions { set });
+            let guard = self.scan_guard(view.version);
+            return Ok(ScanPartitions { set, guard });
         }
         let mut set = PartitionSet::default();
         for n in requested {
@@ -197,7 +258,8 @@ impl Ownership {
             }
             set.insert(p);
         }
-        Ok(ScanPartitions { set })
+        let guard = self.scan_guard(view.version);
+        Ok(ScanPartitions { set, guard })
     }
 
     fn no_table(&self) -> Refusal {

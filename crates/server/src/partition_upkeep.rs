@@ -9,8 +9,9 @@
 //! - **Drop what left** (`drop_foreign_on_change`): when a partition stops
 //!   being held by its group (moved away, or a copy to it called off), the
 //!   leader deletes that partition's entries from its index, in batches
-//!   through the writer. Scans and reads never return them meanwhile (they
-//!   are filtered by the table). Each batch is checked again, under the
+//!   through the writer, once the scans planned under an older table (which
+//!   may include them) have ended. Scans and reads never return them
+//!   otherwise (they are filtered by the table). Each batch is checked again, under the
 //!   write fence, against the table at that moment: a partition that came
 //!   back is left alone. On a follower the writes are refused and the pass
 //!   ends quietly: the leader's pass does it, and the log brings it here.
@@ -77,6 +78,10 @@ async fn drop_pass(ownership: &Ownership, durable: &Arc<DurableIndex>, foreign: 
     if foreign.is_empty() {
         return;
     }
+    // A scan planned before the partitions left may still be returning
+    // them: it keeps them whole.
+    let version = ownership.cache().view().version;
+    ownership.wait_for_scans_before(version).await;
     let index = durable.index().clone();
     let set = foreign.clone();
     let keys = tokio::task::spawn_blocking(move || {

@@ -51,7 +51,7 @@ use uuid::Uuid;
 use super::config::Limits;
 use super::errors::RequestError;
 use uuidmap_index::{Index, ScanCursor, Scanner, ValueFilter};
-use uuidmap_partition::{PartitionId, PartitionSet};
+use uuidmap_partition::{PartitionId, PartitionSet, ScanGuard, ScanPartitions};
 use uuidmap_proto::v1 as pb;
 
 /// Entries in a message, normally (128 KiB).
@@ -97,13 +97,17 @@ pub struct ScanPlan {
     limit: Option<u64>,
     /// Only keys of these partitions (`None`: every key).
     partitions: Option<PartitionSet>,
+    /// On a partitioned member: keeps the partitions' entries in place
+    /// until the scan ends.
+    guard: Option<ScanGuard>,
 }
 
 impl ScanPlan {
-    /// This scan limited to keys of `set` (a partitioned member's: what
-    /// its group holds, of what the request asked).
-    pub fn with_partitions(mut self, set: PartitionSet) -> ScanPlan {
-        self.partitions = Some(set);
+    /// This scan limited to `held` (a partitioned member's: what its group
+    /// holds, of what the request asked), whose entries stay until it ends.
+    pub fn with_partitions(mut self, held: ScanPartitions) -> ScanPlan {
+        self.partitions = Some(held.set);
+        self.guard = Some(held.guard);
         self
     }
 }
@@ -133,6 +137,7 @@ pub fn plan(
         scanner,
         limit: (request.limit > 0).then_some(request.limit),
         partitions,
+        guard: None,
     })
 }
 
@@ -180,6 +185,7 @@ pub fn start(
     let producer = Producer {
         scanner: plan.scanner,
         partitions: plan.partitions,
+        _guard: plan.guard,
         counters,
         counted: 0,
         limit: plan.limit,
@@ -208,6 +214,8 @@ struct Producer {
     scanner: Scanner,
     /// Only keys of these partitions (`None`: every key).
     partitions: Option<PartitionSet>,
+    /// Held until the producer ends (`ScanPlan::guard`).
+    _guard: Option<ScanGuard>,
     /// The server's counters, added to after each segment.
     counters: Arc<ScanCounters>,
     /// How much of `scanner.examined()` is already in `counters`.

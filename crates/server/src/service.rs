@@ -378,7 +378,7 @@ impl UuidMap for DataService {
             let held = o
                 .scan_partitions(&r.partitions)
                 .map_err(partition_refused)?;
-            plan = plan.with_partitions(held.set);
+            plan = plan.with_partitions(held);
         }
         let applied_lsn = self
             .admit_read(&request, (r.consistency, r.max_staleness_ms), r.min_lsn)
