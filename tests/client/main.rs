@@ -16,7 +16,9 @@
 //! pauses, one-way drops, delay, full disks and real reads (`netns_chaos`,
 //! ignored: root only, `tools/cluster-chaos.sh --netns`); the load both
 //! share (`chaos_load`); a partitioned cluster of two groups over a real
-//! etcd, with partitions moved under load (`partitions`).
+//! etcd, with partitions moved under load (`partitions`), and two groups of
+//! three with leaders stopped and etcd killed during moves
+//! (`partition_groups`, ignored).
 
 mod batching;
 mod blocking;
@@ -31,6 +33,7 @@ mod group_kill;
 mod hedging;
 mod monotonic;
 mod netns_chaos;
+mod partition_groups;
 mod partitions;
 mod retries;
 #[path = "../serve_child/mod.rs"]

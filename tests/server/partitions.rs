@@ -388,18 +388,36 @@ async fn scans_and_stats_follow_the_table() {
         keys.extend(m.entries.chunks(32).map(|e| e[..16].to_vec()));
     }
     assert_eq!(keys, [first.as_bytes().to_vec()]);
-    // Being copied to g2, a g1 partition takes g2's writes (the mover's)
-    // and no reads; Stats counts it.
+    // Being copied to g2, a g1 partition takes the mover's copy writes at
+    // g2 (marked `uuidmap-partition-copy`), and no one else's: a client
+    // sending it there holds an old map. Stats counts it.
     let view = map.load().await.unwrap();
     let p = partition_of(theirs[0].as_bytes());
     let copying = view.table.unwrap().with_move(p, &g("g2")).unwrap();
     map.replace_table(view.version, &copying).await.unwrap();
     let k = theirs[0];
+    let copy = |ops: Vec<pb::WriteOp>| {
+        let mut r = tonic::Request::new(pb::WriteRequest { ops });
+        r.metadata_mut().insert(
+            "uuidmap-partition-copy",
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+        r
+    };
     eventually("the copy's write taken", || {
         let mut c = c2.clone();
-        async move { c.put(put_req(k, u(6))).await }
+        async move { c.write(copy(vec![put_op(k, u(6))])).await }
     })
     .await;
+    let s = c2.put(put_req(k, u(7))).await.unwrap_err();
+    assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
+    assert_eq!(md(&s, "uuidmap-owner-group"), "g1");
+    // A copy write for a partition not moving here is refused too.
+    let s = c2
+        .write(copy(vec![put_op(mine[1], u(6))]))
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
     let s = c2
         .get(pb::GetRequest {
             key: b(k),

@@ -9,7 +9,9 @@
 //!    on the table's version). The source goes on serving it; the target
 //!    now takes writes to it. Wait until every target member has fenced
 //!    that table (no write it accepted under an older one is pending: its
-//!    drop of partitions it no longer held included).
+//!    drop of partitions it no longer held included). "Every member": the
+//!    ones registered in etcd and the group's Raft membership, so that a
+//!    member restarting, not registered yet, is waited for too.
 //! 2. **Copy.** Scan the source, filtered to the partition, and write the
 //!    entries to the target; then follow the source's Watch from the
 //!    scan's `applied_lsn`, applying the partition's changes, until it has
@@ -178,8 +180,11 @@ impl PartitionedClient {
         result
     }
 
-    /// Waits until every registered member of `group` reports a fenced
-    /// table version of at least `version` (module docs).
+    /// Waits until every member of `group` reports a fenced table version
+    /// of at least `version`: every member registered in etcd, and every
+    /// member of the group's Raft membership as its members report it (a
+    /// member that is restarting, or has not registered yet, may still
+    /// hold an older table; it must fence too).
     async fn wait_fenced(
         &self,
         group: &GroupName,
@@ -187,32 +192,34 @@ impl PartitionedClient {
         options: &MoveOptions,
     ) -> Result<(), ClientError> {
         let until = Instant::now() + options.fence_timeout;
-        let view = self.view();
-        let urls = view.member_urls(group);
-        let mut members = Vec::with_capacity(urls.len());
-        for url in &urls {
-            members.push((url, self.template().clone().endpoints([url]).build()?));
-        }
-        for (url, member) in members {
-            loop {
-                let fenced = member
-                    .stats()
-                    .await
-                    .ok()
-                    .and_then(|s| s.partitions)
-                    .map_or(0, |p| p.fenced_version);
-                if fenced >= version {
-                    break;
-                }
-                if Instant::now() > until {
-                    return Err(routing(format!(
-                        "member {url} of group {group} has not fenced table version {version} \
-                         within {:?} (it reports {fenced}); the move is called off",
-                        options.fence_timeout
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut urls: std::collections::BTreeSet<String> =
+            self.view().member_urls(group).into_iter().collect();
+        let mut checked = std::collections::BTreeSet::new();
+        let mut clients = HashMap::new();
+        while let Some(url) = urls.iter().find(|u| !checked.contains(*u)).cloned() {
+            if !clients.contains_key(&url) {
+                let client = self.template().clone().endpoints([&url]).build()?;
+                clients.insert(url.clone(), client);
             }
+            let stats = clients[&url].stats().await.ok();
+            if let Some(c) = stats.as_ref().and_then(|s| s.cluster.as_ref()) {
+                urls.extend(c.members.iter().map(|m| m.client_url.clone()));
+            }
+            let fenced = stats
+                .and_then(|s| s.partitions)
+                .map_or(0, |p| p.fenced_version);
+            if fenced >= version {
+                checked.insert(url);
+                continue;
+            }
+            if Instant::now() > until {
+                return Err(routing(format!(
+                    "member {url} of group {group} has not fenced table version {version} \
+                     within {:?} (it reports {fenced}); the move is called off",
+                    options.fence_timeout
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Ok(())
     }
@@ -221,7 +228,7 @@ impl PartitionedClient {
 /// Writes `ops` to `target` in batches.
 async fn write_all(target: &Client, ops: &[WriteOp], batch: usize) -> Result<(), ClientError> {
     for chunk in ops.chunks(batch.max(1)) {
-        target.idempotent().write(chunk).await?;
+        target.idempotent().write_copy(chunk).await?;
     }
     Ok(())
 }

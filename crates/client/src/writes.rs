@@ -118,6 +118,17 @@ impl Client {
     /// outcome ([`ClientError::outcome_unknown`]) is returned as it is:
     /// read the keys back before deciding again.
     pub async fn write(&self, ops: &[WriteOp]) -> Result<u64, ClientError> {
+        self.write_request(ops, false).await
+    }
+
+    /// [`Client::write`] as a partition move's copy: a server takes it for
+    /// a partition being copied to its group
+    /// ([`uuidmap_proto::PARTITION_COPY_METADATA`]).
+    pub(crate) async fn write_copy(&self, ops: &[WriteOp]) -> Result<u64, ClientError> {
+        self.write_request(ops, true).await
+    }
+
+    async fn write_request(&self, ops: &[WriteOp], copy: bool) -> Result<u64, ClientError> {
         let message = pb::WriteRequest {
             ops: ops.iter().copied().map(WriteOp::to_proto).collect(),
         };
@@ -129,7 +140,13 @@ impl Client {
                 "Write",
                 self.writes_idempotent() && !has_cas,
                 |channel, remaining| {
-                    let r = self.request(message.clone(), remaining);
+                    let mut r = self.request(message.clone(), remaining);
+                    if copy {
+                        r.metadata_mut().insert(
+                            uuidmap_proto::PARTITION_COPY_METADATA,
+                            tonic::metadata::MetadataValue::from_static("1"),
+                        );
+                    }
                     async move { UuidMapClient::new(channel).write(r).await }
                 },
             )

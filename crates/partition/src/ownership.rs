@@ -5,8 +5,9 @@
 //! not own is refused ([`Refusal::NotOwned`], naming the owner and the
 //! table's version), and a write to a partition fenced for a move is
 //! refused as retryable ([`Refusal::Moving`]) until the move flips it. The
-//! group a partition is being copied to takes writes to it (the mover's)
-//! but no reads. A request with several keys is refused whole if any key
+//! group a partition is being copied to takes the mover's copy writes to it
+//! (marked `partition_copy`), and no other reads or writes: a client that
+//! sends it one holds an old map. A request with several keys is refused whole if any key
 //! is refused.
 //!
 //! **The write fence.** A write holds a shared permit
@@ -283,15 +284,25 @@ impl Ownership {
 
     /// Refuses the first of `keys` this member may not read.
     pub fn check_reads(&self, keys: impl IntoIterator<Item = [u8; 16]>) -> Result<(), Refusal> {
-        self.check(keys, false)
+        self.check(keys, None)
     }
 
-    /// Refuses the first of `keys` this member may not write.
-    pub fn check_writes(&self, keys: impl IntoIterator<Item = [u8; 16]>) -> Result<(), Refusal> {
-        self.check(keys, true)
+    /// Refuses the first of `keys` this member may not write; `copy`: the
+    /// writes are a move's copy (`WriteRequest.partition_copy`).
+    pub fn check_writes(
+        &self,
+        keys: impl IntoIterator<Item = [u8; 16]>,
+        copy: bool,
+    ) -> Result<(), Refusal> {
+        self.check(keys, Some(copy))
     }
 
-    fn check(&self, keys: impl IntoIterator<Item = [u8; 16]>, write: bool) -> Result<(), Refusal> {
+    /// `write`: `None` for reads, else whether the writes are a copy.
+    fn check(
+        &self,
+        keys: impl IntoIterator<Item = [u8; 16]>,
+        write: Option<bool>,
+    ) -> Result<(), Refusal> {
         let view = self.cache.view();
         let Some(table) = &view.table else {
             return Err(self.no_table());
@@ -299,10 +310,12 @@ impl Ownership {
         for key in keys {
             let partition = partition_of(&key);
             let a = table.get(partition);
-            if write && a.writable_by(&self.group) {
+            if let Some(copy) = write
+                && a.writable_by(&self.group, copy)
+            {
                 continue;
             }
-            if a.owner != self.group {
+            if a.owner != self.group || write == Some(true) {
                 return Err(Refusal::NotOwned {
                     partition,
                     key: key_text(&key),
@@ -312,7 +325,9 @@ impl Ownership {
                 });
             }
             // Ours, but fenced for the flip.
-            if write && let Some(to) = &a.moving_to {
+            if write.is_some()
+                && let Some(to) = &a.moving_to
+            {
                 return Err(Refusal::Moving {
                     partition,
                     key: key_text(&key),

@@ -43,9 +43,14 @@ pub struct Assignment {
 
 impl Assignment {
     /// Whether `group` may take writes to the partition: its owner unless
-    /// fenced, and the group it moves to (the mover's copy).
-    pub fn writable_by(&self, group: &GroupName) -> bool {
-        (self.owner == *group && !self.fenced) || self.moving_to.as_ref() == Some(group)
+    /// fenced, and the group it moves to, for the mover's copy only
+    /// (`copy`; anyone else writing there holds an old map).
+    pub fn writable_by(&self, group: &GroupName, copy: bool) -> bool {
+        if copy {
+            self.moving_to.as_ref() == Some(group)
+        } else {
+            self.owner == *group && !self.fenced
+        }
     }
 
     /// Whether `group` holds the partition's entries: its owner, or the
@@ -271,15 +276,17 @@ mod tests {
             "uuidmap-partitions 1\n0-6 a\n7-7 a~b\n8-2047 a\n2048-4095 b\n"
         );
         let a = copying.get(p);
-        assert!(a.writable_by(&g("a")) && a.writable_by(&g("b")));
+        assert!(a.writable_by(&g("a"), false) && a.writable_by(&g("b"), true));
+        assert!(!a.writable_by(&g("b"), false), "only the mover's copy");
+        assert!(!a.writable_by(&g("a"), true), "a copy goes to the target");
         assert!(a.held_by(&g("b")) && !a.held_by(&g("c")));
         let moving = copying.with_fence(p).unwrap();
         assert_eq!(
             moving.to_text(),
             "uuidmap-partitions 1\n0-6 a\n7-7 a>b\n8-2047 a\n2048-4095 b\n"
         );
-        assert!(!moving.get(p).writable_by(&g("a")), "fenced");
-        assert!(moving.get(p).writable_by(&g("b")));
+        assert!(!moving.get(p).writable_by(&g("a"), false), "fenced");
+        assert!(moving.get(p).writable_by(&g("b"), true));
         for table in [&copying, &moving] {
             assert_eq!(&PartitionTable::parse(&table.to_text()).unwrap(), table);
         }

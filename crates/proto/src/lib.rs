@@ -77,6 +77,12 @@ pub const PARTITION_METADATA: &str = "uuidmap-partition";
 /// backoff): the group it is moving to.
 pub const MOVING_TO_METADATA: &str = "uuidmap-moving-to";
 
+/// The metadata key a partition move's copy sends with its `Write`s (value
+/// `1`): a server of a partitioned cluster takes writes to a partition
+/// being copied to its group only with it, and refuses anyone else's as not
+/// its group's (a client with an old map). docs/partitions.md, "Moves".
+pub const PARTITION_COPY_METADATA: &str = "uuidmap-partition-copy";
+
 /// The encoded `FileDescriptorSet` of the protocol, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/uuidmap_descriptor.bin"));

@@ -154,11 +154,11 @@ impl DataService {
     }
 
     /// Refuses the request if this member may not write one of `ops`'
-    /// keys.
-    fn check_writes(&self, ops: &[WriteOp]) -> Result<(), Status> {
+    /// keys; `copy`: they are a partition move's copy.
+    fn check_writes(&self, ops: &[WriteOp], copy: bool) -> Result<(), Status> {
         match &self.ownership {
             Some(o) => o
-                .check_writes(ops.iter().map(|op| op.key().as_uuid().into_bytes()))
+                .check_writes(ops.iter().map(|op| op.key().as_uuid().into_bytes()), copy)
                 .map_err(partition_refused),
             None => Ok(()),
         }
@@ -256,7 +256,7 @@ impl UuidMap for DataService {
         };
         let ops = vec![op];
         let _permit = self.write_permit().await;
-        self.check_writes(&ops)?;
+        self.check_writes(&ops, false)?;
         let lsn = self.submit(ops).await.map_err(write_error)?;
         Ok(Response::new(pb::PutResponse { lsn }))
     }
@@ -270,7 +270,7 @@ impl UuidMap for DataService {
         };
         let ops = vec![op];
         let _permit = self.write_permit().await;
-        self.check_writes(&ops)?;
+        self.check_writes(&ops, false)?;
         let lsn = self.submit(ops).await.map_err(write_error)?;
         Ok(Response::new(pb::DeleteResponse { lsn }))
     }
@@ -287,7 +287,7 @@ impl UuidMap for DataService {
         };
         let ops = vec![op];
         let _permit = self.write_permit().await;
-        self.check_writes(&ops)?;
+        self.check_writes(&ops, false)?;
         let response = match self.submit(ops).await {
             Ok(lsn) => pb::CompareAndSetResponse {
                 applied: true,
@@ -325,8 +325,12 @@ impl UuidMap for DataService {
             .enumerate()
             .map(|(i, op)| write_op(i, op))
             .collect::<Result<Vec<_>, _>>()?;
+        let copy = request
+            .metadata()
+            .get(uuidmap_proto::PARTITION_COPY_METADATA)
+            .is_some();
         let _permit = self.write_permit().await;
-        self.check_writes(&ops)?;
+        self.check_writes(&ops, copy)?;
         let response = match self.submit(ops).await {
             Ok(lsn) => pb::WriteResponse {
                 applied: true,
