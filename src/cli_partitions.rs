@@ -20,15 +20,18 @@ pub struct EtcdArgs {
 }
 
 impl EtcdArgs {
-    async fn map(&self) -> Result<EtcdMap, CliError> {
-        let endpoints: Vec<String> = self
-            .etcd
+    /// `--etcd` as a list.
+    fn endpoints(&self) -> Vec<String> {
+        self.etcd
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
-            .collect();
-        EtcdMap::connect(&endpoints, &self.etcd_cluster)
+            .collect()
+    }
+
+    async fn map(&self) -> Result<EtcdMap, CliError> {
+        EtcdMap::connect(&self.endpoints(), &self.etcd_cluster)
             .await
             .map_err(refused)
     }
@@ -97,16 +100,12 @@ pub async fn execute_move(args: MoveArgs) -> Result<i32, CliError> {
     let mut connect = ClientOptions::new("");
     connect.token = args.token.clone();
     connect.tls_ca = args.tls_ca.clone();
-    let endpoints: Vec<String> = args
-        .etcd
-        .etcd
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
-    let client =
-        PartitionedClient::connect(&endpoints, &args.etcd.etcd_cluster, connect.builder()).await?;
+    let client = PartitionedClient::connect(
+        &args.etcd.endpoints(),
+        &args.etcd.etcd_cluster,
+        connect.builder(),
+    )
+    .await?;
     let options = MoveOptions {
         batch: args.batch,
         fence_timeout: args.fence_timeout,

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
-use uuidmap_client::partition::{EtcdMap, GroupName, PartitionTable, partition_of};
+use uuidmap_client::partition::{GroupName, partition_of};
 use uuidmap_client::{Client, MoveOptions, PartitionedClient};
 use uuidmap_server::config::PartitionOptions;
 use uuidmap_testkit::etcd::TestEtcd;
@@ -73,12 +73,7 @@ async fn leader_of(group: &TestGroup) -> usize {
 #[ignore = "about 30 s: two groups of three and etcd under kills"]
 async fn moves_under_load_with_leaders_and_etcd_stopped_lose_nothing() {
     let mut etcd = TestEtcd::start();
-    let map = EtcdMap::connect(std::slice::from_ref(&etcd.url), CLUSTER)
-        .await
-        .unwrap();
-    map.init(&PartitionTable::even(&[g("g1"), g("g2")]).unwrap())
-        .await
-        .unwrap();
+    etcd.init_partitions(CLUSTER, &["g1", "g2"]).await;
     let mut groups = vec![group(&etcd.url, "g1").await, group(&etcd.url, "g2").await];
     let client = PartitionedClient::connect(
         std::slice::from_ref(&etcd.url),

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use uuid::Uuid;
-use uuidmap_client::partition::{EtcdMap, GroupName, PartitionId, PartitionTable, partition_of};
+use uuidmap_client::partition::{GroupName, PartitionId, partition_of};
 use uuidmap_client::{Client, ClientError, MoveOptions, PartitionedClient, ScanOptions, WriteOp};
 use uuidmap_testkit::etcd::TestEtcd;
 use uuidmap_testkit::server::{MAX_WRITE_OPS, TestServer, start_partitioned};
@@ -30,12 +30,7 @@ struct Cluster {
 
 async fn two_groups() -> Cluster {
     let etcd = TestEtcd::start();
-    let map = EtcdMap::connect(std::slice::from_ref(&etcd.url), CLUSTER)
-        .await
-        .unwrap();
-    map.init(&PartitionTable::even(&[g("g1"), g("g2")]).unwrap())
-        .await
-        .unwrap();
+    etcd.init_partitions(CLUSTER, &["g1", "g2"]).await;
     let dirs = vec![tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let mut servers = Vec::new();
     for (dir, group) in dirs.iter().zip(["g1", "g2"]) {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tonic::Code;
 use uuidmap::server::proto::v1 as pb;
-use uuidmap_client::partition::{EtcdMap, GroupName, PartitionId, PartitionTable, partition_of};
+use uuidmap_client::partition::{EtcdMap, GroupName, PartitionId, partition_of};
 use uuidmap_testkit::etcd::TestEtcd;
 use uuidmap_testkit::server::{TestServer, b, put_op, put_req, start_partitioned, u};
 
@@ -37,13 +37,7 @@ fn g2_keys(n: usize) -> Vec<uuid::Uuid> {
 }
 
 async fn init_two_groups(etcd: &TestEtcd) -> EtcdMap {
-    let map = EtcdMap::connect(std::slice::from_ref(&etcd.url), CLUSTER)
-        .await
-        .unwrap();
-    map.init(&PartitionTable::even(&[g("g1"), g("g2")]).unwrap())
-        .await
-        .unwrap();
-    map
+    etcd.init_partitions(CLUSTER, &["g1", "g2"]).await
 }
 
 /// Retries `f` until it is `Ok`, for up to 10 s.

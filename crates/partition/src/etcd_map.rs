@@ -108,6 +108,11 @@ impl EtcdMap {
         self.client.clone()
     }
 
+    /// Runs `txn`, an etcd failure named with the endpoints.
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, PartitionError> {
+        self.client.clone().txn(txn).await.map_err(|e| self.etcd(e))
+    }
+
     /// The map as it is now: the table and every registered member, at one
     /// revision.
     pub async fn load(&self) -> Result<ClusterView, PartitionError> {
@@ -115,12 +120,7 @@ impl EtcdMap {
             TxnOp::get(self.table_key(), None),
             TxnOp::get(self.groups_prefix(), Some(GetOptions::new().with_prefix())),
         ]);
-        let response = self
-            .client
-            .clone()
-            .txn(txn)
-            .await
-            .map_err(|e| self.etcd(e))?;
+        let response = self.txn(txn).await?;
         let mut view = ClusterView {
             revision: response.header().map_or(0, |h| h.revision()),
             ..ClusterView::default()
@@ -165,12 +165,7 @@ impl EtcdMap {
             .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.clone(), table.to_text(), None)])
             .or_else([TxnOp::get(key, None)]);
-        let response = self
-            .client
-            .clone()
-            .txn(txn)
-            .await
-            .map_err(|e| self.etcd(e))?;
+        let response = self.txn(txn).await?;
         let revision = response.header().map_or(0, |h| h.revision());
         if response.succeeded() {
             return Ok(revision);
@@ -200,12 +195,7 @@ impl EtcdMap {
                 expected,
             )])
             .and_then([TxnOp::put(key, table.to_text(), None)]);
-        let response = self
-            .client
-            .clone()
-            .txn(txn)
-            .await
-            .map_err(|e| self.etcd(e))?;
+        let response = self.txn(txn).await?;
         if response.succeeded() {
             Ok(response.header().map_or(0, |h| h.revision()))
         } else {

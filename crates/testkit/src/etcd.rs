@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use uuidmap_partition::{EtcdMap, GroupName, PartitionTable};
+
 /// A running etcd.
 pub struct TestEtcd {
     /// Its client URL (`http://127.0.0.1:PORT`).
@@ -108,6 +110,19 @@ impl TestEtcd {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Makes cluster `cluster`'s partition table, split evenly between
+    /// `groups`; the map's handle.
+    pub async fn init_partitions(&self, cluster: &str, groups: &[&str]) -> EtcdMap {
+        let map = EtcdMap::connect(std::slice::from_ref(&self.url), cluster)
+            .await
+            .expect("connect to the test etcd");
+        let groups: Vec<GroupName> = groups.iter().map(|g| g.parse().unwrap()).collect();
+        map.init(&PartitionTable::even(&groups).unwrap())
+            .await
+            .expect("make the partition table");
+        map
     }
 
     /// Runs `etcdctl ARGS` against it; its standard output.
