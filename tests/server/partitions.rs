@@ -406,6 +406,14 @@ async fn scans_and_stats_follow_the_table() {
     let s = c2.put(put_req(k, u(7))).await.unwrap_err();
     assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
     assert_eq!(md(&s, "uuidmap-owner-group"), "g1");
+    // A plain scan of g2 lists what g2 owns, not the copy coming in.
+    let mut stream = c2.scan(scan(vec![])).await.unwrap().into_inner();
+    while let Some(m) = stream.message().await.unwrap() {
+        assert!(
+            m.entries.chunks(32).all(|e| e[..16] != k.as_bytes()[..]),
+            "the copy of a partition still g1's was listed"
+        );
+    }
     // A copy write for a partition not moving here is refused too.
     let s = c2
         .write(copy(vec![put_op(mine[1], u(6))]))

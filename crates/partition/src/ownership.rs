@@ -225,9 +225,10 @@ impl Ownership {
         s
     }
 
-    /// The partitions a scan asking for `requested` (empty: all) may
-    /// return: those this group holds (owns, or is being copied). A
-    /// requested partition it does not hold is refused like a key of it; a
+    /// The partitions a scan asking for `requested` may return: with none
+    /// requested, those this group owns; else each requested one, which
+    /// the group must hold (own, or be being copied: the mover's
+    /// reconcile scans the target), or it is refused like a key of it. A
     /// number above 4095 is the caller's to refuse first.
     pub fn scan_partitions(&self, requested: &[u32]) -> Result<ScanPartitions, Refusal> {
         let view = self.cache.view();
@@ -235,8 +236,10 @@ impl Ownership {
             return Err(self.no_table());
         };
         if requested.is_empty() {
+            // Owned only: a partition being copied here is not the group's
+            // to list yet (its owner lists it).
             let set = PartitionId::all()
-                .filter(|p| table.get(*p).held_by(&self.group))
+                .filter(|p| table.get(*p).owner == self.group)
                 .collect();
             let guard = self.scan_guard(view.version);
             return Ok(ScanPartitions { set, guard });
