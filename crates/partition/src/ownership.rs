@@ -12,10 +12,12 @@
 //!
 //! **The write fence.** A write holds a shared permit
 //! ([`Ownership::write_permit`]) from before its check until it is
-//! answered. When the member sees a new table, [`Ownership::fence`] takes
-//! the permit exclusively: it waits until every write checked under an
-//! older table has been answered, then records the new version as fenced,
-//! with the applied LSN. So once a member reports a fenced version (Stats),
+//! answered. When the member sees a new table, [`Ownership::drain_writes`]
+//! takes the permit exclusively: it waits until every write checked under
+//! an older table has been answered; the server then waits for what its
+//! log held at that moment to be applied (a write answered "outcome
+//! unknown" when its leader changed may still commit), and records the new
+//! version as fenced ([`Ownership::record_fence`]), with the applied LSN. So once a member reports a fenced version (Stats),
 //! no write it accepted under an older table can still be applied, and
 //! none to a partition fenced in that table will be. (The permit is a
 //! tokio `RwLock`: uncontended but for the moment of a fence, which table
@@ -190,14 +192,20 @@ impl Ownership {
         Arc::clone(&self.permits).read_owned().await
     }
 
-    /// Fences table version `version`: waits until every write holding a
-    /// permit has been answered, then records it with `applied_lsn()` (the
-    /// applied LSN, read once they have). Versions only move forward.
-    pub async fn fence(&self, version: i64, applied_lsn: impl FnOnce() -> u64) {
+    /// The first half of a fence: waits until every write holding a
+    /// permit has been answered, then runs `then` while no write can take
+    /// one, and returns what it returned.
+    pub async fn drain_writes<T>(&self, then: impl FnOnce() -> T) -> T {
         let _all = self.permits.write().await;
+        then()
+    }
+
+    /// The second half: records table version `version` as fenced, at
+    /// applied LSN `lsn`. Versions only move forward.
+    pub fn record_fence(&self, version: i64, lsn: u64) {
         let mut fenced = self.fenced.lock().unwrap_or_else(|p| p.into_inner());
         if version > fenced.0 {
-            *fenced = (version, applied_lsn());
+            *fenced = (version, lsn);
         }
     }
 

@@ -1,11 +1,15 @@
 //! What a partitioned member does by itself when the partition table
 //! changes (docs/partitions.md, "Moves"):
 //!
-//! - **Fence** (`fence_on_change`): at each new table version it takes the
-//!   write fence (`Ownership::fence`), so that it can report, in `Stats`,
-//!   that no write it accepted under an older table is still to be
-//!   applied. A move waits for that report from every member of both
-//!   groups.
+//! - **Fence** (`fence_on_change`): at each new table version it drains
+//!   the writes checked under older tables (`Ownership::drain_writes`),
+//!   reads its log's last index meanwhile, and on a replica group member
+//!   waits until its applied LSN reaches that index (or the log was cut
+//!   below it): an entry logged before, whose writer was answered "outcome
+//!   unknown" when its leader changed, may still commit, and must be
+//!   applied before the fence counts. Then it reports the version as
+//!   fenced, in `Stats`. A move waits for that report from every member of
+//!   both groups.
 //! - **Drop what left** (`drop_foreign_on_change`): when a partition stops
 //!   being held by its group (moved away, or a copy to it called off), the
 //!   leader deletes that partition's entries from its index, in batches
@@ -17,6 +21,7 @@
 //!   ends quietly: the leader's pass does it, and the log brings it here.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use uuidmap_engine::writer::{DurableIndex, WriteOp};
 use uuidmap_index::{Key, Scanner};
@@ -25,19 +30,42 @@ use uuidmap_partition::{Ownership, PartitionId, PartitionSet};
 /// Entries deleted per write batch.
 const DROP_BATCH: usize = 1000;
 
+/// A member's last log index (`None`: a single node, whose log is its
+/// WAL: nothing in it waits to be applied).
+pub(crate) type LogTail = Option<Arc<dyn Fn() -> Option<u64> + Send + Sync>>;
+
 /// Fences each new table version as it arrives; ends when the map's cache
 /// is dropped.
-pub(crate) async fn fence_on_change(ownership: Ownership, durable: Arc<DurableIndex>) {
+pub(crate) async fn fence_on_change(
+    ownership: Ownership,
+    durable: Arc<DurableIndex>,
+    log_tail: LogTail,
+) {
     let mut changes = ownership.cache().subscribe();
+    let applied = || durable.watermark().current();
     loop {
         let version = ownership.cache().view().version;
-        ownership
-            .fence(version, || durable.watermark().current())
+        let tail = ownership
+            .drain_writes(|| log_tail.as_ref().and_then(|t| t()))
             .await;
+        if let Some(tail) = tail {
+            let last = || log_tail.as_ref().and_then(|t| t());
+            while !log_applied(tail, applied(), last()) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        ownership.record_fence(version, applied());
         if changes.changed().await.is_err() {
             return;
         }
     }
+}
+
+/// Whether what a log held up to index `tail` is applied: the applied LSN
+/// reached it, or the log was cut below it (entries never committed,
+/// replaced by the leader's).
+fn log_applied(tail: u64, applied: u64, last: Option<u64>) -> bool {
+    applied >= tail || last.is_some_and(|l| l < tail)
 }
 
 /// The partitions of the current table that the group does not hold
@@ -139,4 +167,22 @@ async fn drop_pass(ownership: &Ownership, durable: &Arc<DurableIndex>, foreign: 
         partitions = foreign.len(),
         "dropped the entries of partitions this group no longer holds"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_applied;
+
+    #[test]
+    fn a_fence_waits_for_the_log_it_saw_to_be_applied_or_cut() {
+        // Entries up to 10 in the log, 8 applied: not yet.
+        assert!(!log_applied(10, 8, Some(10)));
+        assert!(
+            !log_applied(10, 8, Some(12)),
+            "more logged since: still 9 and 10 to apply"
+        );
+        assert!(log_applied(10, 10, Some(12)));
+        // The leader cut 9 and 10 (never committed): nothing left to wait for.
+        assert!(log_applied(10, 8, Some(8)));
+    }
 }

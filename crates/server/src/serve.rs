@@ -276,7 +276,14 @@ impl ServerParts {
             }
         };
         let partitioned = match &config.partitions {
-            Some(p) => Some(serve_partitioned::Partitioned::start(p, &durable).await?),
+            Some(p) => Some(
+                serve_partitioned::Partitioned::start(
+                    p,
+                    &durable,
+                    member.as_ref().map(|m| m.view()),
+                )
+                .await?,
+            ),
             None => None,
         };
         let raft_failed = member.as_ref().map(|m| m.raft());

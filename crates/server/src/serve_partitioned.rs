@@ -40,6 +40,7 @@ impl Partitioned {
     pub(crate) async fn start(
         options: &PartitionOptions,
         durable: &Arc<DurableIndex>,
+        member: Option<crate::ClusterView>,
     ) -> Result<Partitioned, ServeError> {
         let map = EtcdMap::connect(&options.etcd, &options.cluster)
             .await
@@ -89,6 +90,11 @@ impl Partitioned {
             tokio::spawn(partition_upkeep::fence_on_change(
                 ownership.clone(),
                 Arc::clone(durable),
+                member.map(|view| {
+                    let tail: Arc<dyn Fn() -> Option<u64> + Send + Sync> =
+                        Arc::new(move || view().last_log_index);
+                    tail
+                }),
             )),
             tokio::spawn(partition_upkeep::drop_foreign_on_change(
                 ownership.clone(),
