@@ -37,6 +37,8 @@ use crate::node::ClusterNode;
 use crate::raft_tls::RaftTls;
 use crate::raft_wire::{FromWire, SnapshotHeader, ToWire};
 use crate::snapshot_file::SnapshotFile;
+use uuidmap_engine::writer::ReadLease;
+
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderError,
     TransferLeaderRequest, UuidmapRaft, Vote, VoteRequest, VoteResponse,
@@ -60,6 +62,9 @@ pub struct GrpcNetworkFactory {
     pub tls: Option<Arc<RaftTls>>,
     /// The member's counters (elections started, snapshots sent).
     pub counters: Arc<crate::counters::RaftCounters>,
+    /// The member's read lease, told every commit index sent to a
+    /// follower ([`ReadLease::told_commit`]; `None`: not recorded).
+    pub lease: Option<Arc<ReadLease>>,
 }
 
 /// The connection to one other member.
@@ -70,6 +75,7 @@ pub struct RaftPeer {
     incarnation: u64,
     client: Result<RaftClient<Channel>, String>,
     counters: Arc<crate::counters::RaftCounters>,
+    lease: Option<Arc<ReadLease>>,
 }
 
 impl RaftNetworkFactory<UuidmapRaft> for GrpcNetworkFactory {
@@ -102,6 +108,7 @@ impl RaftNetworkFactory<UuidmapRaft> for GrpcNetworkFactory {
             incarnation: node.incarnation,
             client,
             counters: self.counters.clone(),
+            lease: self.lease.clone(),
         }
     }
 }
@@ -186,6 +193,11 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
         rpc: AppendEntriesRequest,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse, RPCError<UuidmapRaft>> {
+        // Before the send: the follower may apply what this commit index
+        // covers and show it to a read before this leader applied it.
+        if let (Some(lease), Some(commit)) = (&self.lease, &rpc.leader_commit) {
+            lease.told_commit(commit.index);
+        }
         self.unary(
             RPCTypes::AppendEntries,
             &option,

@@ -259,8 +259,13 @@ where
         if !lease.serves_as_leader() {
             return None;
         }
+        // At least what a follower was told is committed: another
+        // follower may already show it.
         let applied = applied.current();
-        lease.admit_applied(applied).ok().map(|()| applied)
+        lease
+            .admit_applied(applied)
+            .ok()
+            .map(|()| applied.max(lease.commit_told()))
     }
 
     /// Refuses a call meant for another incarnation of this node

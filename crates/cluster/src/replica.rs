@@ -258,6 +258,7 @@ impl Replica {
             overrides: overrides.clone(),
             tls: tls.clone(),
             counters: counters.clone(),
+            lease: durable.read_lease().cloned(),
         };
         let raft_config =
             raft_config(&config.timing).map_err(|e| ReplicaError::Raft(e.to_string()))?;

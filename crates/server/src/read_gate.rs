@@ -5,8 +5,10 @@
 //!
 //! - A single node answers every level at once (after `min_lsn`): a write
 //!   is applied before it is acknowledged.
-//! - A member, `linearizable` (the default): at once on the leader while
-//!   it serves from its lease (`ReadLease::serves_as_leader`); otherwise it
+//! - A member, `linearizable` (the default): on the leader while it serves
+//!   from its lease (`ReadLease::serves_as_leader`), once it applied every
+//!   commit index it told a follower (`ReadLease::commit_told`: that
+//!   follower may already have shown those writes to a read); otherwise it
 //!   gets a read index ([`ReadIndex`]: one round for every read waiting),
 //!   waits until its applied LSN reaches it (and `min_lsn`), bounded as a
 //!   `min_lsn` wait is, and answers unless it is catching up after loading
@@ -115,8 +117,13 @@ impl ReadGate {
                     return None;
                 }
                 // Loaded after the lease check: every write acknowledged
-                // before it is applied.
+                // before it is applied. A follower may show more: what it
+                // was told is committed, applied there before here. Only
+                // past that does the leader answer at once.
                 let applied = self.durable.watermark().current();
+                if applied < member.lease.commit_told() {
+                    return None;
+                }
                 self.durable
                     .admit_applied(applied)
                     .map(|()| applied)
@@ -145,9 +152,16 @@ impl ReadGate {
             Consistency::Stale { max_staleness } => self.stale(member, applied, max_staleness),
             Consistency::Linearizable => {
                 if member.lease.serves_as_leader() {
-                    let applied = self.durable.watermark().current();
-                    self.durable.admit_applied(applied).map_err(read_refused)?;
-                    return Ok(applied);
+                    let told = member.lease.commit_told();
+                    let applied =
+                        wait::applied(&self.durable, &self.stopping, told.max(min_lsn), bound)
+                            .await?;
+                    // Still the leader with a lease after the wait: else
+                    // the read index below.
+                    if member.lease.serves_as_leader() {
+                        self.durable.admit_applied(applied).map_err(read_refused)?;
+                        return Ok(applied);
+                    }
                 }
                 let index = tokio::time::timeout_at(bound.0, member.read_index.read_index())
                     .await

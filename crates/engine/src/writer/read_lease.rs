@@ -26,7 +26,7 @@
 //! that may predate a suspend renews nothing (`lease_clock`).
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use super::lease_clock::{ClockPair, SuspendFence, boottime_ns};
@@ -106,6 +106,11 @@ pub struct ReadLease {
     /// Reads wait until the applied LSN reaches this (0: none): set while
     /// a loaded snapshot's fuzzy state is caught up (`CatchingUp`).
     consistent_from: AtomicU64,
+    /// The highest commit index this member has told another one (the
+    /// `leader_commit` of every AppendEntries it sent, recorded before the
+    /// send; [`ReadLease::told_commit`]). A follower may have applied up
+    /// to it, and shown it to a read, before this leader applied it.
+    commit_told: AtomicU64,
 }
 
 impl Default for ReadLease {
@@ -119,6 +124,7 @@ impl Default for ReadLease {
             fence: Mutex::new(SuspendFence::default()),
             ready_term: AtomicU64::new(0),
             consistent_from: AtomicU64::new(0),
+            commit_told: AtomicU64::new(0),
         }
     }
 }
@@ -158,6 +164,21 @@ impl ReadLease {
             return Err(ReadRefused::CatchingUp { applied, until });
         }
         Ok(())
+    }
+
+    /// Records that this member is about to tell another one that
+    /// `index` is committed (an AppendEntries' `leader_commit`).
+    pub fn told_commit(&self, index: u64) {
+        self.commit_told.fetch_max(index, Ordering::Release);
+    }
+
+    /// The highest commit index this member told another one. A leader's
+    /// read from its lease waits until it applied this much: a follower
+    /// applies what it is told is committed, possibly before the leader
+    /// does, and a linearizable read there may already have shown it; a
+    /// later read on the leader must not show less.
+    pub fn commit_told(&self) -> u64 {
+        self.commit_told.load(Ordering::Acquire)
     }
 
     /// Whether this member may answer a linearizable read at once, from
@@ -264,6 +285,24 @@ impl ReadLease {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_commit_told_to_followers_is_the_highest_sent_across_terms() {
+        // AppendEntries leave on several tasks, one per follower, and
+        // arrive out of order; the floor a leader's lease read waits for
+        // is the highest commit index any of them carried, never lower.
+        let lease = ReadLease::default();
+        assert_eq!(lease.commit_told(), 0);
+        lease.told_commit(40);
+        lease.told_commit(12);
+        assert_eq!(lease.commit_told(), 40);
+        // A new term keeps it: an index committed is committed for good,
+        // and a follower told it may show it.
+        lease.lead(4, LeaseAck::Alone, Duration::ZERO);
+        assert_eq!(lease.commit_told(), 40);
+        lease.told_commit(41);
+        assert_eq!(lease.commit_told(), 41);
+    }
 
     #[test]
     fn a_leader_answers_only_once_ready_and_within_its_lease() {
