@@ -255,6 +255,18 @@ impl Client {
         }
     }
 
+    /// This client, in `other`'s session: the two share the LSN seen,
+    /// so that reads through either never go back behind what the other
+    /// saw. For a client built again for the same group (its members
+    /// changed) to go on from where the old one was.
+    pub(crate) fn in_session_of(self, other: &Client) -> Client {
+        self.observe(other.seen_lsn());
+        Client {
+            seen: Arc::clone(&other.seen),
+            ..self
+        }
+    }
+
     /// What this client (and its clones) has done so far.
     pub fn counters(&self) -> ClientCounters {
         let c = &self.shared.counters;

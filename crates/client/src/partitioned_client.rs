@@ -202,7 +202,9 @@ impl PartitionedClient {
     ) -> Result<Client, ClientError> {
         // The hot path: the group's client, built for the members the view
         // names (compared in place: no allocation per call).
-        if let Some((built_for, client)) = self.groups.load().get(group)
+        let groups = self.groups.load();
+        let built = groups.get(group);
+        if let Some((built_for, client)) = built
             && built_for.iter().eq(view.members(group))
         {
             return Ok(client.clone());
@@ -216,9 +218,16 @@ impl PartitionedClient {
                 ),
             });
         }
-        let client = ClientBuilder::clone(&self.template)
+        let mut client = ClientBuilder::clone(&self.template)
             .endpoints(urls.clone())
             .build()?;
+        // The same session as the client it replaces: the group's LSNs go
+        // on, and a read must not go back behind what the old one saw
+        // (a fresh session would read from a leader that has not applied
+        // what a follower showed a moment ago).
+        if let Some((_, old)) = built {
+            client = client.in_session_of(old);
+        }
         self.groups.rcu(|groups| {
             let mut next = HashMap::clone(groups);
             next.insert(group.clone(), (urls.clone(), client.clone()));

@@ -56,10 +56,11 @@ pub enum Refusal {
         /// The table version this member decided with.
         version: i64,
     },
-    /// A write to a partition moving to another group.
+    /// A read or write of a partition fenced for its move to another
+    /// group.
     #[error(
         "partition {partition} (of key {key}) is moving to group {to} (partition table version \
-         {version}); writes to it resume within seconds, at the new owner"
+         {version}); reads and writes of it resume within seconds, at the new owner"
     )]
     Moving {
         /// The key's partition.
@@ -335,8 +336,13 @@ impl Ownership {
                     version: view.version,
                 });
             }
-            // Ours, but fenced for the flip.
-            if write.is_some()
+            // Ours, but fenced for the flip: reads are refused too. Once
+            // the flip is in etcd, this member may not have seen it yet,
+            // while the new owner takes writes; a read here would return
+            // the frozen value after a newer one was acknowledged. (A
+            // partition only being copied, `~`, is read and written here
+            // as before: no flip comes before every member has fenced.)
+            if a.fenced
                 && let Some(to) = &a.moving_to
             {
                 return Err(Refusal::Moving {

@@ -1,8 +1,8 @@
 //! A real etcd (Debian's `etcd-server`, 3.4) for the partition tests: one
-//! member on free loopback ports over a temporary directory, killed when
-//! dropped. If etcd is not on PATH, `tools/install-etcd.sh` installs it
-//! first (as `.ci/run` does); a test that cannot get one fails saying so,
-//! never passes without it.
+//! member, or a cluster of several, on free loopback ports over a
+//! temporary directory, killed when dropped. If etcd is not on PATH,
+//! `tools/install-etcd.sh` installs it first (as `.ci/run` does); a test
+//! that cannot get one fails saying so, never passes without it.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -11,13 +11,24 @@ use std::time::{Duration, Instant};
 
 use uuidmap_partition::{EtcdMap, GroupName, PartitionTable};
 
-/// A running etcd.
+/// A running etcd: one member or a cluster.
 pub struct TestEtcd {
-    /// Its client URL (`http://127.0.0.1:PORT`).
+    /// The first member's client URL (`http://127.0.0.1:PORT`).
     pub url: String,
-    client_port: u16,
-    peer_port: u16,
+    /// Every member, in name order (`t0`, `t1`, ...).
+    members: Vec<EtcdMember>,
+    /// `--initial-cluster`: every member's name and peer URL.
+    initial_cluster: String,
+    /// Holds each member's data directory.
     dir: tempfile::TempDir,
+}
+
+/// One etcd process.
+struct EtcdMember {
+    name: String,
+    url: String,
+    peer: String,
+    /// `None` while killed.
     child: Option<Child>,
 }
 
@@ -48,74 +59,137 @@ fn free_port() -> u16 {
 }
 
 impl TestEtcd {
-    /// Starts etcd and waits until it answers.
+    /// Starts a one-member etcd and waits until it answers.
     pub fn start() -> TestEtcd {
+        TestEtcd::start_cluster(1)
+    }
+
+    /// Starts an etcd cluster of `n` members and waits until every member
+    /// answers.
+    pub fn start_cluster(n: usize) -> TestEtcd {
         ensure_installed();
+        let members: Vec<EtcdMember> = (0..n)
+            .map(|i| EtcdMember {
+                name: format!("t{i}"),
+                url: format!("http://127.0.0.1:{}", free_port()),
+                peer: format!("http://127.0.0.1:{}", free_port()),
+                child: None,
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut etcd = TestEtcd {
-            url: String::new(),
-            client_port: free_port(),
-            peer_port: free_port(),
+            url: members[0].url.clone(),
+            members,
+            initial_cluster,
             dir: tempfile::tempdir().unwrap(),
-            child: None,
         };
-        etcd.url = format!("http://127.0.0.1:{}", etcd.client_port);
         etcd.restart();
         etcd
     }
 
-    /// Kills etcd (SIGKILL): calls fail until [`TestEtcd::restart`].
+    /// Every member's client URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.url.clone()).collect()
+    }
+
+    /// Kills every member (SIGKILL): calls fail until
+    /// [`TestEtcd::restart`].
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
+        for i in 0..self.members.len() {
+            self.kill_member(i);
+        }
+    }
+
+    /// Kills member `i` (SIGKILL).
+    pub fn kill_member(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
-    /// Starts it again over the same directory and ports, and waits until
-    /// it answers.
+    /// The index of the member that leads, as the members report it
+    /// (`etcdctl endpoint status`), within 10 s.
+    pub fn leader(&self) -> usize {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            for (i, m) in self.members.iter().enumerate() {
+                if m.child.is_none() {
+                    continue;
+                }
+                let out = Command::new("etcdctl")
+                    .env("ETCDCTL_API", "3")
+                    .args(["--endpoints", &m.url, "endpoint", "status", "-w", "fields"])
+                    .output();
+                let Ok(out) = out else { continue };
+                let text = String::from_utf8_lossy(&out.stdout);
+                let field = |name: &str| {
+                    text.lines()
+                        .find(|l| l.starts_with(&format!("\"{name}\" :")))
+                        .and_then(|l| l.split(':').nth(1))
+                        .map(|v| v.trim().to_owned())
+                };
+                if let (Some(id), Some(leader)) = (field("MemberID"), field("Leader"))
+                    && id == leader
+                {
+                    return i;
+                }
+            }
+            assert!(Instant::now() < until, "no etcd leader within 10 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Kills the member that leads (SIGKILL); its index, for
+    /// [`TestEtcd::restart`].
+    pub fn kill_leader(&mut self) -> usize {
+        let i = self.leader();
+        self.kill_member(i);
+        i
+    }
+
+    /// Starts every killed member again over the same directories and
+    /// ports, and waits until each answers.
     pub fn restart(&mut self) {
-        self.kill();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_none() {
+                self.spawn_member(i);
+            }
+        }
+        for m in &self.members {
+            wait_healthy(&m.url);
+        }
+    }
+
+    fn spawn_member(&mut self, i: usize) {
+        let data = self.dir.path().join(&self.members[i].name);
+        let m = &mut self.members[i];
         let child = Command::new("etcd")
-            .args(["--name", "t"])
+            .args(["--name", &m.name])
             .arg("--data-dir")
-            .arg(self.dir.path().join("etcd"))
-            .args(["--listen-client-urls", &self.url])
-            .args(["--advertise-client-urls", &self.url])
-            .args(["--listen-peer-urls", &peer])
-            .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("t={peer}")])
+            .arg(data)
+            .args(["--listen-client-urls", &m.url])
+            .args(["--advertise-client-urls", &m.url])
+            .args(["--listen-peer-urls", &m.peer])
+            .args(["--initial-advertise-peer-urls", &m.peer])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(["--initial-cluster-state", "new"])
             .args(["--log-level", "error"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start etcd");
-        self.child = Some(child);
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            let healthy = Command::new("etcdctl")
-                .env("ETCDCTL_API", "3")
-                .args(["--endpoints", &self.url, "endpoint", "health"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if healthy {
-                return;
-            }
-            assert!(
-                Instant::now() < until,
-                "etcd at {} did not start in 20 s",
-                self.url
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        m.child = Some(child);
     }
 
     /// Makes cluster `cluster`'s partition table, split evenly between
     /// `groups`; the map's handle.
     pub async fn init_partitions(&self, cluster: &str, groups: &[&str]) -> EtcdMap {
-        let map = EtcdMap::connect(std::slice::from_ref(&self.url), cluster)
+        let map = EtcdMap::connect(&self.urls(), cluster)
             .await
             .expect("connect to the test etcd");
         let groups: Vec<GroupName> = groups.iter().map(|g| g.parse().unwrap()).collect();
@@ -129,7 +203,7 @@ impl TestEtcd {
     pub fn etcdctl(&self, args: &[&str]) -> String {
         let out = Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.url])
+            .args(["--endpoints", &self.urls().join(",")])
             .args(args)
             .output()
             .expect("run etcdctl");
@@ -139,6 +213,29 @@ impl TestEtcd {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Waits until the member at `url` says it is healthy (20 s at most: a
+/// cluster member is healthy once a quorum elected a leader).
+fn wait_healthy(url: &str) {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let healthy = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", url, "endpoint", "health"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if healthy {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "etcd at {url} did not start in 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
