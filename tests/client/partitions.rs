@@ -344,3 +344,96 @@ async fn a_cluster_scan_returns_every_key_once_across_a_move_and_a_resume() {
     assert!(c.client.resume_scan("garbage", Vec::new()).is_err());
     c.stop().await;
 }
+
+#[tokio::test]
+async fn a_cluster_watch_gives_each_write_once_and_in_order_across_moves_and_nothing_of_a_move() {
+    let c = two_groups().await;
+    let p = partition_of(key(0).as_bytes());
+    let hot = keys_in(p, 8);
+    let cold: Vec<Uuid> = (500..520).map(key).collect();
+    let keys: Vec<Uuid> = hot.iter().chain(&cold).copied().collect();
+    // Written before the watch starts: never shown.
+    for k in &keys {
+        c.client.put(*k, Uuid::from_u128(1)).await.unwrap();
+    }
+    let mut watch = c.client.watch().await.unwrap();
+    // One writer, puts of a counter: each key's acknowledged values, in
+    // order, are what the watch must give, exactly.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, stop, keys) = (c.client.clone(), Arc::clone(&stop), keys.clone());
+        tokio::spawn(async move {
+            let mut acked: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+            let mut n: u128 = 2;
+            while !stop.load(Ordering::Relaxed) {
+                for k in &keys {
+                    let v = Uuid::from_u128(n);
+                    client
+                        .put(*k, v)
+                        .await
+                        .unwrap_or_else(|e| panic!("put {k}: {e}"));
+                    acked.entry(*k).or_default().push(v);
+                    n += 1;
+                }
+            }
+            acked
+        })
+    };
+    let options = MoveOptions {
+        batch: MAX_WRITE_OPS,
+        ..MoveOptions::default()
+    };
+    let first = c.client.view().owner(p).cloned().unwrap();
+    let other = if first == g("g1") { g("g2") } else { g("g1") };
+    for to in [&other, &first, &other] {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        c.client.move_partition(p, to, &options).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stop.store(true, Ordering::Relaxed);
+    let acked = writer.await.unwrap();
+    // Every key's acknowledged values come, once each, in order; nothing
+    // else (no copy of a move, no drop of moved entries) comes at all.
+    let mut seen: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+    let done = |seen: &HashMap<Uuid, Vec<Uuid>>| {
+        acked
+            .iter()
+            .all(|(k, vs)| seen.get(k).map(Vec::len) >= Some(vs.len()))
+    };
+    while !done(&seen) {
+        let batch = tokio::time::timeout(Duration::from_secs(20), watch.next())
+            .await
+            .expect("the watch delivers every acknowledged write within 20 s")
+            .unwrap();
+        for (k, v) in batch.changes {
+            let v = v.unwrap_or_else(|| panic!("{k} removed by {} at {}", batch.group, batch.lsn));
+            seen.entry(k).or_default().push(v);
+        }
+    }
+    for (k, vs) in &acked {
+        assert_eq!(seen.get(k), Some(vs), "the changes of {k}");
+    }
+    assert_eq!(seen.len(), acked.len(), "no change of another key");
+    // The cursor, as text, resumes exactly after what was delivered.
+    let cursor: uuidmap_client::ClusterCursor = watch.cursor().to_string().parse().unwrap();
+    drop(watch);
+    c.client
+        .put(hot[0], Uuid::from_u128(u128::MAX - 1))
+        .await
+        .unwrap();
+    let mut resumed = c.client.watch_from(&cursor).unwrap();
+    let batch = tokio::time::timeout(Duration::from_secs(20), resumed.next())
+        .await
+        .expect("the resumed watch delivers the new write")
+        .unwrap();
+    assert_eq!(
+        batch.changes,
+        vec![(hot[0], Some(Uuid::from_u128(u128::MAX - 1)))]
+    );
+    assert!(
+        "g1:x".parse::<uuidmap_client::ClusterCursor>().is_err()
+            && "g1:1,g1:2"
+                .parse::<uuidmap_client::ClusterCursor>()
+                .is_err()
+    );
+}

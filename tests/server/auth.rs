@@ -185,7 +185,7 @@ async fn every_read_rpc_takes_a_read_token_and_every_write_rpc_refuses_it() {
     assert_eq!(code(wait), Code::Ok);
     let scan = c.scan(r.request(pb::ScanRequest::default())).await;
     assert!(not_auth(code(scan)));
-    let watch = c.watch(r.request(pb::WatchRequest { after_lsn: 0 })).await;
+    let watch = c.watch(r.request(pb::WatchRequest::default())).await;
     assert!(not_auth(code(watch)));
 
     // Writes.

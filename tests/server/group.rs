@@ -81,7 +81,7 @@ async fn a_group_of_one_serves_and_keeps_its_data_over_a_restart() {
     // Its change stream: the put, and nothing for the entries before it
     // (the group's first entries) or for the refused CAS.
     let mut watch = c
-        .watch(pb::WatchRequest { after_lsn: 0 })
+        .watch(pb::WatchRequest::default())
         .await
         .unwrap()
         .into_inner();

@@ -21,7 +21,10 @@ type Batch = (u64, Vec<(Uuid, Option<Uuid>)>);
 async fn watched(server: &TestServer, after: u64, last: u64) -> Vec<Batch> {
     let mut c = server.client().await;
     let mut stream: Streaming<pb::WatchResponse> = c
-        .watch(pb::WatchRequest { after_lsn: after })
+        .watch(pb::WatchRequest {
+            after_lsn: after,
+            ..Default::default()
+        })
         .await
         .expect("a member serves Watch")
         .into_inner();

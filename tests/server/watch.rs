@@ -27,7 +27,12 @@ async fn watch(
     c: &mut Client,
     after_lsn: u64,
 ) -> Result<Streaming<pb::WatchResponse>, tonic::Status> {
-    Ok(c.watch(pb::WatchRequest { after_lsn }).await?.into_inner())
+    Ok(c.watch(pb::WatchRequest {
+        after_lsn,
+        ..Default::default()
+    })
+    .await?
+    .into_inner())
 }
 
 /// Batches from `stream` until (and including) LSN `last`, checking they

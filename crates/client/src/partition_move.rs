@@ -24,9 +24,16 @@
 //!    difference to the target (puts, and deletes of what the source no
 //!    longer has). The source's partition is frozen, so afterwards the
 //!    target holds exactly what the source holds.
-//! 5. **Flip.** Make the target the owner (a compare on the version). The
-//!    source refuses the partition from the moment it sees the new table,
-//!    and drops its entries.
+//! 5. **Flip.** Wait until every target member has fenced the fenced
+//!    table too (so that none still shows the partition only copying
+//!    once the flip is in etcd: its watch tells copy writes from the
+//!    owner's by that). Make the target the owner (a compare on the
+//!    version), recording the handoff ([`uuidmap_partition::Handoff`]):
+//!    the source's writes to the partition are at or below the largest
+//!    `fence_lsn` its members reported in step 3, the target's copy at or
+//!    below the largest LSN of its copy writes and of its members' fences
+//!    in step 1. The source refuses the partition from the moment it sees
+//!    the new table, and drops its entries.
 //!
 //! Any failure before the flip calls the move off (the source keeps the
 //! partition; the target drops its copy).
@@ -35,7 +42,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
-use uuidmap_partition::{GroupName, PartitionError, PartitionId};
+use uuidmap_partition::{GroupName, Handoff, PartitionError, PartitionId};
 
 use crate::{Client, ClientError, PartitionedClient, ScanOptions, WriteOp};
 
@@ -126,7 +133,7 @@ impl PartitionedClient {
         };
         let result = async {
             tracing::info!(partition = %p, %from, %to, version, "move: copying");
-            self.wait_fenced(to, version, options).await?;
+            let target_fenced = self.wait_fenced(to, version, options).await?;
             let view = self
                 .cache()
                 .wait_for_revision(version, options.fence_timeout)
@@ -134,8 +141,9 @@ impl PartitionedClient {
             let source = self.group_client(&view, &from)?;
             let target = self.group_client(&view, to)?;
             // 2. Copy, then catch up.
-            let (copied, applied_lsn) = copy(&source, &target, p, options).await?;
-            let caught_up = catch_up(&source, &target, p, applied_lsn, options).await?;
+            let (copied, applied_lsn, copy_lsn) = copy(&source, &target, p, options).await?;
+            let (caught_up, catch_up_lsn) =
+                catch_up(&source, &target, p, applied_lsn, options).await?;
             tracing::info!(partition = %p, copied, caught_up, "move: copied");
             // 3. Fence.
             let fenced = table.with_fence(p).map_err(routing)?;
@@ -147,11 +155,24 @@ impl PartitionedClient {
             table = fenced;
             let blocked_from = Instant::now();
             tracing::info!(partition = %p, version, "move: fenced, writes refused until the flip");
-            self.wait_fenced(&from, version, options).await?;
+            let source_last = self.wait_fenced(&from, version, options).await?;
             // 4. Reconcile.
-            let reconciled = reconcile(&source, &target, p, options).await?;
-            // 5. Flip.
-            let done = table.with_move_done(p).map_err(routing)?;
+            let (reconciled, reconcile_lsn) = reconcile(&source, &target, p, options).await?;
+            // 5. Flip, once no target member still shows it copying.
+            let target_fenced = target_fenced.max(self.wait_fenced(to, version, options).await?);
+            let done = table
+                .with_move_done(p)
+                .map_err(routing)?
+                .with_handoff(Handoff {
+                    partition: p,
+                    from: from.clone(),
+                    from_last: source_last,
+                    to: to.clone(),
+                    to_after: target_fenced
+                        .max(copy_lsn)
+                        .max(catch_up_lsn)
+                        .max(reconcile_lsn),
+                });
             let v = self
                 .etcd()
                 .replace_table(version, &done)
@@ -184,13 +205,15 @@ impl PartitionedClient {
     /// of at least `version`: every member registered in etcd, and every
     /// member of the group's Raft membership as its members report it (a
     /// member that is restarting, or has not registered yet, may still
-    /// hold an older table; it must fence too).
+    /// hold an older table; it must fence too). Returns the largest
+    /// `fence_lsn` they reported.
     async fn wait_fenced(
         &self,
         group: &GroupName,
         version: i64,
         options: &MoveOptions,
-    ) -> Result<(), ClientError> {
+    ) -> Result<u64, ClientError> {
+        let mut fence_lsn = 0;
         let until = Instant::now() + options.fence_timeout;
         let mut urls: std::collections::BTreeSet<String> =
             self.view().member_urls(group).into_iter().collect();
@@ -205,10 +228,11 @@ impl PartitionedClient {
             if let Some(c) = stats.as_ref().and_then(|s| s.cluster.as_ref()) {
                 urls.extend(c.members.iter().map(|m| m.client_url.clone()));
             }
-            let fenced = stats
+            let (fenced, lsn) = stats
                 .and_then(|s| s.partitions)
-                .map_or(0, |p| p.fenced_version);
+                .map_or((0, 0), |p| (p.fenced_version, p.fence_lsn));
             if fenced >= version {
+                fence_lsn = fence_lsn.max(lsn);
                 checked.insert(url);
                 continue;
             }
@@ -221,16 +245,18 @@ impl PartitionedClient {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        Ok(())
+        Ok(fence_lsn)
     }
 }
 
-/// Writes `ops` to `target` in batches.
-async fn write_all(target: &Client, ops: &[WriteOp], batch: usize) -> Result<(), ClientError> {
+/// Writes `ops` to `target` in batches; the largest LSN they took (0:
+/// none written).
+async fn write_all(target: &Client, ops: &[WriteOp], batch: usize) -> Result<u64, ClientError> {
+    let mut last = 0;
     for chunk in ops.chunks(batch.max(1)) {
-        target.idempotent().write_copy(chunk).await?;
+        last = last.max(target.idempotent().write_copy(chunk).await?);
     }
-    Ok(())
+    Ok(last)
 }
 
 /// The partition's entries on `client`.
@@ -251,37 +277,38 @@ async fn scan_partition(
     Ok((entries, applied))
 }
 
-/// Copies the partition; the entries written and the source's applied
-/// LSN when its scan began.
+/// Copies the partition; the entries written, the source's applied LSN
+/// when its scan began, and the largest LSN the copy took at the target.
 async fn copy(
     source: &Client,
     target: &Client,
     p: PartitionId,
     options: &MoveOptions,
-) -> Result<(u64, u64), ClientError> {
+) -> Result<(u64, u64, u64), ClientError> {
     let (entries, applied) = scan_partition(source, p).await?;
     let ops: Vec<WriteOp> = entries
         .into_iter()
         .map(|(key, value)| WriteOp::Put { key, value })
         .collect();
-    write_all(target, &ops, options.batch).await?;
-    Ok((ops.len() as u64, applied))
+    let lsn = write_all(target, &ops, options.batch).await?;
+    Ok((ops.len() as u64, applied, lsn))
 }
 
 /// Follows the source's changes to the partition after `after`, up to the
 /// source's applied LSN when it starts (writes go on meanwhile: the
 /// reconcile takes the rest), or until the Watch is quiet; how many it
-/// applied.
+/// applied, and the largest LSN they took at the target.
 async fn catch_up(
     source: &Client,
     target: &Client,
     p: PartitionId,
     after: u64,
     options: &MoveOptions,
-) -> Result<u64, ClientError> {
+) -> Result<(u64, u64), ClientError> {
     let until = source.stats().await?.applied_lsn;
     let mut watch = source.watch(after);
     let mut applied = 0;
+    let mut lsn = 0;
     while let Ok(batch) = tokio::time::timeout(options.quiet, watch.next()).await {
         let batch = batch?;
         let last = batch.lsn >= until;
@@ -295,22 +322,22 @@ async fn catch_up(
             })
             .collect();
         applied += ops.len() as u64;
-        write_all(target, &ops, options.batch).await?;
+        lsn = lsn.max(write_all(target, &ops, options.batch).await?);
         if last {
             break;
         }
     }
-    Ok(applied)
+    Ok((applied, lsn))
 }
 
 /// Makes the target's copy equal to the source's (frozen) partition; the
-/// operations it wrote.
+/// operations it wrote, and the largest LSN they took.
 async fn reconcile(
     source: &Client,
     target: &Client,
     p: PartitionId,
     options: &MoveOptions,
-) -> Result<u64, ClientError> {
+) -> Result<(u64, u64), ClientError> {
     let ((want, _), (have, _)) =
         tokio::try_join!(scan_partition(source, p), scan_partition(target, p))?;
     let mut ops: Vec<WriteOp> = want
@@ -323,6 +350,6 @@ async fn reconcile(
             .filter(|k| !want.contains_key(k))
             .map(|&key| WriteOp::Delete { key }),
     );
-    write_all(target, &ops, options.batch).await?;
-    Ok(ops.len() as u64)
+    let lsn = write_all(target, &ops, options.batch).await?;
+    Ok((ops.len() as u64, lsn))
 }

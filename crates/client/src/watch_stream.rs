@@ -62,9 +62,9 @@ type Pending =
     Pin<Box<dyn Future<Output = (Box<Watcher>, Result<WatchBatch, ClientError>)> + Send>>;
 
 impl WatchStream {
-    pub(crate) fn new(client: Client, after_lsn: u64) -> WatchStream {
+    pub(crate) fn new(client: Client, after_lsn: u64, owned_only: bool) -> WatchStream {
         WatchStream {
-            idle: Some(Box::new(Watcher::new(client, after_lsn))),
+            idle: Some(Box::new(Watcher::new(client, after_lsn, owned_only))),
             pending: None,
             after: after_lsn,
         }
@@ -114,16 +114,21 @@ struct Watcher {
     buffered: VecDeque<WatchBatch>,
     /// Failures since the last message.
     failures: u32,
+    /// Asks for the group's own changes only, and yields the server's
+    /// progress as batches with no change (`WatchRequest.owned_only`: a
+    /// cluster-wide watch's group stream).
+    owned_only: bool,
 }
 
 impl Watcher {
-    fn new(client: Client, after_lsn: u64) -> Watcher {
+    fn new(client: Client, after_lsn: u64, owned_only: bool) -> Watcher {
         Watcher {
             client,
             after: after_lsn,
             open: None,
             buffered: VecDeque::new(),
             failures: 0,
+            owned_only,
         }
     }
 
@@ -149,6 +154,13 @@ impl Watcher {
                             self.buffered.push_back(batch_of(b)?);
                         }
                     }
+                    let last = self.buffered.back().map_or(self.after, |b| b.lsn);
+                    if self.owned_only && message.progress_lsn > last {
+                        self.buffered.push_back(WatchBatch {
+                            lsn: message.progress_lsn,
+                            changes: Vec::new(),
+                        });
+                    }
                 }
                 Ok(None) => {
                     // The server ended the stream without an error: watch
@@ -173,10 +185,14 @@ impl Watcher {
         let client = &self.client;
         let endpoints = client.endpoints();
         let after = self.after;
+        let owned_only = self.owned_only;
         let opened = client
             .run("Watch", true, |_remaining, avoid| {
                 let e = endpoints.pick(avoid);
-                let r = client.stream_request(pb::WatchRequest { after_lsn: after });
+                let r = client.stream_request(pb::WatchRequest {
+                    after_lsn: after,
+                    owned_only,
+                });
                 let (channel, lease) = e.pool.lease();
                 async move {
                     match UuidMapClient::new(channel).watch(r).await {
@@ -312,7 +328,15 @@ impl Client {
     /// Every write batch after `after_lsn`, in LSN order, resumed after
     /// the last one delivered when the stream breaks.
     pub fn watch(&self, after_lsn: u64) -> WatchStream {
-        WatchStream::new(self.clone(), after_lsn)
+        WatchStream::new(self.clone(), after_lsn, false)
+    }
+
+    /// [`Client::watch`] of a partition-owning group, for a cluster-wide
+    /// watch: only the group's own changes (no partition move's), and a
+    /// batch with no change wherever the server reports progress past the
+    /// last batch (`WatchRequest.owned_only`).
+    pub(crate) fn watch_owned(&self, after_lsn: u64) -> WatchStream {
+        WatchStream::new(self.clone(), after_lsn, true)
     }
 
     /// A scan then a watch from the scan's applied LSN, started over when

@@ -18,16 +18,32 @@
 //! a move under way (docs/partitions.md, "Moves"):
 //! - `OWNER~TARGET`: being copied to `TARGET`. The owner serves it as
 //!   usual; the target takes the mover's writes to it (and no reads).
-//! - `OWNER>TARGET`: fenced for the flip. The owner still serves reads and
-//!   refuses writes (retryable), until the owner becomes `TARGET`.
+//! - `OWNER>TARGET`: fenced for the flip. The owner refuses reads and
+//!   writes of it (retryable), until the owner becomes `TARGET`.
 //!
 //! The runs cover `0..4096` in order, with no gap and no overlap; anything
 //! else is refused whole, naming the line.
+//!
+//! Version 2 adds, after the runs, the history of flips that a watch needs
+//! ([`Handoffs`], module `handoff`), oldest first:
+//!
+//! ```text
+//! handoff 2048 g2 1500 g1 900
+//! horizon g1 300
+//! ```
+//!
+//! `handoff P FROM LS TO LT`: partition `P` passed from `FROM` (its own
+//! writes to it at or below LSN `LS`) to `TO` (its own above `LT`).
+//! `horizon G L`: what would tell `G`'s ownership at or below `L` was
+//! forgotten. A table with no history is written as version 1, which a
+//! build from before the history reads too.
 
-use crate::{GroupName, PARTITIONS, PartitionError, PartitionId};
+use crate::{GroupName, Handoff, Handoffs, PARTITIONS, PartitionError, PartitionId};
 
-/// The first line of the text.
+/// The first line of the text with no history.
 const HEADER: &str = "uuidmap-partitions 1";
+/// The first line of the text with the history of handoffs.
+const HEADER_2: &str = "uuidmap-partitions 2";
 
 /// Who holds one partition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +80,9 @@ impl Assignment {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionTable {
     slots: Vec<Assignment>,
+    /// The flips that a watch needs to tell a group's own writes from a
+    /// move's.
+    handoffs: Handoffs,
 }
 
 impl PartitionTable {
@@ -86,7 +105,10 @@ impl PartitionTable {
                 fenced: false,
             })
             .collect();
-        Ok(PartitionTable { slots })
+        Ok(PartitionTable {
+            slots,
+            handoffs: Handoffs::default(),
+        })
     }
 
     /// Who holds `p`.
@@ -110,9 +132,25 @@ impl PartitionTable {
             .filter(|(_, a)| a.moving_to.is_some())
     }
 
+    /// The history of flips (module docs).
+    pub fn handoffs(&self) -> &Handoffs {
+        &self.handoffs
+    }
+
+    /// This table with `handoff` added to its history.
+    pub fn with_handoff(&self, handoff: Handoff) -> Self {
+        let mut next = self.clone();
+        next.handoffs.push(handoff);
+        next
+    }
+
     /// The table as the text stored in etcd (module docs).
     pub fn to_text(&self) -> String {
-        let mut out = String::from(HEADER);
+        let mut out = String::from(if self.handoffs.is_empty() {
+            HEADER
+        } else {
+            HEADER_2
+        });
         out.push('\n');
         let mut first = 0;
         for i in 1..=self.slots.len() {
@@ -127,6 +165,15 @@ impl PartitionTable {
                 first = i;
             }
         }
+        for h in self.handoffs.iter() {
+            out.push_str(&format!(
+                "handoff {} {} {} {} {}\n",
+                h.partition, h.from, h.from_last, h.to, h.to_after
+            ));
+        }
+        for (g, lsn) in self.handoffs.horizons() {
+            out.push_str(&format!("horizon {g} {lsn}\n"));
+        }
         out
     }
 
@@ -135,15 +182,24 @@ impl PartitionTable {
     pub fn parse(text: &str) -> Result<PartitionTable, PartitionError> {
         let bad = |line: usize, why: String| PartitionError::BadTable { line, why };
         let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
-        match lines.next() {
-            Some((_, HEADER)) => {}
+        let history = match lines.next() {
+            Some((_, HEADER)) => false,
+            Some((_, HEADER_2)) => true,
             Some((_, other)) => {
-                return Err(bad(1, format!("expected {HEADER:?}, found {other:?}")));
+                return Err(bad(
+                    1,
+                    format!("expected {HEADER:?} or {HEADER_2:?}, found {other:?}"),
+                ));
             }
             None => return Err(bad(1, "the table is empty".into())),
-        }
+        };
         let mut slots: Vec<Assignment> = Vec::with_capacity(usize::from(PARTITIONS));
+        let mut handoffs = Handoffs::default();
         for (n, line) in lines.filter(|(_, l)| !l.is_empty()) {
+            if history && (line.starts_with("handoff ") || line.starts_with("horizon ")) {
+                parse_history(line, &mut handoffs).map_err(|why| bad(n, why))?;
+                continue;
+            }
             let (range, who) = line
                 .split_once(' ')
                 .ok_or_else(|| bad(n, format!("expected `FIRST-LAST GROUP`, found {line:?}")))?;
@@ -190,7 +246,7 @@ impl PartitionTable {
                 ),
             ));
         }
-        Ok(PartitionTable { slots })
+        Ok(PartitionTable { slots, handoffs })
     }
 
     /// This table with `p` being copied to `to` (refused if it is moving
@@ -245,9 +301,75 @@ impl PartitionTable {
     }
 }
 
+/// Adds a `handoff` or `horizon` line to `handoffs`.
+fn parse_history(line: &str, handoffs: &mut Handoffs) -> Result<(), String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let group = |s: &str| s.parse::<GroupName>().map_err(|e| e.to_string());
+    let lsn = |s: &str| s.parse::<u64>().map_err(|_| format!("{s:?} is not an LSN"));
+    match words.as_slice() {
+        ["handoff", p, from, ls, to, lt] => {
+            let partition = p
+                .parse::<u16>()
+                .ok()
+                .and_then(PartitionId::new)
+                .ok_or_else(|| format!("{p:?} is not a partition (0-{})", PARTITIONS - 1))?;
+            handoffs.push(Handoff {
+                partition,
+                from: group(from)?,
+                from_last: lsn(ls)?,
+                to: group(to)?,
+                to_after: lsn(lt)?,
+            });
+            Ok(())
+        }
+        ["horizon", g, l] => {
+            handoffs.raise_horizon(&group(g)?, lsn(l)?);
+            Ok(())
+        }
+        _ => Err(format!(
+            "expected `handoff P FROM LS TO LT` or `horizon GROUP LSN`, found {line:?}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_history_of_handoffs_round_trips_and_a_table_without_it_stays_version_1() {
+        let t = PartitionTable::even(&[g("g1"), g("g2")]).unwrap();
+        assert!(t.to_text().starts_with("uuidmap-partitions 1\n"));
+        let p = PartitionId::new(7).unwrap();
+        let h = t.with_move(p, &g("g2")).unwrap().with_fence(p).unwrap();
+        let done = h.with_move_done(p).unwrap().with_handoff(Handoff {
+            partition: p,
+            from: g("g1"),
+            from_last: 1500,
+            to: g("g2"),
+            to_after: 900,
+        });
+        let text = done.to_text();
+        assert!(text.starts_with("uuidmap-partitions 2\n"), "{text}");
+        assert!(text.contains("\nhandoff 7 g1 1500 g2 900\n"), "{text}");
+        assert_eq!(PartitionTable::parse(&text).unwrap(), done);
+        let mut forgot = text.clone();
+        forgot.push_str("horizon g1 40\n");
+        assert_eq!(
+            PartitionTable::parse(&forgot)
+                .unwrap()
+                .handoffs()
+                .horizon(&g("g1")),
+            40
+        );
+        // A bad history line is refused, naming it.
+        let bad = text.replace("handoff 7 g1 1500", "handoff 7 g1 x");
+        let e = PartitionTable::parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("\"x\" is not an LSN"), "{e}");
+        // Version 1 has no history lines.
+        let v1 = text.replace("uuidmap-partitions 2", "uuidmap-partitions 1");
+        assert!(PartitionTable::parse(&v1).is_err());
+    }
 
     fn g(s: &str) -> GroupName {
         s.parse().unwrap()
@@ -304,7 +426,7 @@ mod tests {
     fn a_bad_table_is_refused_naming_the_line() {
         let cases = [
             ("", 1, "empty"),
-            ("uuidmap-partitions 2\n0-4095 a\n", 1, "expected"),
+            ("uuidmap-partitions 3\n0-4095 a\n", 1, "expected"),
             (
                 "uuidmap-partitions 1\n0-4094 a\n",
                 2,

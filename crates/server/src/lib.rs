@@ -80,6 +80,7 @@ pub mod stats_answer;
 pub mod tls;
 pub mod transport_errors;
 pub mod wait;
+mod watch_owned;
 pub mod watch_rpc;
 pub mod wire;
 

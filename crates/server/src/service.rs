@@ -404,8 +404,14 @@ impl UuidMap for DataService {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let after_lsn = request.get_ref().after_lsn;
+        let owned = match (&self.ownership, request.get_ref().owned_only) {
+            (Some(ownership), true) => Some(super::watch_owned::OwnedFilter {
+                ownership: ownership.clone(),
+            }),
+            _ => None,
+        };
         let stream =
-            super::watch_rpc::start(&self.durable, after_lsn, self.stopping.clone()).await?;
+            super::watch_rpc::start(&self.durable, after_lsn, self.stopping.clone(), owned).await?;
         Ok(Response::new(stream))
     }
 

@@ -20,6 +20,12 @@
 //! The WAL holds blind writes, so a compare-and-set appears as the put or
 //! delete it resulted in; a refused batch never appears.
 //!
+//! With `owned_only` on a member of a partitioned cluster, each response
+//! read is filtered to the group's own changes (`watch_owned`), waiting
+//! while that cannot be decided yet, and carries `progress_lsn`, the last
+//! LSN read; a response left with no batch is sent all the same, so a
+//! merged stream knows the group passed that LSN.
+//!
 //! # Ends
 //!
 //! - The changes after `a` are no longer in the WAL (a snapshot covered
@@ -40,6 +46,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 use super::grpc_status::{stopping_watch, watch_error};
+use super::watch_owned::{Filter, OwnedFilter};
 use uuidmap_engine::store::{Op, WalFollowError};
 use uuidmap_engine::writer::{ChangeReader, DurableIndex};
 use uuidmap_index::sync::LsnWatermark;
@@ -55,10 +62,11 @@ pub type WatchStream = tokio_stream::wrappers::ReceiverStream<Result<pb::WatchRe
 
 /// Starts a watch after `after_lsn`; FAILED_PRECONDITION at once if the
 /// WAL no longer holds the LSN after it.
-pub async fn start(
+pub(crate) async fn start(
     durable: &Arc<DurableIndex>,
     after_lsn: u64,
     stopping: watch::Receiver<bool>,
+    owned: Option<OwnedFilter>,
 ) -> Result<WatchStream, Status> {
     let opener = durable.clone();
     let follower = tokio::task::spawn_blocking(move || opener.follow(after_lsn))
@@ -75,6 +83,7 @@ pub async fn start(
         watermark: durable.watermark().clone(),
         tx,
         stopping,
+        owned,
     };
     tokio::spawn(task.run());
     Ok(tokio_stream::wrappers::ReceiverStream::new(rx))
@@ -87,6 +96,8 @@ struct WatchTask {
     watermark: Arc<LsnWatermark>,
     tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
     stopping: watch::Receiver<bool>,
+    /// With `owned_only` on a partitioned member: the filter.
+    owned: Option<OwnedFilter>,
 }
 
 impl WatchTask {
@@ -122,14 +133,57 @@ impl WatchTask {
             };
             let after = reader.next_lsn() - 1;
             self.reader = Some(reader);
-            let message = response.map_err(|e| watch_error(&e, after));
-            if message.as_ref().is_ok_and(|r| r.batches.is_empty()) {
+            let message = match (response, self.owned.clone()) {
+                (Ok(mut r), Some(owned)) => {
+                    r.progress_lsn = after;
+                    match self.decide_owned(&owned, r).await {
+                        Some(decided) => decided,
+                        None => return,
+                    }
+                }
+                (response, _) => response.map_err(|e| watch_error(&e, after)),
+            };
+            if message
+                .as_ref()
+                .is_ok_and(|r| r.batches.is_empty() && r.progress_lsn == 0)
+            {
                 // A member's entries that changed nothing: wait for more.
                 continue;
             }
             let failed = message.is_err();
             if self.tx.send(message).await.is_err() || failed {
                 return;
+            }
+        }
+    }
+
+    /// `r` with only the group's own changes (`watch_owned`), once they
+    /// can be decided; `None`: the client went away meanwhile.
+    async fn decide_owned(
+        &self,
+        owned: &OwnedFilter,
+        mut r: pb::WatchResponse,
+    ) -> Option<Result<pb::WatchResponse, Status>> {
+        let mut tables = owned.ownership.cache().subscribe();
+        loop {
+            match owned.filter(&r.batches) {
+                Filter::Keep(batches) => {
+                    r.batches = batches;
+                    return Some(Ok(r));
+                }
+                Filter::Forgotten(why) => return Some(Err(Status::failed_precondition(why))),
+                Filter::Hold => {}
+            }
+            let mut stopping = self.stopping.clone();
+            tokio::select! {
+                biased;
+                _ = stopping.wait_for(|s| *s) => return Some(Err(stopping_watch())),
+                () = self.tx.closed() => return None,
+                changed = tables.changed() => {
+                    if changed.is_err() {
+                        return Some(Err(stopping_watch()));
+                    }
+                }
             }
         }
     }
@@ -179,7 +233,10 @@ impl BatchReader {
             size += len;
             batches.push(batch);
         }
-        Ok(pb::WatchResponse { batches })
+        Ok(pb::WatchResponse {
+            batches,
+            progress_lsn: 0,
+        })
     }
 }
 
