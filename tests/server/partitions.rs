@@ -11,7 +11,9 @@ use tonic::Code;
 use uuidmap::server::proto::v1 as pb;
 use uuidmap_client::partition::{EtcdMap, GroupName, PartitionId, partition_of};
 use uuidmap_testkit::etcd::TestEtcd;
-use uuidmap_testkit::server::{TestServer, b, put_op, put_req, start_partitioned, u};
+use uuidmap_testkit::server::{
+    TestServer, b, put_op, put_req, sample, scrape, start_partitioned, u,
+};
 
 const CLUSTER: &str = "t";
 
@@ -181,10 +183,25 @@ async fn a_partition_given_to_another_group_is_refused_by_its_old_owner_at_once(
     let copying = view.table.unwrap().with_move(p, &g("g2")).unwrap();
     let v = map.replace_table(view.version, &copying).await.unwrap();
     c1.put(put_req(k, u(1))).await.unwrap();
+    // While it is copied, the owner serves reads as before.
+    let got = c1
+        .get(pb::GetRequest {
+            key: b(k),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        got.value,
+        Some(b(u(1))),
+        "the owner serves reads while it is copied"
+    );
     let table = copying.with_fence(p).unwrap();
     let moving = map.replace_table(v, &table).await.unwrap();
-    // While it is fenced: reads go on at the owner, writes are refused as
-    // retryable.
+    // While it is fenced, writes and reads are refused as retryable: after
+    // the flip a member that has not seen it yet would otherwise answer
+    // with the frozen value while the new owner takes writes.
     // (The writes before the server sees the mark succeed: they write the
     // value it has.)
     let s = eventually("the write refused as moving", || {
@@ -198,15 +215,15 @@ async fn a_partition_given_to_another_group_is_refused_by_its_old_owner_at_once(
     })
     .await;
     assert_eq!(md(&s, "uuidmap-moving-to"), "g2");
-    let got = c1
+    let s = c1
         .get(pb::GetRequest {
             key: b(k),
             ..Default::default()
         })
         .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(got.value, Some(b(u(1))), "the owner still serves reads");
+        .unwrap_err();
+    assert_eq!(s.code(), Code::Unavailable, "{s:?}");
+    assert_eq!(md(&s, "uuidmap-moving-to"), "g2");
     let done = table.with_move_done(p).unwrap();
     map.replace_table(moving, &done).await.unwrap();
     // A client that still believes g1 owns it (a stale map) is refused.
@@ -445,6 +462,28 @@ async fn scans_and_stats_follow_the_table() {
     );
     assert!(stats.fenced_version <= stats.table_version && stats.table_version > view.version);
     assert!(stats.etcd_error.is_empty());
+    // /metrics shows the same figures, for the group.
+    let text = scrape(&s2).await;
+    assert_eq!(
+        sample(
+            &text,
+            "uuidmap_partition_group_info",
+            &[("group", "g2"), ("cluster", CLUSTER)]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    for (state, n) in [("owned", 2048.0), ("moving_in", 1.0), ("moving_out", 0.0)] {
+        assert_eq!(
+            sample(&text, "uuidmap_partitions", &[("state", state)]),
+            Some(n),
+            "{state}"
+        );
+    }
+    let version = sample(&text, "uuidmap_partition_table_version", &[]).unwrap();
+    assert!(version >= stats.table_version as f64, "{version}");
+    assert!(sample(&text, "uuidmap_partition_fenced_version", &[]).unwrap() <= version);
+    assert_eq!(sample(&text, "uuidmap_partition_etcd_up", &[]), Some(1.0));
     s2.stop().await.unwrap();
 }
 

@@ -17,6 +17,7 @@ use prometheus::{Counter, CounterVec, Encoder as _, Gauge, GaugeVec, Opts, Regis
 use super::scan_rpc::ScanCounters;
 use uuidmap_cluster::cluster_status::{ClusterStatus, Role};
 use uuidmap_engine::writer::{DurableIndex, DurableStats};
+use uuidmap_partition::Ownership;
 
 /// The text exposition: the recorder's series, then this server's state
 /// (its index and its scans).
@@ -24,6 +25,7 @@ pub fn render(
     durable: &DurableIndex,
     scans: &ScanCounters,
     cluster: Option<&ClusterStatus>,
+    partitions: Option<&Ownership>,
 ) -> String {
     let mut out = super::metrics::recorder_text();
     let state = StateSeries::new();
@@ -100,6 +102,9 @@ pub fn render(
     render_restart(&state, durable, &s);
     if let Some(c) = cluster {
         render_cluster(&state, c);
+    }
+    if let Some(o) = partitions {
+        render_partitions(&state, o);
     }
     state.counters(
         "uuidmap_write_step_seconds_total",
@@ -228,6 +233,52 @@ impl StateSeries {
 }
 
 /// A replica group member's view of its group (see the table above).
+/// A partitioned server's view of its group's partitions (the same
+/// figures as `Stats.partitions`).
+fn render_partitions(state: &StateSeries, o: &Ownership) {
+    let s = o.stats();
+    state.gauges(
+        "uuidmap_partition_group_info",
+        "The partition-owning group this server is a member of (always 1).",
+        ["group", "cluster"],
+        [([o.group().as_str(), o.cache().etcd().cluster()], 1.0)],
+    );
+    state.gauge(
+        "uuidmap_partition_table_version",
+        "The partition table version in use (its etcd mod revision; 0: none read yet).",
+        s.table_version as f64,
+    );
+    state.gauge(
+        "uuidmap_partition_fenced_version",
+        "The last table version this server fenced (a move waits for it).",
+        s.fenced_version as f64,
+    );
+    state.gauge(
+        "uuidmap_partition_fence_lsn",
+        "The applied LSN when that version was fenced.",
+        s.fence_lsn as f64,
+    );
+    state.gauges(
+        "uuidmap_partitions",
+        "Partitions by state: owned by the group, of those moving out, and being copied in.",
+        ["state"],
+        [
+            (["owned"], f64::from(s.owned)),
+            (["moving_out"], f64::from(s.moving_out)),
+            (["moving_in"], f64::from(s.moving_in)),
+        ],
+    );
+    state.gauge(
+        "uuidmap_partition_etcd_up",
+        "1 while the last etcd call of the map's cache succeeded, 0 after it failed.",
+        if o.cache().etcd_error().is_some() {
+            0.0
+        } else {
+            1.0
+        },
+    );
+}
+
 fn render_cluster(state: &StateSeries, c: &ClusterStatus) {
     for (name, help, value) in [
         (

@@ -30,6 +30,12 @@
 //! | `uuidmap_snapshot_trigger_wal_bytes` | gauge | | WAL bytes after which a snapshot is taken (absent: none) |
 //! | `uuidmap_jemalloc_allocated_bytes` | gauge | | jemalloc `stats.allocated` (process) |
 //! | `uuidmap_jemalloc_resident_bytes` | gauge | | jemalloc `stats.resident` (process) |
+//! | `uuidmap_partition_group_info` | gauge | `group`, `cluster` | a partitioned server's group (1) |
+//! | `uuidmap_partitions` | gauge | `state` | partitions `owned`, `moving_out`, `moving_in` |
+//! | `uuidmap_partition_table_version` | gauge | | the partition table version in use |
+//! | `uuidmap_partition_fenced_version` | gauge | | the last version this server fenced |
+//! | `uuidmap_partition_fence_lsn` | gauge | | the applied LSN at that fence |
+//! | `uuidmap_partition_etcd_up` | gauge | | 1 while the map's last etcd call succeeded |
 //!
 //! `rpc` is the method name for `uuidmap.v1.UuidMap` and
 //! `uuidmap.v1.UuidMapAdmin` (`Get`, `Put`, …, `Snapshot`), `health.Check`,

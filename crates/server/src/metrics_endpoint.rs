@@ -48,6 +48,7 @@ pub async fn serve_endpoint(
     durable: Arc<DurableIndex>,
     scans: Arc<ScanCounters>,
     cluster: Option<crate::ClusterView>,
+    partitions: Option<uuidmap_partition::Ownership>,
     mut stopping: watch::Receiver<bool>,
 ) {
     let graceful = GracefulShutdown::new();
@@ -68,8 +69,15 @@ pub async fn serve_endpoint(
         let durable = durable.clone();
         let scans = scans.clone();
         let cluster = cluster.clone();
+        let partitions = partitions.clone();
         let service = service_fn(move |request| {
-            let response = answer(&request, &durable, &scans, cluster.as_ref());
+            let response = answer(
+                &request,
+                &durable,
+                &scans,
+                cluster.as_ref(),
+                partitions.as_ref(),
+            );
             async move { Ok::<_, Infallible>(response) }
         });
         let connection = http1::Builder::new()
@@ -98,6 +106,7 @@ fn answer(
     durable: &DurableIndex,
     scans: &ScanCounters,
     cluster: Option<&crate::ClusterView>,
+    partitions: Option<&uuidmap_partition::Ownership>,
 ) -> Response<Full<Bytes>> {
     let method = request.method();
     if method != Method::GET && method != Method::HEAD {
@@ -118,7 +127,12 @@ fn answer(
             Bytes::from_static(b"try /metrics\n"),
         );
     }
-    let body = crate::exposition::render(durable, scans, cluster.map(|view| view()).as_ref());
+    let body = crate::exposition::render(
+        durable,
+        scans,
+        cluster.map(|view| view()).as_ref(),
+        partitions,
+    );
     text(StatusCode::OK, PROMETHEUS_TEXT, Bytes::from(body))
 }
 

@@ -451,7 +451,7 @@ async fn run(
     )
     .with_cluster(cluster.clone())
     .with_member_reads(member_reads.clone())
-    .with_ownership(ownership);
+    .with_ownership(ownership.clone());
     let shared = Shared {
         durable: durable.clone(),
         limits: config.limits.clone(),
@@ -474,6 +474,7 @@ async fn run(
                 durable.clone(),
                 data_service.scan_counters(),
                 cluster.clone(),
+                ownership,
                 stopping.clone(),
             ));
             maddr

@@ -14,6 +14,7 @@ pub async fn start_partitioned(dir: &Path, etcd: &str, cluster: &str, group: &st
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut c = config(dir);
+    c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     c.partitions = Some(PartitionOptions {
         etcd: vec![etcd.to_owned()],
         cluster: cluster.to_owned(),
