@@ -9,7 +9,8 @@
 #             is the client's routing. Also counts the gRPC requests etcd
 #             served during the routed runs (its /metrics), which should be
 #             none but the registrations' lease renewals.
-#   move      two single-node groups holding ENTRIES entries in all; while
+#   move      two groups (single nodes, or GROUP_SIZE=3 members each, on
+#             --fsync FSYNC) holding ENTRIES entries in all; while
 #             `uuidmap bench --op put --etcd` writes to the cluster, MOVES
 #             partitions are moved one at a time with `uuidmap cluster
 #             move` (each to the other group), printing each move's copy,
@@ -18,9 +19,11 @@
 #   tools/bench-partitions.sh            # both
 #   MODE=routing tools/bench-partitions.sh
 #   MODE=move ENTRIES=10000000 MOVES=5 tools/bench-partitions.sh
+#   MODE=move GROUP_SIZE=3 FSYNC=always tools/bench-partitions.sh
 #
 # Knobs: ROUNDS (3), SECS (5), TASKS (64), ENTRIES (move: 10000000;
-# routing: 100000), MOVES (5), UUIDMAP_BIN.
+# routing: 100000), MOVES (5), GROUP_SIZE (move: 1 or 3), FSYNC (move:
+# never), UUIDMAP_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -32,6 +35,9 @@ ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 TASKS=${TASKS:-64}
 MOVES=${MOVES:-5}
+GROUP_SIZE=${GROUP_SIZE:-1}
+FSYNC=${FSYNC:-never}
+case $GROUP_SIZE in 1|3) ;; *) echo "GROUP_SIZE is 1 or 3" >&2; exit 2 ;; esac
 base=$(free_base)
 etcd_url=http://127.0.0.1:$base
 export UUIDMAP_ETCD=$etcd_url
@@ -51,10 +57,11 @@ start_etcd() {
   exit 2
 }
 
-# serve N GROUP: a single node of GROUP on port base+10N, fsync never.
+# serve N CLUSTER GROUP: a single node of GROUP on port base+10N (fsync:
+# FSYNC in the move, never in the routing runs).
 serve() {
   local port=$((base + 10 * $1))
-  "$bin" serve --listen "127.0.0.1:$port" --data-dir "$work/s$1" --fsync never \
+  "$bin" serve --listen "127.0.0.1:$port" --data-dir "$work/s$1" --fsync "${4:-never}" \
     --metrics-listen off --etcd "$etcd_url" --etcd-cluster "$2" --group "$3" \
     >"$work/s$1.log" 2>&1 &
   pids+=($!)
@@ -64,6 +71,39 @@ serve() {
     sleep 0.1
   done
   echo "server $1 did not start; see $work/s$1.log" >&2
+  exit 2
+}
+
+# serve_group N CLUSTER GROUP: three members of GROUP, on ports
+# base+10N+{0,1,2} (client) and base+10N+{5,6,7} (Raft), fsync FSYNC;
+# member 1 makes the group.
+serve_group() {
+  local n m peers
+  for n in 0 1 2; do
+    peers=""
+    for m in 0 1 2; do
+      [ "$m" = "$n" ] && continue
+      peers+="${peers:+,}$((m + 1))=127.0.0.1:$((base + 10 * $1 + 5 + m))@http://127.0.0.1:$((base + 10 * $1 + m))"
+    done
+    local args=(serve --node-id $((n + 1)) --listen "127.0.0.1:$((base + 10 * $1 + n))"
+      --raft-listen "127.0.0.1:$((base + 10 * $1 + 5 + n))" --peers "$peers"
+      --data-dir "$work/s$1-$n" --fsync "$FSYNC" --metrics-listen off
+      --etcd "$etcd_url" --etcd-cluster "$2" --group "$3")
+    [ "$n" = 0 ] && args+=(--cluster-init)
+    "$bin" "${args[@]}" >"$work/s$1-$n.log" 2>&1 &
+    pids+=($!)
+  done
+  for _ in $(seq 300); do
+    # (grep reads to the end: with pipefail, `grep -q` exiting early
+    # would fail the pipe.)
+    "$bin" stats --server "http://127.0.0.1:$((base + 10 * $1))" 2>/dev/null |
+      grep '^partitions_owned' >/dev/null &&
+      "$bin" cluster status --server "http://127.0.0.1:$((base + 10 * $1))" 2>/dev/null |
+      grep '^leader_id  *[0-9]' >/dev/null && return
+    sleep 0.1
+  done
+  echo "group $3 did not start within 30 s; the end of its members' logs:" >&2
+  tail -n 5 "$work"/s"$1"-*.log >&2
   exit 2
 }
 
@@ -120,9 +160,15 @@ routing() {
 move() {
   local entries=${ENTRIES:-10000000}
   "$bin" cluster partitions --etcd-cluster moves init --groups g1,g2 >/dev/null
-  serve 2 moves g1
-  serve 3 moves g2
-  echo "== move: two single-node groups, loading $entries entries"
+  if [ "$GROUP_SIZE" = 3 ]; then
+    serve_group 1 moves g1
+    serve_group 2 moves g2
+    echo "== move: two groups of three (fsync $FSYNC), loading $entries entries"
+  else
+    serve 2 moves g1 "$FSYNC"
+    serve 3 moves g2 "$FSYNC"
+    echo "== move: two single-node groups (fsync $FSYNC), loading $entries entries"
+  fi
   local t0=$SECONDS
   "$bin" bench --etcd "$etcd_url" --etcd-cluster moves --op put --load "$entries" --secs 1 \
     --json >/dev/null

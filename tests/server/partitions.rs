@@ -12,7 +12,7 @@ use uuidmap::server::proto::v1 as pb;
 use uuidmap_client::partition::{EtcdMap, GroupName, PartitionId, partition_of};
 use uuidmap_testkit::etcd::TestEtcd;
 use uuidmap_testkit::server::{
-    TestServer, b, put_op, put_req, sample, scrape, start_partitioned, u,
+    TestServer, b, get_req, put_op, put_req, sample, scrape, start_partitioned, u,
 };
 
 const CLUSTER: &str = "t";
@@ -102,14 +102,7 @@ async fn a_server_serves_its_groups_partitions_and_refuses_the_rest_naming_the_o
     let ops = vec![put_op(fresh[0], u(9)), put_op(theirs[0], u(9))];
     let s = c1.write(pb::WriteRequest { ops }).await.unwrap_err();
     assert_eq!(s.code(), Code::FailedPrecondition);
-    let got = c1
-        .get(pb::GetRequest {
-            key: b(fresh[0]),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = c1.get(get_req(fresh[0])).await.unwrap().into_inner();
     assert_eq!(got.value, None, "a refused batch wrote nothing");
     // BatchGet: refused whole if any key is foreign; served when all are
     // ours.
@@ -184,14 +177,7 @@ async fn a_partition_given_to_another_group_is_refused_by_its_old_owner_at_once(
     let v = map.replace_table(view.version, &copying).await.unwrap();
     c1.put(put_req(k, u(1))).await.unwrap();
     // While it is copied, the owner serves reads as before.
-    let got = c1
-        .get(pb::GetRequest {
-            key: b(k),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = c1.get(get_req(k)).await.unwrap().into_inner();
     assert_eq!(
         got.value,
         Some(b(u(1))),
@@ -215,13 +201,7 @@ async fn a_partition_given_to_another_group_is_refused_by_its_old_owner_at_once(
     })
     .await;
     assert_eq!(md(&s, "uuidmap-moving-to"), "g2");
-    let s = c1
-        .get(pb::GetRequest {
-            key: b(k),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let s = c1.get(get_req(k)).await.unwrap_err();
     assert_eq!(s.code(), Code::Unavailable, "{s:?}");
     assert_eq!(md(&s, "uuidmap-moving-to"), "g2");
     let done = table.with_move_done(p).unwrap();
@@ -230,13 +210,7 @@ async fn a_partition_given_to_another_group_is_refused_by_its_old_owner_at_once(
     let s = eventually("the read refused as not owned", || {
         let mut c = c1.clone();
         async move {
-            match c
-                .get(pb::GetRequest {
-                    key: b(k),
-                    ..Default::default()
-                })
-                .await
-            {
+            match c.get(get_req(k)).await {
                 Err(s) if s.code() == Code::FailedPrecondition => Ok(s),
                 other => Err(format!("{other:?}")),
             }
@@ -437,13 +411,7 @@ async fn scans_and_stats_follow_the_table() {
         .await
         .unwrap_err();
     assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
-    let s = c2
-        .get(pb::GetRequest {
-            key: b(k),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let s = c2.get(get_req(k)).await.unwrap_err();
     assert_eq!(s.code(), Code::FailedPrecondition);
     let stats = c2
         .stats(pb::StatsRequest::default())

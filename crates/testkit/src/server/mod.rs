@@ -20,6 +20,6 @@ pub use raw_grpc::{
     RPCS, RawAnswer, RawCodec, RawConnection, RawDecoder, RawEncoder, Stalled, framed,
     percent_decode, raw_call, raw_status, stalled_call,
 };
-pub use request_fields::{b, cas_req, put_op, put_req, spread_key, u};
+pub use request_fields::{b, cas_req, get_req, put_op, put_req, spread_key, u};
 pub use test_group::{Configure, TestGroup, group_member_config, member_config};
 pub use test_server::{MAX_BATCH_KEYS, MAX_FILTER_VALUES, MAX_WRITE_OPS, TestServer, config};

@@ -22,6 +22,14 @@ pub fn put_req(k: Uuid, v: Uuid) -> pb::PutRequest {
     }
 }
 
+/// A `Get` of `k`, linearizable, with no `min_lsn`.
+pub fn get_req(k: Uuid) -> pb::GetRequest {
+    pb::GetRequest {
+        key: b(k),
+        ..Default::default()
+    }
+}
+
 /// A `CompareAndSet` of `k` from `expected` to `new` (`None`: absent).
 pub fn cas_req(k: Uuid, expected: Option<Uuid>, new: Option<Uuid>) -> pb::CompareAndSetRequest {
     pb::CompareAndSetRequest {
