@@ -6,7 +6,9 @@
 # stays), and kill the whole etcd for 0.7 s. Each run checks that no
 # acknowledged write was lost, the compare-and-set chain never skipped,
 # reads of the hot key never went back, and a cluster scan returned every
-# key exactly once; and a cluster-wide watch running all along gives each
+# key exactly once; two clients' histories of Puts, compare-and-sets and
+# Gets on four keys of the moved partition are linearizable (the testkit's
+# checker); and a cluster-wide watch running all along gives each
 # key's values in the order they were written, with no delete and no
 # repeat (nothing of a move's copy or drop), up to each key's final value.
 # Installs etcd from Debian's packages if it is missing.
@@ -20,9 +22,10 @@
 # (tests/client/partition_groups.rs), with UUIDMAP_CHAOS_ROUNDS. One line
 # per run on stdout:
 #
-#   run=1 moves=M rounds=R acked_keys=K lost=0 cas_chain=C reads=N watched=B
+#   run=1 moves=M rounds=R acked_keys=K lost=0 cas_chain=C reads=N watched=B lin_ops=L linearizable=yes
 #
-# (watched: the batches the cluster-wide watch delivered.)
+# (watched: the batches the cluster-wide watch delivered; lin_ops: the
+# operations of the checked histories.)
 #
 # Exits non-zero at the first run that fails, after printing its output.
 set -euo pipefail
@@ -60,5 +63,6 @@ for run in $(seq 1 "$runs"); do
     exit $((code == 0 ? 1 : code))
   fi
   watched=$(grep -o 'watched=[0-9]*' "$out" | tail -n 1 || true)
-  echo "run=$run $summary $watched"
+  lin=$(grep -o 'lin_ops=[0-9]* linearizable=yes' "$out" | tail -n 1 || true)
+  echo "run=$run $summary $watched $lin"
 done

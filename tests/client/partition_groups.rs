@@ -2,8 +2,9 @@
 //! back and forth under Put, compare-and-set and Get load while group
 //! leaders are stopped and restarted, the etcd leader is killed, and the
 //! whole etcd is killed and restarted: nothing acknowledged is lost, the
-//! compare-and-set chain never skips, reads never go back, a cluster
-//! scan returns every key once, and a cluster-wide watch gives each key's
+//! compare-and-set chain never skips, reads never go back, two clients'
+//! histories on four keys of the moved partition are linearizable, a
+//! cluster scan returns every key once, and a cluster-wide watch gives each key's
 //! values in order, with no repeat and no delete (nothing of a move). Ignored by default (about 30 s); run it
 //! with `cargo test --profile checked --test client partition_groups --
 //! --ignored`, or many times over with `tools/partitions-chaos.sh`
@@ -15,8 +16,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
-use uuidmap_client::partition::{GroupName, partition_of};
-use uuidmap_client::{Client, MoveOptions, PartitionedClient};
+use uuidmap_client::partition::{GroupName, PartitionId, partition_of};
+use uuidmap_client::{CasOutcome, Client, MoveOptions, PartitionedClient};
+use uuidmap_testkit::data::SplitMix64;
+use uuidmap_testkit::linearizability::{Call, Op, Ret, check, without_unseen_unknowns};
+
+use crate::chaos_load::{Outcome, outcome_of};
 use uuidmap_server::config::PartitionOptions;
 use uuidmap_testkit::etcd::TestEtcd;
 use uuidmap_testkit::server::{MAX_WRITE_OPS, TestGroup};
@@ -48,6 +53,91 @@ async fn group(etcd: &[String], name: &'static str) -> TestGroup {
         }),
     )
     .await
+}
+
+/// Keys of partition `p` whose histories are checked for linearizability
+/// (absent at the start, as the checker assumes).
+fn lin_keys(p: PartitionId) -> Vec<Uuid> {
+    (1u128..)
+        .map(|i| Uuid::from_u128(LIN_KEY | i))
+        .filter(|k| partition_of(k.as_bytes()) == p)
+        .take(4)
+        .collect()
+}
+
+const LIN_KEY: u128 = 0x7e11_0000_0000_0000_0000_0000_0000_0000;
+const LIN_VALUE: u128 = 0x7e12_0000_0000_0000_0000_0000_0000_0000;
+
+/// Puts, compare-and-sets and gets of `keys` through the partitioned
+/// client, one at a time, each recorded for the checker; an error whose
+/// outcome is unknown is recorded as such.
+async fn lin_task(
+    client: PartitionedClient,
+    keys: Vec<Uuid>,
+    mut rng: SplitMix64,
+    next_value: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    start: Instant,
+) -> Vec<Op<Uuid, u64>> {
+    let mut history = Vec::new();
+    let mut seen: HashMap<Uuid, Option<u64>> = HashMap::new();
+    let now = || start.elapsed().as_nanos() as u64;
+    let value = |v: u64| Uuid::from_u128(LIN_VALUE | u128::from(v));
+    let id = |u: Uuid| u.as_u128() as u64;
+    while !stop.load(Ordering::Relaxed) {
+        let key = keys[(rng.next_u64() % keys.len() as u64) as usize];
+        let v = next_value.fetch_add(1, Ordering::Relaxed);
+        let expected = seen.get(&key).copied().flatten();
+        let call = match rng.next_u64() % 10 {
+            0..4 => Call::Put(v),
+            4..7 => Call::Cas {
+                expected,
+                new: Some(v),
+            },
+            _ => Call::Get,
+        };
+        let invoked = now();
+        let answer = match call {
+            Call::Put(v) => client.put(key, value(v)).await.map(|_| Ret::Done),
+            Call::Cas { expected, new } => client
+                .compare_and_set(key, expected.map(value), new.map(value))
+                .await
+                .map(|o| match o {
+                    CasOutcome::Applied { .. } => Ret::Done,
+                    CasOutcome::Mismatch { current } => Ret::CasFailed {
+                        current: current.map(id),
+                    },
+                }),
+            _ => client.get(key).await.map(|v| Ret::Value(v.map(id))),
+        };
+        let returned = match answer {
+            Ok(ret) => {
+                seen.insert(
+                    key,
+                    match ret {
+                        Ret::Done => Some(v),
+                        Ret::Value(x) | Ret::CasFailed { current: x } => x,
+                    },
+                );
+                Some((now(), ret))
+            }
+            Err(e) => match outcome_of(&e) {
+                Outcome::NotDone => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                Outcome::Unknown => None,
+            },
+        };
+        history.push(Op {
+            key,
+            call,
+            invoked,
+            returned,
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    history
 }
 
 /// The member of `group` that says it leads (its Stats), within 15 s.
@@ -136,6 +226,12 @@ async fn moves_under_load_with_leaders_and_etcd_stopped_lose_nothing() {
             };
             let batch = batch.unwrap_or_else(|e| panic!("the cluster watch failed: {e}"));
             for (k, v) in batch.changes {
+                // The linearizability keys have two writers and a shared
+                // counter: their values do not only grow (their histories
+                // are checked apart).
+                if k.as_u128() >> 112 == LIN_KEY >> 112 {
+                    continue;
+                }
                 let v = v
                     .unwrap_or_else(|| panic!("{k} removed by {} at {}", batch.group, batch.lsn))
                     .as_u128();
@@ -219,6 +315,22 @@ async fn moves_under_load_with_leaders_and_etcd_stopped_lose_nothing() {
             current
         })
     };
+    // Two clients on four keys of the hot partition, their histories
+    // checked for linearizability at the end.
+    let lin_start = Instant::now();
+    let next_value = Arc::new(AtomicU64::new(1));
+    let lin: Vec<_> = (0..2u64)
+        .map(|t| {
+            tokio::spawn(lin_task(
+                client.clone(),
+                lin_keys(p),
+                SplitMix64(0x11_0000 + t),
+                Arc::clone(&next_value),
+                Arc::clone(&stop),
+                lin_start,
+            ))
+        })
+        .collect();
     let reader = {
         let (client, stop, reads, k) = (
             client.clone(),
@@ -329,6 +441,20 @@ async fn moves_under_load_with_leaders_and_etcd_stopped_lose_nothing() {
     }
     let chain = cas.await.unwrap();
     reader.await.unwrap();
+    let mut history = Vec::new();
+    for t in lin {
+        history.extend(t.await.unwrap());
+    }
+    let lin_ops = history.len();
+    let checked = without_unseen_unknowns(history);
+    let verdict = tokio::task::spawn_blocking(move || check(&checked, 2_000_000))
+        .await
+        .unwrap();
+    assert!(
+        verdict.is_ok(),
+        "the hot partition's histories are not linearizable: {verdict:?}"
+    );
+    println!("lin_ops={lin_ops} linearizable=yes");
     assert!(
         moved >= rounds / 3,
         "only {moved} of {rounds} moves went through"
