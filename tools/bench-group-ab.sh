@@ -7,6 +7,12 @@
 # applied LSN must grow by at least the writes h2load counts.
 #
 #   A_BIN=/tmp/uuidmap-before B_BIN=target/release/uuidmap tools/bench-group-ab.sh
+#   OP=reads A_BIN=... B_BIN=... tools/bench-group-ab.sh
+#
+# OP=reads measures linearizable Gets on the leader instead (its lease
+# path), while a second h2load keeps writes going to it (-c 1 -m 8): the
+# Gets/s of each build, and the writes' growth of the LSN checked the same
+# way.
 #
 # Prints each run's writes/s and each build's median. Data directories
 # live under a temporary directory in TMPDIR, removed at exit.
@@ -21,7 +27,10 @@ STREAMS=${STREAMS:-16}
 work=$(mktemp -d "${TMPDIR:-/tmp}/uuidmap-ab.XXXXXX")
 gpid=""
 trap '[ -n "$gpid" ] && kill "$gpid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+OP=${OP:-writes}
+case $OP in writes|reads) ;; *) echo "OP is writes or reads" >&2; exit 2 ;; esac
 python3 tools/grpc-body.py write 0 1 "$work/write.bin"
+python3 tools/grpc-body.py get 0 "$work/get.bin" 1
 
 run() { # bin round -> writes/s
   local bin=$1 base urls leader a0 a1 rate done_
@@ -48,16 +57,32 @@ while True:
   leader=$("$bin" cluster status --server "$urls" | awk '$1 == "leader_url" {print $2}') ||
     { kill "$gpid"; cat "$work/cluster.out" >&2; exit 1; }
   a0=$("$bin" stats --server "$leader" | awk '$1 == "applied_lsn" {print $2}')
-  h2load -D "$SECS" -c "$CONNS" -m "$STREAMS" -d "$work/write.bin" \
-    -H 'content-type: application/grpc' -H 'te: trailers' \
-    "$leader/uuidmap.v1.UuidMap/Write" >"$work/h2load.out" 2>&1
+  if [ "$OP" = reads ]; then
+    h2load -D "$((SECS + 1))" -c 1 -m 8 -d "$work/write.bin" \
+      -H 'content-type: application/grpc' -H 'te: trailers' \
+      "$leader/uuidmap.v1.UuidMap/Write" >"$work/h2load-writes.out" 2>&1 &
+    local writes=$!
+    h2load -D "$SECS" -c "$CONNS" -m "$STREAMS" -d "$work/get.bin" \
+      -H 'content-type: application/grpc' -H 'te: trailers' \
+      "$leader/uuidmap.v1.UuidMap/Get" >"$work/h2load.out" 2>&1
+    wait "$writes"
+  else
+    h2load -D "$SECS" -c "$CONNS" -m "$STREAMS" -d "$work/write.bin" \
+      -H 'content-type: application/grpc' -H 'te: trailers' \
+      "$leader/uuidmap.v1.UuidMap/Write" >"$work/h2load.out" 2>&1
+  fi
   a1=$("$bin" stats --server "$leader" | awk '$1 == "applied_lsn" {print $2}')
   # Stopped here: this runs in a subshell, which the EXIT trap does not see.
   kill "$gpid" 2>/dev/null
   wait "$gpid" 2>/dev/null || true
   gpid=""
   grep -q " 0 failed, 0 errored" "$work/h2load.out" || { cat "$work/h2load.out" >&2; exit 1; }
-  done_=$(awk '/^requests:/ {print $8}' "$work/h2load.out")
+  local counted=$work/h2load.out
+  if [ "$OP" = reads ]; then
+    counted=$work/h2load-writes.out
+    grep -q " 0 failed, 0 errored" "$counted" || { cat "$counted" >&2; exit 1; }
+  fi
+  done_=$(awk '/^requests:/ {print $8}' "$counted")
   if [ $((a1 - a0)) -lt "$done_" ]; then
     echo "the log grew by $((a1 - a0)) for $done_ answers" >&2
     exit 1
@@ -65,7 +90,7 @@ while True:
   awk '/^finished in/ {gsub(",", "", $4); printf "%.0f\n", $4}' "$work/h2load.out"
 }
 
-echo "== $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); a group of 3, fsync always; h2load -c $CONNS -m $STREAMS, ${SECS}s a run; writes/s"
+echo "== $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); a group of 3, fsync always; h2load -c $CONNS -m $STREAMS, ${SECS}s a run; $OP/s"
 a=(); b=()
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then order="A B"; else order="B A"; fi
