@@ -154,7 +154,7 @@ impl PartitionedClient {
                 .map_err(routing)?;
             table = fenced;
             let blocked_from = Instant::now();
-            tracing::info!(partition = %p, version, "move: fenced, writes refused until the flip");
+            tracing::info!(partition = %p, version, "move: fenced, reads and writes refused until the flip");
             let source_last = self.wait_fenced(&from, version, options).await?;
             // 4. Reconcile.
             let (reconciled, reconcile_lsn) = reconcile(&source, &target, p, options).await?;
