@@ -17,7 +17,7 @@
 //! (`upto`): on a member those are committed, so no truncation of the
 //! log's suffix ever changes them.
 
-use super::replica_pipeline::ProposalChain;
+use super::proposal_chain::ProposalChain;
 use crate::store::wal::{EntryKind, WalFollower};
 use crate::store::{Op, WalFollowError};
 

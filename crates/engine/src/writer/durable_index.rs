@@ -13,10 +13,9 @@ use super::TakeSnapshotError;
 use super::changes::ChangeReader;
 use super::handle::{PipelineStats, WriteHandle};
 use super::pipeline::{Pipeline, PipelineConfig, PipelineFailure};
+use super::proposal_chain::ProposalChain;
 use super::read_lease::{ReadLease, ReadRefused};
-use super::replica_pipeline::{
-    ProposalChain, Proposer, ReplicaControl, ReplicaIndex, ReplicaPipeline,
-};
+use super::replica_pipeline::{Proposer, ReplicaControl, ReplicaIndex, ReplicaPipeline};
 use super::snapshotter::{
     ReplayBudget, SnapshotResult, SnapshotStats, Snapshotter, SnapshotterConfig, Trigger,
 };

@@ -78,10 +78,13 @@ pub(super) struct Request {
 pub(super) enum Message {
     Write(Request),
     /// Make the WAL durable through this LSN (which must be committed).
-    Sync(u64, oneshot::Sender<Result<(), Arc<WalWriteError>>>),
+    Sync(u64, SyncReply),
     /// Finish what is queued, sync, and stop.
     Stop,
 }
+
+/// Where the answer to a [`Message::Sync`] goes.
+pub(super) type SyncReply = oneshot::Sender<Result<(), Arc<WalWriteError>>>;
 
 /// The cloneable sending side: submit batches, wait for their LSN.
 #[derive(Clone)]

@@ -12,6 +12,9 @@
 //! - `replica_pipeline`: [`ReplicaPipeline`], the writer thread of a
 //!   replica group member: decides what the leader proposes, applies what
 //!   the group committed.
+//! - `proposal_chain`: [`ProposalChain`], which of a leader's batch
+//!   entries every replica applies.
+//! - `writer_loop`: the one loop of a writer thread, over either log.
 //! - `read_lease`: [`ReadLease`], whether a member that believes it leads
 //!   may answer a read.
 //! - `lease_clock`: the clocks a lease is measured on (CLOCK_BOOTTIME, and
@@ -28,6 +31,7 @@ mod lease_clock;
 mod overlay;
 mod pipeline;
 mod policy;
+mod proposal_chain;
 mod read_lease;
 mod replica_pipeline;
 mod request;
@@ -35,6 +39,7 @@ mod running;
 mod snapshotter;
 mod sync_thread;
 mod take_snapshot_error;
+mod writer_loop;
 
 pub use changes::ChangeReader;
 pub use durable_index::{
@@ -44,11 +49,11 @@ pub use durable_index::{
 pub use handle::{PipelineExit, PipelineStats, WriteHandle, WriteSteps};
 pub use pipeline::{Pipeline, PipelineConfig, PipelineFailure, VOUCH_AFTER_IDLE};
 pub use policy::{BadFsyncPolicy, FsyncPolicy};
+pub use proposal_chain::{CONFIRM_FLAG, ProposalChain, proposal_epoch};
 pub use read_lease::{LeaseAck, ReadLease, ReadRefused};
 pub use replica_pipeline::{
-    ApplyOutcome, CONFIRM_FLAG, CommittedEntry, DecidedBatch, LoadedSnapshot, ProposalChain,
-    Proposer, ReplicaControl, ReplicaIndex, ReplicaPipeline, WriteReply, WriterStopped,
-    proposal_epoch,
+    ApplyOutcome, CommittedEntry, DecidedBatch, LoadedSnapshot, Proposer, ReplicaControl,
+    ReplicaIndex, ReplicaPipeline, WriteReply, WriterStopped,
 };
 pub use request::{LeaderHint, WriteError, WriteOp, WriteOutcome};
 pub use snapshotter::{

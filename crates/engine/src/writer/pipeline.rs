@@ -3,8 +3,10 @@
 //!
 //! # A group, step by step
 //!
-//! The thread blocks for the first request, then drains whatever else is
-//! queued (up to a group limit) into one *group*, and for the group:
+//! The thread runs the writers' one loop (`writer_loop`, shared with a
+//! member's writer): it blocks for the first request, then drains whatever
+//! else is queued (up to a group limit) into one *group*, and at the
+//! turn's end, for the group:
 //!
 //! 1. **decides** each batch in queue order: checks its compare-and-sets
 //!    against the index as changed by the batches before it in the group (an
@@ -71,14 +73,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::core::WriterCore;
-use super::handle::{Message, PipelineExit, Request, WriteHandle, add_elapsed};
+use super::handle::{Message, PipelineExit, Request, SyncReply, WriteHandle, add_elapsed};
 use super::policy::FsyncPolicy;
 use super::request::{WriteError, WriteOutcome};
 use super::running::RunningWriter;
 use super::sync_thread::SyncThread;
+use super::writer_loop::{self, TurnEnd, Wake, WriterLog};
 use crate::store::wal::WalWriter;
 use crate::store::{FileError, Op, WalWriteError};
 use uuidmap_index::IndexWriter;
@@ -183,7 +187,9 @@ impl Pipeline {
             failed_tx,
             idle_since: None,
         };
-        let running = RunningWriter::spawn("uuidmap-writer", handle, move || state.run(rx))?;
+        let running = RunningWriter::spawn("uuidmap-writer", handle, move || {
+            writer_loop::run(state, rx)
+        })?;
         Ok(Pipeline { running, failure })
     }
 
@@ -250,75 +256,62 @@ struct GroupCommit {
     idle_since: Option<Instant>,
 }
 
-impl GroupCommit {
-    fn run(mut self, mut rx: mpsc::Receiver<Message>) -> PipelineExit {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("building the writer thread's timer runtime");
-        let mut stopping = false;
-        while !stopping {
-            if self.in_flight.is_some() && rx.is_empty() {
-                // Nothing to overlap with: finish the group in flight.
-                self.settle();
-                self.idle_since = Some(Instant::now());
-                continue;
-            }
-            let first = match self.wake_deadline() {
-                None => runtime.block_on(rx.recv()),
-                Some(deadline) => {
-                    let wait = deadline.saturating_duration_since(Instant::now());
-                    let next =
-                        runtime.block_on(async { tokio::time::timeout(wait, rx.recv()).await });
-                    match next {
-                        Ok(m) => m,
-                        Err(_elapsed) => {
-                            self.on_deadline();
-                            continue;
-                        }
-                    }
-                }
-            };
-            let mut group_ops = 0;
-            match first {
-                None | Some(Message::Stop) => stopping = true,
-                Some(Message::Write(r)) => {
-                    group_ops += r.ops.len();
-                    self.decide(r);
-                }
-                Some(Message::Sync(lsn, reply)) => {
-                    // A group may still be in flight (the queue was not
-                    // empty when this turn began): the LSN may be one of
-                    // its, and the WAL takes no second fsync meanwhile.
-                    self.settle();
-                    self.sync_through(lsn, reply);
-                }
-            }
-            // Drain what else is queued into the same group. After `Stop`,
-            // keep draining: those batches were accepted before it.
-            while stopping || group_ops < self.max_group_ops {
-                match rx.try_recv() {
-                    Ok(Message::Write(r)) => {
-                        group_ops += r.ops.len();
-                        self.decide(r);
-                    }
-                    Ok(Message::Sync(lsn, reply)) => {
-                        // After the group: the LSN may be one of its.
-                        if !self.group.is_empty() {
-                            self.commit_group(false);
-                        }
-                        self.settle();
-                        self.sync_through(lsn, reply);
-                    }
-                    Ok(Message::Stop) => stopping = true,
-                    Err(_) => break,
-                }
-            }
-            if !self.group.is_empty() {
-                self.commit_group(!rx.is_empty());
-            }
+impl WriterLog for GroupCommit {
+    /// A deadline passed: the `interval` fsync's, or the idle vouch's.
+    type Input = ();
+
+    fn core(&mut self) -> &mut WriterCore {
+        &mut self.core
+    }
+
+    fn wait(&mut self, runtime: &Runtime, queue: &mut mpsc::Receiver<Message>) -> Wake<()> {
+        if self.in_flight.is_some() && queue.is_empty() {
+            // Nothing to overlap with: finish the group in flight.
+            self.settle();
             self.idle_since = Some(Instant::now());
         }
+        let Some(deadline) = self.wake_deadline() else {
+            return Wake::Message(runtime.block_on(queue.recv()));
+        };
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match runtime.block_on(async { tokio::time::timeout(wait, queue.recv()).await }) {
+            Ok(message) => Wake::Message(message),
+            Err(_elapsed) => Wake::Log(()),
+        }
+    }
+
+    fn on_input(&mut self, (): ()) -> bool {
+        self.on_deadline();
+        // Nothing was taken: no group to end, and still idle.
+        false
+    }
+
+    fn take(&mut self, request: Request) {
+        self.decide(request);
+    }
+
+    fn sync_through(&mut self, lsn: u64, reply: SyncReply) {
+        // The group so far first: the LSN may be one of its. And a group
+        // may still be in flight: the WAL takes no second fsync meanwhile.
+        if !self.group.is_empty() {
+            self.commit_group(false);
+        }
+        self.settle();
+        self.sync_now(lsn, reply);
+    }
+
+    fn room(&self, ops: usize) -> bool {
+        ops < self.max_group_ops
+    }
+
+    fn end_turn(&mut self, end: TurnEnd) {
+        if !self.group.is_empty() {
+            self.commit_group(!end.queue_empty);
+        }
+        self.idle_since = Some(Instant::now());
+    }
+
+    fn finish(mut self) -> PipelineExit {
         self.settle();
         // Whatever the policy, a stop leaves the log synced and vouched for.
         if self.failed.is_none() {
@@ -332,7 +325,9 @@ impl GroupCommit {
             next_lsn: self.next_lsn,
         }
     }
+}
 
+impl GroupCommit {
     /// When the thread must wake without a message: the `interval` sync,
     /// or the idle vouch.
     fn wake_deadline(&self) -> Option<Instant> {
@@ -365,8 +360,8 @@ impl GroupCommit {
         }
     }
 
-    /// Answers a [`Message::Sync`].
-    fn sync_through(&mut self, lsn: u64, reply: oneshot::Sender<Result<(), Arc<WalWriteError>>>) {
+    /// Answers a [`Message::Sync`], no group in flight.
+    fn sync_now(&mut self, lsn: u64, reply: SyncReply) {
         debug_assert!(self.in_flight.is_none(), "settled before");
         let result = match &self.failed {
             Some(e) => Err(e.clone()),
@@ -449,12 +444,7 @@ impl GroupCommit {
     /// Step 1: checks a batch's compare-and-sets, turns it into blind
     /// writes and gives it an LSN, or refuses it.
     fn decide(&mut self, request: Request) {
-        self.core.stats.queued.fetch_sub(1, Ordering::Relaxed);
         let taken = Instant::now();
-        self.core.stats.steps.queue_ns.fetch_add(
-            taken.duration_since(request.submitted).as_nanos() as u64,
-            Ordering::Relaxed,
-        );
         let start = self.ops.len();
         let decided = match self.core.decide(&request.ops, &mut self.ops) {
             Err(e) => Err(e),

@@ -6,6 +6,9 @@
 //!
 //! # Two inputs
 //!
+//! The thread runs the writers' one loop (`writer_loop`, shared with the
+//! single node's group commit), one input a turn, the log's first:
+//!
 //! - **Callers' batches**, through the same [`WriteHandle`] as a single
 //!   node's. While this member leads, each is **decided** here, in queue
 //!   order: its compare-and-sets are checked against the *overlay* (every
@@ -88,14 +91,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};
 
 use super::core::WriterCore;
-use super::handle::{Message, PipelineExit, Request, WriteHandle, add_elapsed};
+use super::handle::{Message, PipelineExit, Request, SyncReply, WriteHandle, add_elapsed};
 use super::pipeline::PipelineConfig;
+use super::proposal_chain::{CONFIRM_FLAG, ProposalChain, proposal_epoch};
 use super::read_lease::ReadLease;
 use super::request::{LeaderHint, WriteError, WriteOutcome};
 use super::running::RunningWriter;
+use super::writer_loop::{self, TurnEnd, Wake, WriterLog};
 use crate::store::{FileError, Op, WalWriteError};
 use arc_swap::ArcSwap;
 use uuidmap_index::sync::LsnWatermark;
@@ -162,54 +168,9 @@ pub struct ApplyOutcome {
     pub chain: ProposalChain,
 }
 
-/// The epoch of a proposal number (module docs).
-pub fn proposal_epoch(seq: u64) -> u64 {
-    seq >> 32
-}
-
-/// Marks the proposal number of a confirmation (module docs): an entry
-/// with no ops that places refused compare-and-sets in the log.
-pub const CONFIRM_FLAG: u64 = 1 << 63;
-
 /// A confirmation is proposed once the writer's queue is empty, or after
 /// this many inputs while one is wanted, whichever comes first.
 const CONFIRM_AFTER_INPUTS: usize = 256;
-
-/// Where the last batch applied sits in its leader's chain of proposals.
-/// Every replica keeps the same one, read from the log alone.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ProposalChain {
-    /// The term of the last batch applied (0: none yet).
-    pub term: u64,
-    /// Its proposal number.
-    pub seq: u64,
-}
-
-impl ProposalChain {
-    /// Whether a batch entry of `term` with proposal number `seq` continues
-    /// the chain; if it does, the chain moves on to it.
-    pub fn admit(&mut self, term: u64, seq: u64) -> bool {
-        let (epoch, n) = (seq >> 32, seq & 0xffff_ffff);
-        let last = (self.term, self.seq >> 32);
-        let continues = if (term, epoch) == last {
-            n == (self.seq & 0xffff_ffff) + 1
-        } else {
-            (term, epoch) > last && n == 1
-        };
-        if continues {
-            (self.term, self.seq) = (term, seq);
-        }
-        continues
-    }
-
-    /// Whether a normal log entry of `term` with proposal number `seq` and
-    /// `op_count` ops is applied, moving the chain on if so: the writer's
-    /// rule, which a reader of the log follows too (`ChangeReader`). An
-    /// entry with no ops (a gate, a confirmation) is no link of the chain.
-    pub fn applies(&mut self, term: u64, seq: u64, op_count: usize) -> bool {
-        op_count > 0 && self.admit(term, seq)
-    }
-}
 
 /// What the replicated log tells the writer.
 enum Control {
@@ -352,9 +313,11 @@ impl ReplicaPipeline {
             confirm_wanted: None,
             inputs_since_wanted: 0,
             ops: Vec::new(),
+            control: control_rx,
+            control_open: true,
         };
         let running = RunningWriter::spawn("uuidmap-replica-writer", handle, move || {
-            state.run(rx, control_rx)
+            writer_loop::run(state, rx)
         })?;
         Ok(ReplicaPipeline {
             running,
@@ -433,66 +396,83 @@ struct ReplicaWriter {
     confirm_wanted: Option<u64>,
     inputs_since_wanted: usize,
     ops: Vec<Op>,
+    /// What the replicated log sends, and whether its side is still there.
+    control: mpsc::UnboundedReceiver<Control>,
+    control_open: bool,
 }
 
-enum Input {
-    Control(Control),
-    Client(Option<Message>),
-}
+impl WriterLog for ReplicaWriter {
+    /// What the replicated log sent (`None`: its side hung up).
+    type Input = Option<Control>;
 
-impl ReplicaWriter {
-    fn run(
-        mut self,
-        mut rx: mpsc::Receiver<Message>,
-        mut control: mpsc::UnboundedReceiver<Control>,
-    ) -> PipelineExit {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("building the replica writer's runtime");
-        let mut control_open = true;
-        loop {
-            let input = runtime.block_on(async {
-                tokio::select! {
-                    biased;
-                    c = control.recv(), if control_open => c.map(Input::Control),
-                    m = rx.recv() => Some(Input::Client(m)),
-                }
-            });
-            match input {
-                // The log's side hung up: only callers are left.
-                None => control_open = false,
-                Some(Input::Control(c)) => self.on_control(c),
-                Some(Input::Client(None | Some(Message::Stop))) => break,
-                Some(Input::Client(Some(Message::Write(request)))) => self.take(request),
-                Some(Input::Client(Some(Message::Sync(lsn, reply)))) => {
-                    // The replicated log is made durable by its own store;
-                    // snapshots of a replica are stage 5 of
-                    // docs/replication.md.
-                    let _ = reply.send(Err(Arc::new(WalWriteError::from(FileError::new(
-                        "making the log durable for a snapshot",
-                        "the replicated log",
-                        std::io::Error::other(format!(
-                            "a replica group member takes no snapshots yet (asked for LSN {lsn})"
-                        )),
-                    )))));
-                }
+    fn core(&mut self) -> &mut WriterCore {
+        &mut self.core
+    }
+
+    fn wait(
+        &mut self,
+        runtime: &Runtime,
+        queue: &mut mpsc::Receiver<Message>,
+    ) -> Wake<Option<Control>> {
+        let control = &mut self.control;
+        let control_open = self.control_open;
+        runtime.block_on(async {
+            tokio::select! {
+                biased;
+                c = control.recv(), if control_open => Wake::Log(c),
+                m = queue.recv() => Wake::Message(m),
             }
-            // Under a queue that never drains, refusals would wait for
-            // ever: propose after a bounded number of inputs too.
-            if self.confirm_wanted.is_some() {
-                self.inputs_since_wanted += 1;
-            }
-            if rx.is_empty() || self.inputs_since_wanted >= CONFIRM_AFTER_INPUTS {
-                self.flush_confirmation();
-            }
+        })
+    }
+
+    fn on_input(&mut self, input: Option<Control>) -> bool {
+        match input {
+            Some(control) => self.on_control(control),
+            // The log's side hung up: only callers are left.
+            None => self.control_open = false,
         }
-        // Batches queued before the stop are answered: decided (and handed
-        // to the proposer, which answers them) or refused.
-        while let Ok(message) = rx.try_recv() {
-            if let Message::Write(request) = message {
-                self.take(request);
-            }
+        true
+    }
+
+    fn take(&mut self, request: Request) {
+        self.decide(request);
+    }
+
+    fn sync_through(&mut self, lsn: u64, reply: SyncReply) {
+        // The replicated log is made durable by its own store; a member's
+        // snapshots are taken by its snapshot task.
+        let _ = reply.send(Err(Arc::new(WalWriteError::from(FileError::new(
+            "making the log durable for a snapshot",
+            "the replicated log",
+            std::io::Error::other(format!(
+                "a replica group member takes no snapshots yet (asked for LSN {lsn})"
+            )),
+        )))));
+    }
+
+    /// One input a turn: a committed entry never waits behind callers.
+    fn room(&self, _ops: usize) -> bool {
+        false
+    }
+
+    fn end_turn(&mut self, end: TurnEnd) {
+        if end.stopping {
+            return;
         }
+        // Under a queue that never drains, refusals would wait for ever:
+        // propose after a bounded number of inputs too.
+        if self.confirm_wanted.is_some() {
+            self.inputs_since_wanted += 1;
+        }
+        if end.queue_empty || self.inputs_since_wanted >= CONFIRM_AFTER_INPUTS {
+            self.flush_confirmation();
+        }
+    }
+
+    /// Batches queued before the stop were taken in the last turn (decided
+    /// and handed to the proposer, which answers them, or refused); those
+    /// waiting for a gate are refused.
+    fn finish(mut self) -> PipelineExit {
         for request in self.deferred.drain(..) {
             let _ = request.reply.send(Err(WriteError::ShuttingDown));
         }
@@ -502,7 +482,9 @@ impl ReplicaWriter {
             next_lsn,
         }
     }
+}
 
+impl ReplicaWriter {
     fn on_control(&mut self, control: Control) {
         match control {
             Control::Apply(entries, done) => {
@@ -783,16 +765,5 @@ impl ReplicaWriter {
             ops: Vec::new(),
         };
         self.proposer.propose(batch, reply);
-    }
-
-    /// Takes a caller's batch from the queue.
-    fn take(&mut self, request: Request) {
-        let stats = &self.core.stats;
-        stats.queued.fetch_sub(1, Ordering::Relaxed);
-        stats.steps.queue_ns.fetch_add(
-            request.submitted.elapsed().as_nanos() as u64,
-            Ordering::Relaxed,
-        );
-        self.decide(request);
     }
 }
