@@ -8,6 +8,11 @@
 #
 #   A_BIN=/tmp/uuidmap-before B_BIN=target/release/uuidmap tools/bench-group-ab.sh
 #   OP=reads A_BIN=... B_BIN=... tools/bench-group-ab.sh
+#   GROUP_SIZE=1 A_BIN=... B_BIN=... tools/bench-group-ab.sh
+#
+# GROUP_SIZE=1 runs a single node instead of the group (`uuidmap serve`,
+# fsync always, a fresh data directory per run), the LSN checked the same
+# way.
 #
 # OP=reads measures linearizable Gets on the leader instead (its lease
 # path), while a second h2load keeps writes going to it (-c 1 -m 8): the
@@ -23,7 +28,10 @@ ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-12}
 CONNS=${CONNS:-4}
 STREAMS=${STREAMS:-16}
+GROUP_SIZE=${GROUP_SIZE:-3}
+case $GROUP_SIZE in 1|3) ;; *) echo "GROUP_SIZE is 1 (a single node) or 3" >&2; exit 2 ;; esac
 . tools/install-h2load.sh
+. tools/bench-lib.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/uuidmap-ab.XXXXXX")
 gpid=""
 trap '[ -n "$gpid" ] && kill "$gpid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
@@ -34,28 +42,31 @@ python3 tools/grpc-body.py get 0 "$work/get.bin" 1
 
 run() { # bin round -> writes/s
   local bin=$1 base urls leader a0 a1 rate done_
-  base=$(python3 -c 'import socket,random
-while True:
-    b = random.randrange(20000, 50000, 100)
-    try:
-        ss = []
-        for o in (0, 1, 2, 10, 11, 12, 20, 21, 22):
-            s = socket.socket(); s.bind(("127.0.0.1", b + o)); ss.append(s)
-        print(b); break
-    except OSError:
-        pass')
-  rm -rf "$work/group"
-  UUIDMAP_CLUSTER_DIR=$work/group UUIDMAP_CLUSTER_BASE_PORT=$base UUIDMAP_BIN=$bin \
-    tools/cluster-3.sh >"$work/cluster.out" 2>&1 &
-  gpid=$!
-  urls="http://127.0.0.1:$base,http://127.0.0.1:$((base + 10)),http://127.0.0.1:$((base + 20))"
+  base=$(free_base)
+  if [ "$GROUP_SIZE" = 1 ]; then
+    rm -rf "$work/single"
+    "$bin" serve --data-dir "$work/single" --listen "127.0.0.1:$base" --fsync always \
+      --metrics-listen off >"$work/cluster.out" 2>&1 &
+    gpid=$!
+    urls=http://127.0.0.1:$base
+  else
+    rm -rf "$work/group"
+    UUIDMAP_CLUSTER_DIR=$work/group UUIDMAP_CLUSTER_BASE_PORT=$base UUIDMAP_BIN=$bin \
+      tools/cluster-3.sh >"$work/cluster.out" 2>&1 &
+    gpid=$!
+    urls="http://127.0.0.1:$base,http://127.0.0.1:$((base + 10)),http://127.0.0.1:$((base + 20))"
+  fi
   for _ in $(seq 200); do
     "$bin" put --server "$urls" 00000000-0000-0000-0000-000000000001 \
       00000000-0000-0000-0000-000000000002 >/dev/null 2>&1 && break
     sleep 0.2
   done
-  leader=$("$bin" cluster status --server "$urls" | awk '$1 == "leader_url" {print $2}') ||
-    { kill "$gpid"; cat "$work/cluster.out" >&2; exit 1; }
+  if [ "$GROUP_SIZE" = 1 ]; then
+    leader=$urls
+  else
+    leader=$("$bin" cluster status --server "$urls" | awk '$1 == "leader_url" {print $2}') ||
+      { kill "$gpid"; cat "$work/cluster.out" >&2; exit 1; }
+  fi
   a0=$("$bin" stats --server "$leader" | awk '$1 == "applied_lsn" {print $2}')
   if [ "$OP" = reads ]; then
     h2load -D "$((SECS + 1))" -c 1 -m 8 -d "$work/write.bin" \
@@ -90,7 +101,8 @@ while True:
   awk '/^finished in/ {gsub(",", "", $4); printf "%.0f\n", $4}' "$work/h2load.out"
 }
 
-echo "== $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); a group of 3, fsync always; h2load -c $CONNS -m $STREAMS, ${SECS}s a run; $OP/s"
+what="a group of 3"; [ "$GROUP_SIZE" = 1 ] && what="a single node"
+echo "== $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $what, fsync always; h2load -c $CONNS -m $STREAMS, ${SECS}s a run; $OP/s"
 a=(); b=()
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then order="A B"; else order="B A"; fi
