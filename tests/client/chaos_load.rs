@@ -184,12 +184,75 @@ enum Answer {
     CasFailed(Option<Uuid>),
 }
 
+/// The three calls a recorded history is made of, through whichever
+/// client a test drives.
+pub(crate) trait HistoryCalls {
+    /// A put; its LSN.
+    async fn put(&self, key: Uuid, value: Uuid) -> Result<u64, ClientError>;
+    /// A compare-and-set.
+    async fn compare_and_set(
+        &self,
+        key: Uuid,
+        expected: Option<Uuid>,
+        new: Option<Uuid>,
+    ) -> Result<CasOutcome, ClientError>;
+    /// A read.
+    async fn get(&self, key: Uuid) -> Result<Option<Uuid>, ClientError>;
+}
+
+/// A replica group's client, its reads through `Reader`.
+struct HotCalls {
+    client: Client,
+    read: Reader,
+}
+
+impl HistoryCalls for HotCalls {
+    async fn put(&self, key: Uuid, value: Uuid) -> Result<u64, ClientError> {
+        self.client.put(key, value).await
+    }
+
+    async fn compare_and_set(
+        &self,
+        key: Uuid,
+        expected: Option<Uuid>,
+        new: Option<Uuid>,
+    ) -> Result<CasOutcome, ClientError> {
+        self.client.compare_and_set(key, expected, new).await
+    }
+
+    async fn get(&self, key: Uuid) -> Result<Option<Uuid>, ClientError> {
+        (self.read)(key).await
+    }
+}
+
 /// A task on the hot keys until `stop`: puts, compare-and-sets from the
 /// value it last saw, and reads (through `read`), each recorded with its
 /// call and return times (ns since `start`).
 pub(crate) async fn hot_task(
     client: Client,
     read: Reader,
+    rng: SplitMix64,
+    next_value: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    start: Instant,
+) -> Recorded {
+    let pick = move |rng: &mut SplitMix64| {
+        let round = start.elapsed().as_nanos() as u64 / HOT_ROUND.as_nanos() as u64;
+        hot_key(round, rng.next_u64() % HOT_KEYS)
+    };
+    let calls = HotCalls { client, read };
+    record_history(&calls, pick, rng, next_value, stop, start).await
+}
+
+/// Calls `calls` one at a time until `stop` on the key `pick` draws: 4 in
+/// 10 puts, 3 compare-and-sets from the value last seen, 3 reads, each
+/// recorded with its call and return times (ns since `start`) for the
+/// linearizability checker; an error whose outcome is unknown is recorded
+/// as such, one that was not done is not recorded. Values are
+/// `hot_value(n)`, `n` drawn from `next_value`.
+pub(crate) async fn record_history(
+    calls: &impl HistoryCalls,
+    mut pick: impl FnMut(&mut SplitMix64) -> Uuid,
     mut rng: SplitMix64,
     next_value: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
@@ -200,8 +263,7 @@ pub(crate) async fn hot_task(
     let mut seen: HashMap<Uuid, Option<u64>> = HashMap::new();
     let now = || start.elapsed().as_nanos() as u64;
     while !stop.load(SeqCst) {
-        let round = start.elapsed().as_nanos() as u64 / HOT_ROUND.as_nanos() as u64;
-        let key = hot_key(round, rng.next_u64() % HOT_KEYS);
+        let key = pick(&mut rng);
         let v = next_value.fetch_add(1, SeqCst);
         let expected = seen.get(&key).copied().flatten();
         let call = match rng.next_u64() % 10 {
@@ -214,15 +276,15 @@ pub(crate) async fn hot_task(
         };
         let invoked = now();
         let answer = match call {
-            Call::Put(v) => client.put(key, hot_value(v)).await.map(Answer::Written),
-            Call::Cas { expected, new } => client
+            Call::Put(v) => calls.put(key, hot_value(v)).await.map(Answer::Written),
+            Call::Cas { expected, new } => calls
                 .compare_and_set(key, expected.map(hot_value), new.map(hot_value))
                 .await
                 .map(|outcome| match outcome {
                     CasOutcome::Applied { lsn } => Answer::Written(lsn),
                     CasOutcome::Mismatch { current } => Answer::CasFailed(current),
                 }),
-            _ => read(key).await.map(Answer::Read),
+            _ => calls.get(key).await.map(Answer::Read),
         };
         let returned = now();
         let returned = match answer {

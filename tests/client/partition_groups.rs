@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 use uuidmap_client::partition::{GroupName, PartitionId, partition_of};
-use uuidmap_client::{CasOutcome, Client, MoveOptions, PartitionedClient};
+use uuidmap_client::{CasOutcome, Client, ClientError, MoveOptions, PartitionedClient};
 use uuidmap_testkit::data::SplitMix64;
-use uuidmap_testkit::linearizability::{Call, Op, Ret, check, without_unseen_unknowns};
+use uuidmap_testkit::linearizability::{Op, check, without_unseen_unknowns};
 
-use crate::chaos_load::{Outcome, outcome_of};
+use crate::chaos_load::{HistoryCalls, record_history};
 use uuidmap_server::config::PartitionOptions;
 use uuidmap_testkit::etcd::TestEtcd;
 use uuidmap_testkit::server::{MAX_WRITE_OPS, TestGroup};
@@ -66,77 +66,43 @@ fn lin_keys(p: PartitionId) -> Vec<Uuid> {
 }
 
 const LIN_KEY: u128 = 0x7e11_0000_0000_0000_0000_0000_0000_0000;
-const LIN_VALUE: u128 = 0x7e12_0000_0000_0000_0000_0000_0000_0000;
+
+/// The partitioned client as the history recorder calls it.
+struct Routed(PartitionedClient);
+
+impl HistoryCalls for Routed {
+    async fn put(&self, key: Uuid, value: Uuid) -> Result<u64, ClientError> {
+        self.0.put(key, value).await
+    }
+
+    async fn compare_and_set(
+        &self,
+        key: Uuid,
+        expected: Option<Uuid>,
+        new: Option<Uuid>,
+    ) -> Result<CasOutcome, ClientError> {
+        self.0.compare_and_set(key, expected, new).await
+    }
+
+    async fn get(&self, key: Uuid) -> Result<Option<Uuid>, ClientError> {
+        self.0.get(key).await
+    }
+}
 
 /// Puts, compare-and-sets and gets of `keys` through the partitioned
-/// client, one at a time, each recorded for the checker; an error whose
-/// outcome is unknown is recorded as such.
+/// client, one at a time, each recorded for the checker
+/// (`record_history`).
 async fn lin_task(
     client: PartitionedClient,
     keys: Vec<Uuid>,
-    mut rng: SplitMix64,
+    rng: SplitMix64,
     next_value: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     start: Instant,
 ) -> Vec<Op<Uuid, u64>> {
-    let mut history = Vec::new();
-    let mut seen: HashMap<Uuid, Option<u64>> = HashMap::new();
-    let now = || start.elapsed().as_nanos() as u64;
-    let value = |v: u64| Uuid::from_u128(LIN_VALUE | u128::from(v));
-    let id = |u: Uuid| u.as_u128() as u64;
-    while !stop.load(Ordering::Relaxed) {
-        let key = keys[(rng.next_u64() % keys.len() as u64) as usize];
-        let v = next_value.fetch_add(1, Ordering::Relaxed);
-        let expected = seen.get(&key).copied().flatten();
-        let call = match rng.next_u64() % 10 {
-            0..4 => Call::Put(v),
-            4..7 => Call::Cas {
-                expected,
-                new: Some(v),
-            },
-            _ => Call::Get,
-        };
-        let invoked = now();
-        let answer = match call {
-            Call::Put(v) => client.put(key, value(v)).await.map(|_| Ret::Done),
-            Call::Cas { expected, new } => client
-                .compare_and_set(key, expected.map(value), new.map(value))
-                .await
-                .map(|o| match o {
-                    CasOutcome::Applied { .. } => Ret::Done,
-                    CasOutcome::Mismatch { current } => Ret::CasFailed {
-                        current: current.map(id),
-                    },
-                }),
-            _ => client.get(key).await.map(|v| Ret::Value(v.map(id))),
-        };
-        let returned = match answer {
-            Ok(ret) => {
-                seen.insert(
-                    key,
-                    match ret {
-                        Ret::Done => Some(v),
-                        Ret::Value(x) | Ret::CasFailed { current: x } => x,
-                    },
-                );
-                Some((now(), ret))
-            }
-            Err(e) => match outcome_of(&e) {
-                Outcome::NotDone => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-                Outcome::Unknown => None,
-            },
-        };
-        history.push(Op {
-            key,
-            call,
-            invoked,
-            returned,
-        });
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let pick = |rng: &mut SplitMix64| keys[(rng.next_u64() % keys.len() as u64) as usize];
+    let (history, _lsns) =
+        record_history(&Routed(client), pick, rng, next_value, stop, start).await;
     history
 }
 

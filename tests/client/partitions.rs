@@ -13,6 +13,7 @@ use uuid::Uuid;
 use uuidmap_client::partition::{GroupName, PartitionId, partition_of};
 use uuidmap_client::{Client, ClientError, MoveOptions, PartitionedClient, ScanOptions, WriteOp};
 use uuidmap_testkit::etcd::TestEtcd;
+use uuidmap_testkit::proxy::FaultProxy;
 use uuidmap_testkit::server::{MAX_WRITE_OPS, TestServer, start_partitioned};
 
 const CLUSTER: &str = "c";
@@ -436,4 +437,90 @@ async fn a_cluster_watch_gives_each_write_once_and_in_order_across_moves_and_not
                 .parse::<uuidmap_client::ClusterCursor>()
                 .is_err()
     );
+}
+
+/// A member that has not yet seen the map the client routes by (its etcd
+/// watch was lost while the table changed) refuses the key as its old
+/// owner's: the client waits for it to catch up rather than failing the
+/// call, and the call is answered once it has.
+#[tokio::test]
+async fn a_member_behind_the_map_is_waited_for_not_failed() {
+    let etcd = TestEtcd::start();
+    let map = etcd.init_partitions(CLUSTER, &["g1", "g2"]).await;
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let g1 = start_partitioned(dirs[0].path(), &etcd.url, CLUSTER, "g1").await;
+    // g2's member reaches etcd through a link the test can cut.
+    let etcd_addr = etcd.url.trim_start_matches("http://").parse().unwrap();
+    let link = FaultProxy::start(etcd_addr).await;
+    let g2 = start_partitioned(dirs[1].path(), &link.url(), CLUSTER, "g2").await;
+    let template = Client::builder().timeout(Duration::from_secs(10));
+    let client = PartitionedClient::connect(std::slice::from_ref(&etcd.url), CLUSTER, template)
+        .await
+        .unwrap();
+    let view = map.load().await.unwrap();
+    let k = (0u64..)
+        .map(key)
+        .find(|k| view.owner_of(k.as_bytes()) == Some(&g("g1")))
+        .unwrap();
+    let p = partition_of(k.as_bytes());
+    for _ in 0..200 {
+        if client.refresh().await.unwrap().groups.len() == 2 && client.get(k).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Cut off, g2's member keeps the table in which g1 owns the key; the
+    // table then gives the partition to g2 (no data moves: routing alone
+    // is under test).
+    link.partition(true);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let table = view
+        .table
+        .as_ref()
+        .unwrap()
+        .with_move(p, &g("g2"))
+        .and_then(|t| t.with_fence(p))
+        .and_then(|t| t.with_move_done(p))
+        .unwrap();
+    map.replace_table(view.version, &table).await.unwrap();
+    let routed_by = client.refresh().await.unwrap();
+    assert_eq!(routed_by.owner_of(k.as_bytes()), Some(&g("g2")));
+    let heal = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        link.partition(false);
+        link
+    });
+    // A cluster scan meanwhile plans the partition at g2, and is refused
+    // the same way: it waits too.
+    let scan = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut scan = client.scan(Vec::new());
+            let mut pages = 0;
+            while scan.next_page().await?.is_some() {
+                pages += 1;
+            }
+            Ok::<_, ClientError>(pages)
+        })
+    };
+    let asked = std::time::Instant::now();
+    let answer = client.get(k).await;
+    let waited = asked.elapsed();
+    assert_eq!(
+        answer.unwrap(),
+        None,
+        "g2's member answers once it has the table (the key's data did not move)"
+    );
+    assert!(
+        waited >= Duration::from_millis(600),
+        "answered after {waited:?}, before g2's member could have read the new table"
+    );
+    let pages = scan
+        .await
+        .unwrap()
+        .expect("the cluster scan waits for g2's member too");
+    assert!(pages >= 2, "both groups scanned: {pages} pages");
+    let _link = heal.await.unwrap();
+    g1.stop().await.unwrap();
+    g2.stop().await.unwrap();
 }

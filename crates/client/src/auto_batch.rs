@@ -385,7 +385,7 @@ impl Lane {
             }
         };
         if let Some(e) = answer.error {
-            let status = tonic::Status::new(tonic::Code::from_i32(e.code as i32), e.message);
+            let status = lookup_status(e);
             // The server's margin: it answers by its deadline less 10 %
             // (at most 20 ms), counted from when it read the request.
             let margin = (timeout / 10).min(Duration::from_millis(20));
@@ -541,4 +541,21 @@ fn clone_error(e: &ClientError) -> ClientError {
             why: other.to_string(),
         },
     }
+}
+
+/// A Lookup answer's error as the status a unary call would have given,
+/// its metadata (a partition refusal's owner and table version) included.
+fn lookup_status(e: pb::LookupError) -> tonic::Status {
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    for (k, v) in e.metadata {
+        // A key or value a header cannot hold is left out: the code and
+        // the message still say what happened.
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::AsciiMetadataKey::from_bytes(k.as_bytes()),
+            v.parse(),
+        ) {
+            metadata.insert(k, v);
+        }
+    }
+    tonic::Status::with_metadata(tonic::Code::from_i32(e.code as i32), e.message, metadata)
 }

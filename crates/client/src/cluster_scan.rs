@@ -31,7 +31,7 @@ use prost::bytes::Bytes;
 use uuid::Uuid;
 use uuidmap_partition::{GroupName, PartitionId};
 
-use crate::partitioned_client::not_owned;
+use crate::reroute::{Reroute, not_owned};
 use crate::{ClientError, PartitionedClient, ScanOptions, ScanStream};
 
 /// One page of a [`ClusterScan`].
@@ -64,6 +64,8 @@ pub struct ClusterScan {
     /// The front group's stream, and whether it returned a page.
     current: Option<(ScanStream, bool)>,
     replans: usize,
+    /// The waits for members behind the map, over the whole scan.
+    catch_up: Reroute,
 }
 
 const HEADER: &str = "uuidmap-cluster-scan 1";
@@ -84,6 +86,7 @@ impl PartitionedClient {
             plan: None,
             current: None,
             replans: 0,
+            catch_up: Reroute::default(),
         }
     }
 
@@ -119,6 +122,7 @@ impl PartitionedClient {
             plan: Some(plan),
             current: None,
             replans: 0,
+            catch_up: Reroute::default(),
         })
     }
 }
@@ -166,6 +170,13 @@ impl ClusterScan {
                 }
                 Ok(None) => {
                     self.plan.as_mut().expect("planned").pop_front();
+                    self.current = None;
+                }
+                Err(e) if self.catch_up.member_behind(&e, self.client.view().version) => {
+                    // The member has not seen the map yet (`reroute`):
+                    // ask it again, from where the scan is, once it may
+                    // have.
+                    self.catch_up.wait().await;
                     self.current = None;
                 }
                 Err(e) if not_owned(&e) => {

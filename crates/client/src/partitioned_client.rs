@@ -9,7 +9,9 @@
 //! [`ClientBuilder`], so retries, leaders, deadlines and read-your-writes
 //! work per group as for one group). A call never waits on etcd unless a
 //! member refuses a key as not its group's: then the map is read again and
-//! the call routed again, up to [`MAX_REROUTES`] times.
+//! the call routed again, up to [`MAX_REROUTES`] times, or, when the member
+//! is the one behind the map, the call waits for it to catch up
+//! (`reroute`, up to [`MEMBER_CATCH_UP`](crate::MEMBER_CATCH_UP)).
 //!
 //! Multi-key reads ([`PartitionedClient::get_many`]) are split by group,
 //! sent to the groups at once, and merged back in the caller's order.
@@ -25,11 +27,8 @@ use uuidmap_partition::{
     ClusterView, EtcdMap, GroupName, MapCache, PartitionError, PartitionId, partition_of,
 };
 
+use crate::reroute::Reroute;
 use crate::{Client, ClientBuilder, ClientError, WriteOp};
-
-/// How many times a call is routed again after members refused it as not
-/// theirs (each time after reading the map again).
-pub const MAX_REROUTES: usize = 3;
 
 /// Each group's client, with the member URLs it was built for.
 type GroupClients = HashMap<GroupName, (Vec<String>, Client)>;
@@ -59,16 +58,6 @@ pub struct PartitionedClient {
 
 fn routing(e: PartitionError) -> ClientError {
     ClientError::Routing { why: e.to_string() }
-}
-
-/// Whether `e` is a member's refusal of a key its group does not own.
-pub(crate) fn not_owned(e: &ClientError) -> bool {
-    e.status().is_some_and(|s| {
-        s.code() == tonic::Code::FailedPrecondition
-            && s.metadata()
-                .get(uuidmap_proto::OWNER_GROUP_METADATA)
-                .is_some()
-    })
 }
 
 impl PartitionedClient {
@@ -114,6 +103,11 @@ impl PartitionedClient {
     /// Reads the map from etcd now.
     pub async fn refresh(&self) -> Result<Arc<ClusterView>, ClientError> {
         self.cache.refresh().await.map_err(routing)
+    }
+
+    /// [`PartitionedClient::refresh`], for a reroute.
+    async fn reread(&self) -> Result<(), ClientError> {
+        self.refresh().await.map(drop)
     }
 
     /// The client of the group that owns `key` in the cached map.
@@ -243,14 +237,14 @@ impl PartitionedClient {
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
-        let mut tries = 0;
+        let mut reroute = Reroute::default();
         loop {
             let client = self.client_for(key)?;
             match call(client).await {
-                Err(e) if not_owned(&e) && tries < MAX_REROUTES => {
-                    tries += 1;
-                    self.refresh().await?;
-                }
+                Err(e)
+                    if reroute
+                        .again(&e, self.view().version, || self.reread())
+                        .await? => {}
                 other => return other,
             }
         }
@@ -322,13 +316,13 @@ impl PartitionedClient {
     /// The values of `keys`, in order: split by group, asked of every group
     /// at once, merged.
     pub async fn get_many(&self, keys: &[Uuid]) -> Result<Vec<Option<Uuid>>, ClientError> {
-        let mut tries = 0;
+        let mut reroute = Reroute::default();
         loop {
             match self.get_many_once(keys).await {
-                Err(e) if not_owned(&e) && tries < MAX_REROUTES => {
-                    tries += 1;
-                    self.refresh().await?;
-                }
+                Err(e)
+                    if reroute
+                        .again(&e, self.view().version, || self.reread())
+                        .await? => {}
                 other => return other,
             }
         }

@@ -385,11 +385,24 @@ fn own_deadline(timeout_us: u64, read: Instant) -> Option<CallDeadline> {
 /// The answer to a request that gets none: the status a `BatchGet` would
 /// have got.
 fn refused(id: u64, status: Status) -> pb::LookupResponse {
+    // The status's text metadata (a partition refusal's owner and table
+    // version), which a unary call would carry in its trailers.
+    let metadata = status
+        .metadata()
+        .iter()
+        .filter_map(|kv| match kv {
+            tonic::metadata::KeyAndValueRef::Ascii(k, v) => {
+                Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned()))
+            }
+            tonic::metadata::KeyAndValueRef::Binary(..) => None,
+        })
+        .collect();
     pb::LookupResponse {
         id,
         error: Some(pb::LookupError {
             code: status.code() as i32 as u32,
             message: status.message().to_string(),
+            metadata,
         }),
         ..Default::default()
     }
