@@ -358,7 +358,7 @@ fn main() {
             // whose server was killed: with the source's pages cached too
             // (7.2 GB twice at 100M) the cache filled the memory, and the
             // server's 4 GB were reclaimed from it while it read, which
-            // moved the warm restart by up to 0.9 s between runs.
+            // moved the warm restart by about 1 s between runs.
             drop_cached(&data);
             if cold {
                 evict(&run);

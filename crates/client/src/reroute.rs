@@ -86,12 +86,12 @@ impl Reroute {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<(), ClientError>>,
     {
-        if !not_owned(e) {
-            return Ok(false);
-        }
         if self.member_behind(e, ours) {
             self.wait().await;
             return Ok(true);
+        }
+        if !not_owned(e) {
+            return Ok(false);
         }
         if self.rereads >= MAX_REROUTES {
             return Ok(false);
@@ -101,11 +101,14 @@ impl Reroute {
         Ok(true)
     }
 
-    /// Whether the refusal `e` came from a member whose table is older
-    /// than the client's (at version `ours`), with time left to wait for
-    /// it.
+    /// Whether `e` is a refusal as not the group's from a member whose
+    /// table is older than the client's (at version `ours`), with time
+    /// left to wait for it. (A fenced partition's `UNAVAILABLE` carries a
+    /// table version too, and is not this.)
     pub(crate) fn member_behind(&self, e: &ClientError, ours: i64) -> bool {
-        self.waited < MEMBER_CATCH_UP && refusal_version(e).is_some_and(|v| v < ours)
+        self.waited < MEMBER_CATCH_UP
+            && not_owned(e)
+            && refusal_version(e).is_some_and(|v| v < ours)
     }
 
     /// Waits the next pause (doubling, capped).
