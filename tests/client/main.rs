@@ -47,10 +47,10 @@ use std::time::Duration;
 use uuid::Uuid;
 use uuidmap_client::{Backoff, Client, ClientBuilder, Jitter, RetryPolicy};
 
-/// An address where nothing listens (a port just freed).
+/// An address where nothing listens, handed out once in this process
+/// (so also a port to give a child server).
 fn dead_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    uuidmap_testkit::ports::unused_addr()
 }
 
 fn url(addr: SocketAddr) -> String {

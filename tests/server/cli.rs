@@ -134,11 +134,7 @@ async fn garbage_uuids_are_refused_naming_the_argument_with_exit_code_2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_server_running_names_the_address_and_exits_2() {
     // A port nobody listens on: bound, then released.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = uuidmap_testkit::ports::unused_port();
     let url = format!("http://127.0.0.1:{port}");
     let o = uuidmap(&["get", KEY, "--server", &url], &[]).await;
     assert_eq!(o.status.code(), Some(2));

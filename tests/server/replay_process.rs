@@ -23,11 +23,7 @@ fn a_sigkilled_server_with_a_large_wal_recovers_alike_serially_and_in_parallel()
     use uuidmap::server::proto::v1::uuid_map_client::UuidMapClient;
 
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = uuidmap_testkit::ports::unused_port();
     let addr = format!("127.0.0.1:{port}");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_uuidmap"))
         .args(["serve", "--data-dir"])

@@ -4,7 +4,6 @@
 //! `tools/install-etcd.sh` installs it first (as `.ci/run` does); a test
 //! that cannot get one fails saying so, never passes without it.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -50,14 +49,6 @@ fn ensure_installed() {
     });
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl TestEtcd {
     /// Starts a one-member etcd and waits until it answers.
     pub fn start() -> TestEtcd {
@@ -71,8 +62,8 @@ impl TestEtcd {
         let members: Vec<EtcdMember> = (0..n)
             .map(|i| EtcdMember {
                 name: format!("t{i}"),
-                url: format!("http://127.0.0.1:{}", free_port()),
-                peer: format!("http://127.0.0.1:{}", free_port()),
+                url: format!("http://127.0.0.1:{}", crate::ports::unused_port()),
+                peer: format!("http://127.0.0.1:{}", crate::ports::unused_port()),
                 child: None,
             })
             .collect();

@@ -3,8 +3,9 @@
 //! ([`server`]: a real server on a loopback port, raw gRPC calls, metrics
 //! scraping, throw-away certificates), and a TCP proxy that cuts, swallows,
 //! blackholes and delays on command ([`proxy`]); hosts in network
-//! namespaces on one bridge, for faults between machines ([`netns`]); and
-//! a linearizability checker for
+//! namespaces on one bridge, for faults between machines ([`netns`]);
+//! loopback ports for child servers that no `bind(0)` takes meanwhile
+//! ([`ports`]); and a linearizability checker for
 //! histories of independent registers ([`linearizability`]), for the fault
 //! tests of replication; and a replica group in one process
 //! ([`cluster`]). The I/O rig below it (`uuidmap-testkit-io`: the simulated
@@ -18,6 +19,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod linearizability;
 pub mod netns;
+pub mod ports;
 pub mod proxy;
 pub mod server;
 

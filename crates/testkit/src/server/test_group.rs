@@ -13,6 +13,7 @@ use uuidmap_server::config::{ClusterOptions, Peer};
 use uuidmap_server::{ServeConfig, ServeError};
 
 use super::{TestServer, config};
+use crate::ports::unused_addr;
 use crate::proxy::FaultProxy;
 
 /// The tests' configuration ([`config`]) for member `id`, serving clients
@@ -124,8 +125,9 @@ impl TestGroup {
     ) -> (TestGroup, HashMap<(u64, u64), FaultProxy>) {
         let mut listeners = Vec::new();
         for _ in 0..n {
-            let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-            listeners.push((bind(any).await, bind(any).await));
+            // Ports outside bind(0)'s range, so that a restarted member
+            // finds its ports still free.
+            listeners.push((bind(unused_addr()).await, bind(unused_addr()).await));
         }
         let addrs: Vec<(SocketAddr, SocketAddr)> = listeners
             .iter()
@@ -185,8 +187,7 @@ impl TestGroup {
     /// directory and ports, in no group yet: it waits to be added
     /// (`UuidMapCluster.AddLearner` on the leader). Returns its position.
     pub async fn start_extra(&mut self) -> usize {
-        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let (l, r) = (bind(any).await, bind(any).await);
+        let (l, r) = (bind(unused_addr()).await, bind(unused_addr()).await);
         let i = self.members.len();
         let dir = tempfile::tempdir().unwrap();
         let mut c = member_config(
