@@ -144,7 +144,7 @@ fn encode(identity: &MemberIdentity) -> [u8; LEN] {
     bytes[4..8].copy_from_slice(&VERSION.to_le_bytes());
     bytes[8..16].copy_from_slice(&identity.node_id.to_le_bytes());
     bytes[16..24].copy_from_slice(&identity.incarnation.to_le_bytes());
-    let crc = crc32c::crc32c(&bytes[4..24]);
+    let crc = uuidmap_engine::store::crc32c(&bytes[4..24]);
     bytes[24..28].copy_from_slice(&crc.to_le_bytes());
     bytes
 }
@@ -158,7 +158,7 @@ fn decode(bytes: &[u8]) -> Result<MemberIdentity, String> {
     if &bytes[..4] != MAGIC {
         return Err("it is not a member-id file".into());
     }
-    if crc32c::crc32c(&bytes[4..24]) != u32_at(24) {
+    if uuidmap_engine::store::crc32c(&bytes[4..24]) != u32_at(24) {
         return Err("it fails its CRC-32C".into());
     }
     if u32_at(4) != VERSION {

@@ -299,7 +299,7 @@ impl RaftNetworkV2<UuidmapRaft> for RaftPeer {
                 data.truncate(got);
                 let chunk = pb::SnapshotBytes {
                     offset,
-                    crc32c: crc32c::crc32c(&data),
+                    crc32c: uuidmap_engine::store::crc32c(&data),
                     data: data.into(),
                 };
                 offset += got as u64;

@@ -390,7 +390,7 @@ where
                         chunk.offset
                     )));
                 }
-                if crc32c::crc32c(&chunk.data) != chunk.crc32c {
+                if uuidmap_engine::store::crc32c(&chunk.data) != chunk.crc32c {
                     return Err(Status::invalid_argument(format!(
                         "the snapshot chunk at byte {written} fails its CRC-32C"
                     )));

@@ -79,7 +79,7 @@ pub fn write_meta(
     let body = header.to_wire().encode_to_vec();
     let mut bytes = Vec::with_capacity(8 + body.len());
     bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    bytes.extend_from_slice(&uuidmap_engine::store::crc32c(&body).to_le_bytes());
     bytes.extend_from_slice(&body);
     let path = meta_path(&file.path);
     let temp = path.with_extension("raft.tmp");
@@ -108,7 +108,7 @@ pub fn read_meta(io: &dyn Io, snapshot: &Path, lsn: u64) -> Result<MemberSnapsho
     }
     let crc = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
     let body = &bytes[8..];
-    if crc32c::crc32c(body) != crc {
+    if uuidmap_engine::store::crc32c(body) != crc {
         return Err(format!("{} fails its CRC-32C", path.display()));
     }
     let header = pb::SnapshotMeta::decode(body)

@@ -41,7 +41,7 @@ pub fn cut_wal_after(io: &dyn Io, dir: &Path, lsn: u64) -> PathBuf {
     for slot in [24, 44] {
         data[slot..slot + 8].copy_from_slice(&lsn.to_le_bytes());
         data[slot + 8..slot + 16].copy_from_slice(&end.to_le_bytes());
-        let crc = crc32c::crc32c(&data[slot..slot + 16]);
+        let crc = uuidmap_engine::store::crc32c(&data[slot..slot + 16]);
         data[slot + 16..slot + 20].copy_from_slice(&crc.to_le_bytes());
     }
     io.remove(&path).unwrap();

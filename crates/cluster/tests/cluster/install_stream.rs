@@ -37,7 +37,7 @@ fn bytes(offset: u64, data: &[u8], crc32c: u32) -> pb::SnapshotChunk {
 }
 
 fn good(offset: u64, data: &[u8]) -> pb::SnapshotChunk {
-    bytes(offset, data, crc32c::crc32c(data))
+    bytes(offset, data, uuidmap_engine::store::crc32c(data))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -568,13 +568,13 @@ mod tests {
         let each = |i: usize, b: &[u8]| {
             let mut seen = seen.lock().unwrap();
             assert!(seen[i].is_none(), "range {i} handed out twice");
-            seen[i] = Some(crc32c::crc32c(b));
+            seen[i] = Some(crate::store::crc32c(b));
         };
         let mut copy = OsIo.read_private(&path, &ranges, &each).unwrap();
         assert_eq!(copy.len(), bytes.len());
         assert!(copy.as_slice() == bytes.as_slice(), "the bytes differ");
         for (i, r) in ranges.iter().enumerate() {
-            let want = crc32c::crc32c(&bytes[r.clone()]);
+            let want = crate::store::crc32c(&bytes[r.clone()]);
             assert_eq!(seen.lock().unwrap()[i], Some(want), "range {i}");
         }
         // SAFETY: the pointer is valid for writes of `len()` bytes while

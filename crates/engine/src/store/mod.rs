@@ -2,6 +2,7 @@
 //! index from them. All file access goes through [`io::Io`].
 //!
 //! - [`io`]: the file-system trait, the real implementation, and mappings.
+//! - [`crc32c`]: the one checksum of every file the store writes.
 //! - [`dir_lock`]: the data directory's exclusive lock. Whatever writes a
 //!   data directory takes it first, through [`lock_data_dir`], and holds
 //!   the [`DirLock`] while it writes; a second taker is refused with
@@ -22,6 +23,7 @@
 //! - [`recovery`]: from a data directory to a live index.
 //! - [`replay_apply`]: the replayed records applied on every core.
 
+mod checksum;
 pub mod dir_lock;
 pub mod error;
 pub mod io;
@@ -34,6 +36,7 @@ pub mod replay_apply;
 pub mod snapshot;
 pub mod wal;
 
+pub use checksum::crc32c;
 pub use dir_lock::DirLock;
 pub use error::{
     DirLockError, FileError, RaftStateFailed, RaftStateOpenError, SnapshotCorrupt,

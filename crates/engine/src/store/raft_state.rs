@@ -355,7 +355,7 @@ fn encode_slot(seq: u64, state: &RaftHardState) -> [u8; SLOT_LEN] {
     b[..8].copy_from_slice(&MAGIC);
     b[VERSION_AT..VERSION_AT + 4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     b[FLAGS_AT] = flags;
-    let crc = crc32c::crc32c(&b[..CRC_AT]);
+    let crc = crate::store::crc32c(&b[..CRC_AT]);
     b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
     b
 }
@@ -380,7 +380,7 @@ fn decode_slot(index: usize, b: &[u8]) -> Slot {
     let b = &b[..SLOT_LEN];
     // The CRC first: a flipped bit in the magic or the version is damage,
     // not another release.
-    if crc32c::crc32c(&b[..CRC_AT]) != u32_at(b, CRC_AT) {
+    if crate::store::crc32c(&b[..CRC_AT]) != u32_at(b, CRC_AT) {
         return Slot::Damaged("its checksum does not match".into());
     }
     if b[..8] != MAGIC {
@@ -696,7 +696,7 @@ mod tests {
         let mut bytes = image(8, &state(8), 7, &state(7));
         let at = 4096;
         bytes[at + VERSION_AT..at + VERSION_AT + 4].copy_from_slice(&2u32.to_le_bytes());
-        let crc = crc32c::crc32c(&bytes[at..at + CRC_AT]);
+        let crc = crate::store::crc32c(&bytes[at..at + CRC_AT]);
         bytes[at + CRC_AT..at + SLOT_LEN].copy_from_slice(&crc.to_le_bytes());
         let err = decode_file(&path(), &bytes).unwrap_err();
         assert!(
@@ -719,7 +719,7 @@ mod tests {
     #[test]
     fn a_checksummed_slot_in_the_wrong_place_or_with_stray_bits_is_not_trusted() {
         let reseal = |b: &mut [u8]| {
-            let crc = crc32c::crc32c(&b[..CRC_AT]);
+            let crc = crate::store::crc32c(&b[..CRC_AT]);
             b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         };
         // An odd seq belongs in slot 1.

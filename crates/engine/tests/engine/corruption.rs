@@ -171,7 +171,7 @@ fn a_snapshot_from_a_newer_build_is_passed_over_and_left_in_place() {
     for v in [8, at + 8] {
         bytes[v..v + 4].copy_from_slice(&(version + 1).to_le_bytes());
     }
-    let crc = crc32c::crc32c(&bytes[at..n - 20]);
+    let crc = uuidmap_engine::store::crc32c(&bytes[at..n - 20]);
     bytes[n - 20..n - 16].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&newest, &bytes).unwrap();
     let recovered = recover(&OsIo, dir.path(), &RecoveryOptions::default()).unwrap();

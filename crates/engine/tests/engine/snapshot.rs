@@ -95,7 +95,7 @@ fn a_restored_snapshot_holds_every_entry_and_later_writes_never_reach_the_file()
         dir.path().join(format!("snapshot-{lsn:020}.snap"))
     );
     assert_eq!(std::fs::metadata(&info.path).unwrap().len(), info.bytes);
-    let file_crc = || crc32c::crc32c(&std::fs::read(&info.path).unwrap());
+    let file_crc = || uuidmap_engine::store::crc32c(&std::fs::read(&info.path).unwrap());
     let before = file_crc();
 
     for check in [true, false] {

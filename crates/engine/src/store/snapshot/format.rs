@@ -217,7 +217,7 @@ impl Header {
                 b.extend_from_slice(&max_disp.to_le_bytes());
             }
         }
-        let crc = crc32c::crc32c(&b);
+        let crc = crate::store::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(b.len(), len);
         b
@@ -286,7 +286,7 @@ impl Header {
             .into());
         }
         let (body, crc) = header.split_at(header.len() - HEADER_CRC_LEN);
-        if crc32c::crc32c(body) != u32_at(crc, 0) {
+        if crate::store::crc32c(body) != u32_at(crc, 0) {
             return Err(format!(
                 "the header at byte {header_offset} fails its checksum: the file is damaged"
             )
@@ -510,7 +510,7 @@ mod tests {
         let end = len - TRAILER_LEN as usize - HEADER_CRC_LEN;
         file[8..12].copy_from_slice(&version.to_le_bytes());
         file[at + 8..at + 12].copy_from_slice(&version.to_le_bytes());
-        let crc = crc32c::crc32c(&file[at..end]);
+        let crc = crate::store::crc32c(&file[at..end]);
         file[end..end + HEADER_CRC_LEN].copy_from_slice(&crc.to_le_bytes());
         file
     }

@@ -227,7 +227,7 @@ fn first_bad_segment(file: &[u8], segments: &[SegmentEntry]) -> Option<usize> {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(s) = segments.get(i) else { break };
             let bytes = &file[s.offset as usize..(s.offset + s.bytes()) as usize];
-            if crc32c::crc32c(bytes) != s.crc {
+            if crate::store::crc32c(bytes) != s.crc {
                 first_bad.fetch_min(i, Ordering::Relaxed);
             }
         }
@@ -272,7 +272,7 @@ impl OpenedSnapshot {
             .collect();
         let first_bad = AtomicUsize::new(usize::MAX);
         let check = |i: usize, bytes: &[u8]| {
-            if verify && crc32c::crc32c(bytes) != self.segments[i].crc {
+            if verify && crate::store::crc32c(bytes) != self.segments[i].crc {
                 first_bad.fetch_min(i, Ordering::Relaxed);
             }
         };

@@ -32,7 +32,7 @@ fn as_version_1(v2: &[u8]) -> Vec<u8> {
         file.extend_from_slice(slots);
         let mut entry = *s;
         entry.offset = offset;
-        entry.crc = crc32c::crc32c(slots);
+        entry.crc = crate::store::crc32c(slots);
         entry.max_disp = None;
         segments.push(entry);
     }

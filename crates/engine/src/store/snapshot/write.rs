@@ -194,7 +194,7 @@ fn write_temp(
             len: image.len as u64,
             capture_lsn,
             generation: image.generation,
-            crc: crc32c::crc32c(bytes),
+            crc: crate::store::crc32c(bytes),
             max_disp: Some(image.max_disp as u64),
         };
         debug_assert_eq!(entry.bytes(), bytes.len() as u64);

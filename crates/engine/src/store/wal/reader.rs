@@ -4,10 +4,12 @@
 //! # What a reader checks
 //!
 //! Every file's header (magic, version, checksum, first LSN equal to the
-//! name's); every record's length (within bounds and the file), checksum,
-//! op tags and keys; that the records of a file have consecutive LSNs from
-//! the file's first; that a file does not start before the previous one
-//! ends (overlap), nor after the first LSN still wanted (gap).
+//! name's); every record's length (within bounds and the file) and
+//! checksums; the op tags and keys of every record it returns (the records
+//! before the LSN wanted are skipped undecoded); that the records of a file
+//! have consecutive LSNs from the file's first; that a file does not start
+//! before the previous one ends (overlap), nor after the first LSN still
+//! wanted (gap).
 //!
 //! # Torn tails and corruption
 //!
@@ -43,7 +45,7 @@
 use std::path::{Path, PathBuf};
 
 use super::record::{
-    BadRecord, EntryHead, HEADER_LEN, SyncedEnd, WalFormat, check_header, decode_record,
+    BadRecord, EntryHead, HEADER_LEN, SyncedEnd, WalFormat, check_header, decode_record_from,
     read_synced_end,
 };
 use super::spare::{all_zero, records_end};
@@ -202,7 +204,8 @@ impl<'io> WalCursor<'io> {
                 continue;
             }
             let start = self.offset;
-            let rec = match decode_record(&self.data[start..], self.format, &mut self.ops) {
+            let (data, format) = (&self.data[start..], self.format);
+            let rec = match decode_record_from(data, format, &mut self.ops, self.next_wanted) {
                 Ok(rec) => rec,
                 Err(bad) => {
                     self.bad_record(start, bad)?;

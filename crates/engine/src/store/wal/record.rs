@@ -154,7 +154,7 @@ pub(super) fn encode_header(first_lsn: u64, format: WalFormat) -> [u8; HEADER_LE
     h[0..8].copy_from_slice(&MAGIC);
     h[8..12].copy_from_slice(&format.version().to_le_bytes());
     h[12..20].copy_from_slice(&first_lsn.to_le_bytes());
-    let crc = crc32c::crc32c(&h[..20]);
+    let crc = crate::store::crc32c(&h[..20]);
     h[20..24].copy_from_slice(&crc.to_le_bytes());
     for slot in 0..2 {
         let (at, bytes) = encode_synced_end(slot, empty_synced_end(first_lsn));
@@ -188,7 +188,7 @@ pub(super) fn encode_synced_end(slot: usize, end: SyncedEnd) -> (u64, [u8; SLOT_
     let mut b = [0u8; SLOT_LEN];
     b[0..8].copy_from_slice(&end.lsn.to_le_bytes());
     b[8..16].copy_from_slice(&end.offset.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..16]);
+    let crc = crate::store::crc32c(&b[..16]);
     b[16..20].copy_from_slice(&crc.to_le_bytes());
     ((SLOT_OFFSET + (slot & 1) * SLOT_LEN) as u64, b)
 }
@@ -207,7 +207,7 @@ pub(super) fn read_synced_end(file: &[u8]) -> Result<SyncedEnd, String> {
     for slot in 0..2 {
         let at = SLOT_OFFSET + slot * SLOT_LEN;
         let b = &file[at..at + SLOT_LEN];
-        if crc32c::crc32c(&b[..16]) != u32_at(b, 16) {
+        if crate::store::crc32c(&b[..16]) != u32_at(b, 16) {
             return Err(format!(
                 "synced-end slot {slot} of the header (bytes {at}..{}) is damaged, so the \
                  file cannot show which of its records were synced",
@@ -243,7 +243,7 @@ pub(super) fn check_header(file: &[u8], first_lsn: u64) -> Result<WalFormat, Bad
     if h[0..8] != MAGIC {
         return Err(bad("the header does not start with UUIDMAPW".into()));
     }
-    if crc32c::crc32c(&h[..20]) != u32_at(h, 20) {
+    if crate::store::crc32c(&h[..20]) != u32_at(h, 20) {
         return Err(bad("the header's checksum does not match".into()));
     }
     let version = u32_at(h, 8);
@@ -283,12 +283,12 @@ pub(super) fn encode_record(buf: &mut Vec<u8>, lsn: u64, ops: &[Op]) {
     buf.extend_from_slice(&[0; RECORD_OVERHEAD]); // filled in below
     encode_ops(buf, ops);
     let ops_len = (buf.len() - start - RECORD_OVERHEAD) as u32;
-    let ops_crc = crc32c::crc32c(&buf[start + RECORD_OVERHEAD..]);
+    let ops_crc = crate::store::crc32c(&buf[start + RECORD_OVERHEAD..]);
     let head = &mut buf[start..start + RECORD_OVERHEAD];
     head[0..4].copy_from_slice(&ops_len.to_le_bytes());
     head[4..12].copy_from_slice(&lsn.to_le_bytes());
     head[12..16].copy_from_slice(&(ops.len() as u32).to_le_bytes());
-    let head_crc = crc32c::crc32c(&head[..16]);
+    let head_crc = crate::store::crc32c(&head[..16]);
     head[16..20].copy_from_slice(&head_crc.to_le_bytes());
     head[20..24].copy_from_slice(&ops_crc.to_le_bytes());
 }
@@ -318,9 +318,9 @@ pub(super) fn encode_entry(buf: &mut Vec<u8>, lsn: u64, head: EntryHead, count: 
     h[16..24].copy_from_slice(&head.term.to_le_bytes());
     h[24..32].copy_from_slice(&head.seq.to_le_bytes());
     h[32] = head.kind.tag();
-    let head_crc = crc32c::crc32c(&h[..36]);
+    let head_crc = crate::store::crc32c(&h[..36]);
     h[36..40].copy_from_slice(&head_crc.to_le_bytes());
-    h[40..44].copy_from_slice(&crc32c::crc32c(body).to_le_bytes());
+    h[40..44].copy_from_slice(&crate::store::crc32c(body).to_le_bytes());
     buf.extend_from_slice(&h);
     buf.extend_from_slice(body);
 }
@@ -353,7 +353,7 @@ pub(super) struct BadRecord {
 /// a file learns how much more it needs).
 pub(super) fn claimed_len(buf: &[u8], format: WalFormat) -> Option<usize> {
     let (overhead, crc_len) = (format.record_overhead(), format.head_crc_len());
-    if buf.len() < overhead || crc32c::crc32c(&buf[..crc_len]) != u32_at(buf, crc_len) {
+    if buf.len() < overhead || crate::store::crc32c(&buf[..crc_len]) != u32_at(buf, crc_len) {
         return None;
     }
     Some(overhead + u32_at(buf, 0) as usize)
@@ -366,6 +366,20 @@ pub(super) fn decode_record(
     buf: &[u8],
     format: WalFormat,
     ops: &mut Vec<Op>,
+) -> Result<DecodedRecord, BadRecord> {
+    decode_record_from(buf, format, ops, 0)
+}
+
+/// [`decode_record`], but the ops of a record below LSN `ops_from` are
+/// neither decoded nor checked (`ops` is left empty): a reader that skips
+/// the records before the LSN it wants checks their length and checksums,
+/// which tell where the next record starts and whether it was damaged
+/// (recovery after a snapshot skips up to a whole file of them).
+pub(super) fn decode_record_from(
+    buf: &[u8],
+    format: WalFormat,
+    ops: &mut Vec<Op>,
+    ops_from: u64,
 ) -> Result<DecodedRecord, BadRecord> {
     ops.clear();
     let bad = |reason: String| BadRecord {
@@ -383,7 +397,7 @@ pub(super) fn decode_record(
             buf.len()
         )));
     }
-    if crc32c::crc32c(&buf[..crc_len]) != u32_at(buf, crc_len) {
+    if crate::store::crc32c(&buf[..crc_len]) != u32_at(buf, crc_len) {
         return Err(bad("the record header's checksum does not match".into()));
     }
     let body_len = u32_at(buf, 0);
@@ -423,12 +437,13 @@ pub(super) fn decode_record(
         )));
     }
     let rec = &buf[..extent as usize];
-    if crc32c::crc32c(&rec[overhead..]) != u32_at(rec, crc_len + 4) {
+    if crate::store::crc32c(&rec[overhead..]) != u32_at(rec, crc_len + 4) {
         return Err(bad(format!(
             "the checksum of record LSN {lsn}'s ops does not match"
         )));
     }
     match head.kind {
+        EntryKind::Normal if lsn < ops_from => {}
         EntryKind::Normal => decode_ops(&rec[overhead..], count, ops)
             .map_err(|why| certain(format!("record LSN {lsn}: {why}")))?,
         EntryKind::Blank if body_len != 0 || count != 0 => {
@@ -576,7 +591,7 @@ mod tests {
         let mut buf = Vec::new();
         encode_record(&mut buf, 1, &[del(5)]);
         buf[RECORD_OVERHEAD] = 9;
-        let crc = crc32c::crc32c(&buf[RECORD_OVERHEAD..]);
+        let crc = crate::store::crc32c(&buf[RECORD_OVERHEAD..]);
         buf[20..24].copy_from_slice(&crc.to_le_bytes());
         let bad = decode_record(&buf, WalFormat::Single, &mut out).unwrap_err();
         assert!(bad.reason.contains("unknown tag 9"), "{}", bad.reason);
@@ -587,11 +602,37 @@ mod tests {
         let mut buf = Vec::new();
         encode_record(&mut buf, 1, &[del(5)]);
         buf[RECORD_OVERHEAD + 1..RECORD_OVERHEAD + 17].fill(0);
-        let crc = crc32c::crc32c(&buf[RECORD_OVERHEAD..]);
+        let crc = crate::store::crc32c(&buf[RECORD_OVERHEAD..]);
         buf[20..24].copy_from_slice(&crc.to_le_bytes());
         let bad = decode_record(&buf, WalFormat::Single, &mut out).unwrap_err();
         assert!(bad.reason.contains("reserved key"), "{}", bad.reason);
         assert!(bad.written_so);
+    }
+
+    #[test]
+    fn a_record_skipped_is_checked_by_its_checksums_not_its_ops() {
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        encode_record(&mut buf, 7, &[put(1, 2), del(3)]);
+        let whole = buf.len() as u64;
+        // Below the LSN wanted: its length and LSN, no ops.
+        let rec = decode_record_from(&buf, WalFormat::Single, &mut out, 8).unwrap();
+        assert_eq!((rec.lsn, rec.len), (7, whole));
+        assert!(out.is_empty());
+        // At it: the ops.
+        let rec = decode_record_from(&buf, WalFormat::Single, &mut out, 7).unwrap();
+        assert_eq!((rec.lsn, out.len()), (7, 2));
+        // An op written wrong (checksums right) is not looked at below it,
+        // and refused at it.
+        buf[RECORD_OVERHEAD] = 9;
+        let crc = crate::store::crc32c(&buf[RECORD_OVERHEAD..]);
+        buf[20..24].copy_from_slice(&crc.to_le_bytes());
+        assert!(decode_record_from(&buf, WalFormat::Single, &mut out, 8).is_ok());
+        assert!(decode_record_from(&buf, WalFormat::Single, &mut out, 7).is_err());
+        // A damaged body fails its checksum either way.
+        buf[RECORD_OVERHEAD + 5] ^= 1;
+        let bad = decode_record_from(&buf, WalFormat::Single, &mut out, 8).unwrap_err();
+        assert!(bad.reason.contains("checksum"), "{}", bad.reason);
     }
 
     #[test]
@@ -726,7 +767,7 @@ mod tests {
         );
         let mut blank = buf.clone();
         blank[32] = 1; // kind: blank
-        let crc = crc32c::crc32c(&blank[..36]);
+        let crc = crate::store::crc32c(&blank[..36]);
         blank[36..40].copy_from_slice(&crc.to_le_bytes());
         let bad = decode_record(&blank, WalFormat::Raft, &mut out).unwrap_err();
         assert!(
@@ -735,7 +776,7 @@ mod tests {
         );
         let mut kind = buf.clone();
         kind[32] = 9;
-        let crc = crc32c::crc32c(&kind[..36]);
+        let crc = crate::store::crc32c(&kind[..36]);
         kind[36..40].copy_from_slice(&crc.to_le_bytes());
         let bad = decode_record(&kind, WalFormat::Raft, &mut out).unwrap_err();
         assert!(
@@ -759,7 +800,7 @@ mod tests {
         }
         let mut h = encode_header(3, WalFormat::Raft);
         h[8..12].copy_from_slice(&4u32.to_le_bytes());
-        let crc = crc32c::crc32c(&h[..20]);
+        let crc = crate::store::crc32c(&h[..20]);
         h[20..24].copy_from_slice(&crc.to_le_bytes());
         let bad = check_header(&h, 3).unwrap_err();
         assert!(
