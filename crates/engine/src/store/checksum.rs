@@ -4,9 +4,10 @@
 //!
 //! Computed by `crc-fast`, which folds with carry-less multiplies
 //! (VPCLMULQDQ or PCLMULQDQ, chosen at run time) rather than the one
-//! `crc32` instruction at a time of the `crc32c` crate: about 2.2× the
-//! speed on a snapshot's segments, and faster at every size down to a
-//! 16-byte header (BENCHMARKS.md, issue 38). The result is the same
+//! `crc32` instruction at a time of the `crc32c` crate: 2.0–2.3× the
+//! speed from 4 KiB to a snapshot's 1 MiB segments, and faster at every
+//! size down to a 16-byte header (`benches/checksum.rs`; BENCHMARKS.md,
+//! issue 38). The result is the same
 //! function: the files written before stay readable (the test below pins
 //! the standard check value).
 
