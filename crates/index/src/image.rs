@@ -29,7 +29,7 @@ use super::segment::Segment;
 use super::shared::Shared;
 use super::slot_array::{ExternalSlots, SlotArray};
 use super::table::Table;
-use super::tag_array::TagArray;
+use super::tag_array::{ExternalTags, TagArray};
 use super::writer::IndexWriter;
 
 /// What goes with a copied slot array.
@@ -81,6 +81,19 @@ impl StoredTags {
                 .unwrap_or(usize::MAX)
                 .min(capacity),
         })
+    }
+
+    /// The tags of a table from its image's tag words where they lie
+    /// ([`ExternalTags`]: no copy), and the image's `max_disp`. The same
+    /// bounds hold as for [`StoredTags::from_le_bytes`].
+    pub fn lent(tags: ExternalTags, max_disp: u64) -> StoredTags {
+        let capacity = tags.capacity();
+        StoredTags {
+            tags: TagArray::from(tags),
+            max_disp: usize::try_from(max_disp)
+                .unwrap_or(usize::MAX)
+                .min(capacity),
+        }
     }
 }
 

@@ -82,4 +82,6 @@ pub use scan::{ScanCursor, Scanner, ValueFilter};
 pub use slot::Slot;
 #[cfg(not(uuidmap_loom))]
 pub use slot_array::ExternalSlots;
+#[cfg(not(uuidmap_loom))]
+pub use tag_array::ExternalTags;
 pub use writer::IndexWriter;

@@ -20,6 +20,14 @@
 //! Bytes of the last word past the table's capacity hold [`PAD_TAG`], which
 //! never matches and never ends a probe, so a scan can load whole words and
 //! wrap from the last word to the first.
+//!
+//! The words are either the array's own heap allocation or lent by its
+//! creator ([`ExternalTags`]: the tags of a snapshot read whole into the
+//! process's memory, used where they lie instead of copied out); the access
+//! rules are the same.
+
+#[cfg(not(uuidmap_loom))]
+use std::sync::Arc;
 
 use super::atomic::{AtomicU64, Ordering};
 
@@ -64,19 +72,151 @@ pub(crate) fn bytes_equal(word: u64, tag: u8) -> u64 {
 pub(crate) struct TagArray {
     /// `ceil(capacity / 8)` words; byte `j` (little-endian order) of word
     /// `w` is the tag of slot `8w + j`.
+    #[cfg(not(uuidmap_loom))]
+    words: std::ptr::NonNull<AtomicU64>,
+    /// Number of words behind `words`.
+    #[cfg(not(uuidmap_loom))]
+    len: usize,
+    /// Who owns the memory behind `words`.
+    #[cfg(not(uuidmap_loom))]
+    backing: Backing,
+    /// Under loom, atomics are model objects and live in a boxed slice.
+    #[cfg(uuidmap_loom)]
     words: Box<[AtomicU64]>,
 }
+
+/// The owner of a tag array's memory.
+#[cfg(not(uuidmap_loom))]
+enum Backing {
+    /// A boxed slice of `len` words, leaked into `words` and freed on drop.
+    Heap,
+    /// Lent by an [`ExternalTags`]; the handle keeps it alive.
+    External(#[allow(dead_code)] Arc<dyn Send + Sync>),
+}
+
+/// Tag memory that already holds a table's tag words, lent to the index
+/// (a snapshot read whole into this process's memory, whose tags are used
+/// where they lie instead of copied out).
+#[cfg(not(uuidmap_loom))]
+pub struct ExternalTags {
+    /// The first word.
+    words: std::ptr::NonNull<AtomicU64>,
+    /// Number of words: `ceil(capacity / 8)`.
+    len: usize,
+    /// Slots the tags are for.
+    capacity: usize,
+    /// Keeps the memory alive; dropped when the table is freed.
+    keepalive: Arc<dyn Send + Sync>,
+}
+
+#[cfg(not(uuidmap_loom))]
+impl ExternalTags {
+    /// Lends the tag words of a table of `capacity` slots at `ptr`
+    /// (`ceil(capacity / 8)` words of eight one-byte tags, slot `8w + j`'s
+    /// in byte `j` of word `w` in memory order) to the index. The padding
+    /// past the last slot is set anew when the table takes them.
+    ///
+    /// # Safety
+    ///
+    /// - `ptr` is 8-byte aligned and valid for reads and writes of
+    ///   `ceil(capacity / 8) * 8` bytes for as long as `keepalive` (or any
+    ///   clone of it) lives;
+    /// - nothing else reads or writes those bytes from now on, except
+    ///   through the index;
+    /// - `capacity` is at least 1.
+    // SAFETY: unsafe to call, not to run: the caller vouches for the memory
+    // (the `# Safety` list above), and every use below relies on it.
+    pub unsafe fn new(
+        ptr: std::ptr::NonNull<u8>,
+        capacity: usize,
+        keepalive: Arc<dyn Send + Sync>,
+    ) -> Self {
+        debug_assert!(capacity >= 1 && (ptr.as_ptr() as usize).is_multiple_of(8));
+        ExternalTags {
+            words: ptr.cast(),
+            len: capacity.div_ceil(TAGS_PER_WORD),
+            capacity,
+            keepalive,
+        }
+    }
+
+    /// Number of slots the tags are for.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(not(uuidmap_loom))]
+impl From<ExternalTags> for TagArray {
+    /// The lent words as a table's tags, the padding past the last slot
+    /// set anew, whatever the words said.
+    fn from(e: ExternalTags) -> Self {
+        let tags = TagArray {
+            words: e.words,
+            len: e.len,
+            backing: Backing::External(e.keepalive),
+        };
+        tags.pad(e.capacity);
+        tags
+    }
+}
+
+// SAFETY: the array owns its memory exclusively (its own allocation, or memory
+// lent to it alone by `ExternalTags`, whose keepalive is `Send + Sync`) and all
+// access to the words is through atomics, so sharing references across
+// threads is sound.
+#[cfg(not(uuidmap_loom))]
+unsafe impl Send for TagArray {}
+// SAFETY: as above; `&TagArray` only hands out `&AtomicU64`.
+#[cfg(not(uuidmap_loom))]
+unsafe impl Sync for TagArray {}
 
 impl TagArray {
     /// Tags for `capacity` empty slots.
     pub(crate) fn empty(capacity: usize) -> Self {
         let count = capacity.div_ceil(TAGS_PER_WORD);
-        let words: Box<[AtomicU64]> = (0..count).map(|_| AtomicU64::new(0)).collect();
-        let tags = TagArray { words };
-        for i in capacity..count * TAGS_PER_WORD {
-            tags.set(i, PAD_TAG);
-        }
+        let tags = Self::owned((0..count).map(|_| AtomicU64::new(0)).collect());
+        tags.pad(capacity);
         tags
+    }
+
+    /// An array owning `words`.
+    fn owned(words: Box<[AtomicU64]>) -> Self {
+        #[cfg(not(uuidmap_loom))]
+        {
+            let len = words.len();
+            // A boxed slice is never at address 0, even when empty.
+            let words = std::ptr::NonNull::new(Box::into_raw(words).cast::<AtomicU64>())
+                .expect("a box is never null");
+            TagArray {
+                words,
+                len,
+                backing: Backing::Heap,
+            }
+        }
+        #[cfg(uuidmap_loom)]
+        TagArray { words }
+    }
+
+    /// Sets the bytes past slot `capacity - 1` to [`PAD_TAG`].
+    fn pad(&self, capacity: usize) {
+        for i in capacity..self.word_count() * TAGS_PER_WORD {
+            self.set(i, PAD_TAG);
+        }
+    }
+
+    /// All words, as atomics.
+    #[inline(always)]
+    fn words(&self) -> &[AtomicU64] {
+        #[cfg(not(uuidmap_loom))]
+        // SAFETY: `words` points to `len` initialised `AtomicU64`s (our own
+        // leaked box, or lent initialised by `ExternalTags`) that live as
+        // long as `self`; any bit pattern is a valid `AtomicU64`.
+        unsafe {
+            std::slice::from_raw_parts(self.words.as_ptr(), self.len)
+        }
+        #[cfg(uuidmap_loom)]
+        &self.words
     }
 
     /// Tags for `capacity` slots from `words`, the layout [`TagArray::copy_to`]
@@ -91,12 +231,8 @@ impl TagArray {
         if words.len() != capacity.div_ceil(TAGS_PER_WORD) {
             return None;
         }
-        let tags = TagArray {
-            words: words.map(AtomicU64::new).collect(),
-        };
-        for i in capacity..tags.words.len() * TAGS_PER_WORD {
-            tags.set(i, PAD_TAG);
-        }
+        let tags = Self::owned(words.map(AtomicU64::new).collect());
+        tags.pad(capacity);
         Some(tags)
     }
 
@@ -104,7 +240,7 @@ impl TagArray {
     /// long (relaxed loads; validate before trusting).
     #[cfg_attr(uuidmap_loom, allow(dead_code))]
     pub(crate) fn copy_to(&self, out: &mut [u64]) {
-        for (o, w) in out.iter_mut().zip(self.words.iter()) {
+        for (o, w) in out.iter_mut().zip(self.words()) {
             *o = w.load(Ordering::Relaxed);
         }
     }
@@ -112,20 +248,21 @@ impl TagArray {
     /// Number of words.
     #[inline(always)]
     pub(crate) fn word_count(&self) -> usize {
-        self.words.len()
+        self.words().len()
     }
 
     /// Loads word `w` (relaxed; validate before trusting).
     #[inline(always)]
     pub(crate) fn word(&self, w: usize) -> u64 {
-        self.words[w].load(Ordering::Relaxed)
+        self.words()[w].load(Ordering::Relaxed)
     }
 
     /// The address of the word holding slot `i`'s tag, for software prefetch.
     #[inline(always)]
     pub(crate) fn word_ptr(&self, i: usize) -> *const u8 {
-        let w = (i / TAGS_PER_WORD).min(self.words.len() - 1);
-        std::ptr::from_ref(&self.words[w]).cast()
+        let words = self.words();
+        let w = (i / TAGS_PER_WORD).min(words.len() - 1);
+        std::ptr::from_ref(&words[w]).cast()
     }
 
     /// Slot `i`'s tag (relaxed; validate before trusting).
@@ -140,14 +277,30 @@ impl TagArray {
     pub(crate) fn set(&self, i: usize, tag: u8) {
         let (w, shift) = (i / TAGS_PER_WORD, (i % TAGS_PER_WORD) * 8);
         // Only the writer stores tags, so this load sees its own last store.
-        let old = self.words[w].load(Ordering::Relaxed);
+        let word = &self.words()[w];
+        let old = word.load(Ordering::Relaxed);
         let new = (old & !(0xff << shift)) | (u64::from(tag) << shift);
-        self.words[w].store(new, Ordering::Relaxed);
+        word.store(new, Ordering::Relaxed);
     }
 
     /// Bytes of memory the tags occupy.
     pub(crate) fn bytes(&self) -> usize {
-        self.words.len() * 8
+        self.word_count() * 8
+    }
+}
+
+#[cfg(not(uuidmap_loom))]
+impl Drop for TagArray {
+    fn drop(&mut self) {
+        if let Backing::External(_) = self.backing {
+            // The keepalive handle drops with `self`; the memory is not ours.
+            return;
+        }
+        let words = std::ptr::slice_from_raw_parts_mut(self.words.as_ptr(), self.len);
+        // SAFETY: `words` and `len` came from `Box::into_raw` of a boxed
+        // slice of `len` words (`owned`), freed only here, once; nothing can
+        // reference it once `self` is dropped.
+        drop(unsafe { Box::from_raw(words) });
     }
 }
 

@@ -98,8 +98,14 @@ fn a_restored_snapshot_holds_every_entry_and_later_writes_never_reach_the_file()
     let file_crc = || uuidmap_engine::store::crc32c(&std::fs::read(&info.path).unwrap());
     let before = file_crc();
 
-    for check in [true, false] {
-        let restored = restore(&info.path, &verify(check)).unwrap();
+    // Mapped, and read whole (whose tags the tables use where they lie).
+    for (check, load) in [
+        (true, Load::Map),
+        (false, Load::Map),
+        (true, Load::Read),
+        (false, Load::Read),
+    ] {
+        let restored = restore(&info.path, &verify_loading(check, load)).unwrap();
         assert_eq!(restored.how, Restored::ZeroCopy);
         assert_eq!(restored.lsn, lsn);
         assert_eq!(restored.capture_lsns, vec![lsn; 8]);
@@ -112,7 +118,9 @@ fn a_restored_snapshot_holds_every_entry_and_later_writes_never_reach_the_file()
         for i in 0..30_000u64 {
             assert_eq!(restored.get(&key(i)), index.get(&key(i)), "key {i}");
         }
-        // Overwrite, remove, and grow well past the mapped tables.
+        // Overwrite and remove (the restored tables' slots and tags
+        // change in place), snapshot that, and restore it again: the same
+        // answers.
         for i in 0..30_000u64 {
             if i % 2 == 0 {
                 w2.insert(key(i), value(i + 1)).unwrap();
@@ -120,6 +128,21 @@ fn a_restored_snapshot_holds_every_entry_and_later_writes_never_reach_the_file()
                 w2.remove(&key(i));
             }
         }
+        let changed = |i: u64| (i % 2 == 0).then(|| value(i + 1));
+        let again_dir = tempfile::tempdir().unwrap();
+        let again =
+            write_snapshot(&OsIo, again_dir.path(), &restored, &|| lsn + 1, &|_| Ok(())).unwrap();
+        let reopened = restore(&again.path, &verify_loading(true, load)).unwrap();
+        assert_eq!(reopened.index.len(), restored.len());
+        for i in 0..30_000u64 {
+            assert_eq!(
+                reopened.index.get(&key(i)),
+                changed(i),
+                "key {i}, re-restored"
+            );
+        }
+        drop(reopened);
+        // Grow well past the restored tables.
         for i in 30_000..120_000u64 {
             w2.insert(key(i), value(i)).unwrap();
         }
@@ -129,7 +152,11 @@ fn a_restored_snapshot_holds_every_entry_and_later_writes_never_reach_the_file()
                 i if i % 2 == 0 => Some(value(i + 1)),
                 _ => None,
             };
-            assert_eq!(restored.get(&key(i)), want, "key {i} after writes");
+            assert_eq!(
+                restored.get(&key(i)),
+                want,
+                "key {i} after writes, {load:?}"
+            );
         }
         drop((w2, restored));
         assert_eq!(

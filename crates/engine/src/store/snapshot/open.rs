@@ -15,8 +15,8 @@ use super::format::{
 };
 use crate::store::{FileError, Io, MappedFile, SnapshotCorrupt, SnapshotLoadError};
 use uuidmap_index::{
-    ExternalSlots, HashSeeds, Index, IndexBuilder, IndexWriter, RestoredSegment, Slot, StoredTags,
-    hash_fingerprint,
+    ExternalSlots, ExternalTags, HashSeeds, Index, IndexBuilder, IndexWriter, RestoredSegment,
+    Slot, StoredTags, hash_fingerprint,
 };
 
 /// How to open a snapshot.
@@ -112,6 +112,9 @@ pub struct OpenedSnapshot {
     expected_fingerprint: u64,
     /// Every segment's checksum was checked as the file was read.
     verified: bool,
+    /// `map` is the file read whole into this process's memory
+    /// ([`Load::Read`]), not a mapping of it.
+    read: bool,
     /// The whole file, mapped privately or read.
     map: MappedFile,
 }
@@ -193,6 +196,7 @@ pub fn open_snapshot(
             .expected_fingerprint
             .unwrap_or_else(hash_fingerprint),
         verified: false,
+        read: false,
         map,
     };
     match options.load {
@@ -291,6 +295,7 @@ impl OpenedSnapshot {
         }
         self.map = copy;
         self.verified = verify;
+        self.read = true;
         Ok(())
     }
 
@@ -333,28 +338,58 @@ impl OpenedSnapshot {
             seeds,
             segments,
             mut map,
+            read,
             ..
         } = self;
-        // Version 2 stores each table's tags after its slots: copied out
-        // here (1/32 of the slots' bytes), before the slots are lent.
-        let file = map.as_slice();
-        let mut tags: Vec<Option<StoredTags>> = Vec::with_capacity(segments.len());
-        for (i, s) in segments.iter().enumerate() {
-            let Some(max_disp) = s.max_disp else {
-                tags.push(None);
-                continue;
-            };
-            let at = (s.offset + s.slot_bytes()) as usize;
-            let bytes = &file[at..at + s.tag_bytes() as usize];
-            let stored = StoredTags::from_le_bytes(s.capacity as usize, bytes, max_disp)
-                .ok_or_else(|| SnapshotCorrupt {
-                    path: path.clone(),
-                    reason: format!("segment {i}'s tags are not one byte per slot"),
-                })?;
-            tags.push(Some(stored));
-        }
+        // Version 2 stores each table's tags after its slots. A file read
+        // whole is this process's own memory: its tag words are used where
+        // they lie (the file's little-endian words are the memory's on a
+        // little-endian machine). A mapped file's tags are copied out, here
+        // (1/32 of the slots' bytes), before the slots are lent: used in
+        // place, every tag page a replayed write touched would be a
+        // copy-on-write fault, at 18 µs each (`Load::for_tail`), where the
+        // copy costs about 0.5 µs a page.
+        let in_place = read && cfg!(target_endian = "little");
         let base = map.as_mut_ptr();
+        let tags_at = |s: &SegmentEntry| (s.offset + s.slot_bytes()) as usize;
+        let mut tags: Vec<Option<StoredTags>> = Vec::with_capacity(segments.len());
+        if !in_place {
+            let file = map.as_slice();
+            for (i, s) in segments.iter().enumerate() {
+                let Some(max_disp) = s.max_disp else {
+                    tags.push(None);
+                    continue;
+                };
+                let bytes = &file[tags_at(s)..tags_at(s) + s.tag_bytes() as usize];
+                let stored = StoredTags::from_le_bytes(s.capacity as usize, bytes, max_disp)
+                    .ok_or_else(|| SnapshotCorrupt {
+                        path: path.clone(),
+                        reason: format!("segment {i}'s tags are not one byte per slot"),
+                    })?;
+                tags.push(Some(stored));
+            }
+        }
         let keepalive: Arc<dyn Send + Sync> = Arc::new(map);
+        if in_place {
+            for s in &segments {
+                tags.push(s.max_disp.map(|max_disp| {
+                    // SAFETY: `parse_file` checked that the tags, `tag_bytes()
+                    // = ceil(capacity / 8) * 8` bytes after the slots, lie
+                    // inside the file and apart from every other segment's
+                    // bytes; the offset is page aligned and the slots' bytes
+                    // a multiple of 32, so the pointer is 8-aligned.
+                    let ptr = unsafe { base.add(tags_at(s)) };
+                    let ptr = NonNull::new(ptr).expect("a mapping is never at address 0");
+                    // SAFETY: the bytes are this process's own memory (read
+                    // whole), valid for reads and writes while `keepalive`
+                    // lives, which the tags hold; nothing else touches them
+                    // once `self` is consumed; `capacity > len >= 0`.
+                    let lent =
+                        unsafe { ExternalTags::new(ptr, s.capacity as usize, keepalive.clone()) };
+                    StoredTags::lent(lent, max_disp)
+                }));
+            }
+        }
         let tables = segments
             .iter()
             .zip(tags)
