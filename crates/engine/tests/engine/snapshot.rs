@@ -128,7 +128,7 @@ fn a_restored_snapshot_holds_every_entry_and_later_writes_never_reach_the_file()
                 w2.remove(&key(i));
             }
         }
-        let changed = |i: u64| (i % 2 == 0).then(|| value(i + 1));
+        let changed = |i: u64| i.is_multiple_of(2).then(|| value(i + 1));
         let again_dir = tempfile::tempdir().unwrap();
         let again =
             write_snapshot(&OsIo, again_dir.path(), &restored, &|| lsn + 1, &|_| Ok(())).unwrap();
