@@ -41,6 +41,7 @@
 //! - `partition`: the writer split over disjoint segments (recovery).
 //! - [`scan`]: cursors, filters and consistent segment copies.
 //! - `image`: whole-segment copies for snapshots; restore from lent memory.
+//! - `lent_memory`: memory a restored snapshot lends to the tables.
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -54,6 +55,8 @@ mod index_error;
 #[cfg(all(test, uuidmap_loom))]
 mod index_loom_models;
 mod key;
+#[cfg(not(uuidmap_loom))]
+mod lent_memory;
 mod map;
 #[cfg(not(uuidmap_loom))]
 mod partition;
@@ -75,6 +78,8 @@ pub use image::{RestoredSegment, SegmentImage, StoredTags};
 pub use index_builder::{IndexBuilder, MAX_CAPACITY, MAX_SEGMENTS};
 pub use index_error::{BuildError, CasError, KeyError, ScanError};
 pub use key::Key;
+#[cfg(not(uuidmap_loom))]
+pub use lent_memory::LentMemory;
 pub use map::{Index, ReadSession, SESSION_REPIN_EVERY, physical_memory};
 #[cfg(not(uuidmap_loom))]
 pub use partition::{PartWriter, PreparedWrite};

@@ -18,6 +18,8 @@
 use std::sync::Arc;
 
 use super::atomic::{AtomicU64, Ordering};
+#[cfg(not(uuidmap_loom))]
+use super::lent_memory::LentMemory;
 use super::slot::{KeyWords, SLOT_WORDS};
 
 /// Arrays at least this large are aligned for, and advised as, huge pages.
@@ -52,39 +54,20 @@ enum Backing {
 /// private mapping, restored without copying).
 #[cfg(not(uuidmap_loom))]
 pub struct ExternalSlots {
-    /// The first word of the slots.
-    words: std::ptr::NonNull<AtomicU64>,
+    /// The slots' words.
+    memory: LentMemory,
     /// Number of slots.
     capacity: usize,
-    /// Keeps the memory alive; dropped when the table is freed.
-    keepalive: Arc<dyn Send + Sync>,
 }
 
 #[cfg(not(uuidmap_loom))]
 impl ExternalSlots {
-    /// Lends `capacity` slots (`capacity * 32` bytes) at `ptr` to the index.
-    ///
-    /// # Safety
-    ///
-    /// - `ptr` is 8-byte aligned and valid for reads and writes of
-    ///   `capacity * 32` bytes for as long as `keepalive` (or any clone of
-    ///   it) lives;
-    /// - nothing else reads or writes those bytes from now on, except
-    ///   through the index;
-    /// - `capacity` is at least 1.
-    // SAFETY: unsafe to call, not to run: the caller vouches for the memory
-    // (the `# Safety` list above), and every use below relies on it.
-    pub unsafe fn new(
-        ptr: std::ptr::NonNull<u8>,
-        capacity: usize,
-        keepalive: Arc<dyn Send + Sync>,
-    ) -> Self {
-        debug_assert!(capacity >= 1 && (ptr.as_ptr() as usize).is_multiple_of(8));
-        ExternalSlots {
-            words: ptr.cast(),
-            capacity,
-            keepalive,
-        }
+    /// The `capacity` slots of a table in `memory`, which must be exactly
+    /// their words (`capacity * 4`); `None` if it is not, or for a capacity
+    /// of 0.
+    pub fn new(memory: LentMemory, capacity: usize) -> Option<Self> {
+        (capacity >= 1 && capacity.checked_mul(SLOT_WORDS) == Some(memory.len))
+            .then_some(ExternalSlots { memory, capacity })
     }
 
     /// Number of slots.
@@ -97,9 +80,9 @@ impl ExternalSlots {
 impl From<ExternalSlots> for SlotArray {
     fn from(e: ExternalSlots) -> Self {
         SlotArray {
-            words: e.words,
+            words: e.memory.words,
             capacity: e.capacity,
-            backing: Backing::External(e.keepalive),
+            backing: Backing::External(e.memory.keepalive),
         }
     }
 }

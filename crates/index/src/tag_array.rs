@@ -30,6 +30,8 @@
 use std::sync::Arc;
 
 use super::atomic::{AtomicU64, Ordering};
+#[cfg(not(uuidmap_loom))]
+use super::lent_memory::LentMemory;
 
 /// The tag of an empty slot. Zero, so [`zero_bytes`] finds empty slots.
 pub(crate) const EMPTY_TAG: u8 = 0;
@@ -99,45 +101,22 @@ enum Backing {
 /// where they lie instead of copied out).
 #[cfg(not(uuidmap_loom))]
 pub struct ExternalTags {
-    /// The first word.
-    words: std::ptr::NonNull<AtomicU64>,
-    /// Number of words: `ceil(capacity / 8)`.
-    len: usize,
+    /// The tag words: `ceil(capacity / 8)`, eight one-byte tags each, slot
+    /// `8w + j`'s in byte `j` of word `w` in memory order.
+    memory: LentMemory,
     /// Slots the tags are for.
     capacity: usize,
-    /// Keeps the memory alive; dropped when the table is freed.
-    keepalive: Arc<dyn Send + Sync>,
 }
 
 #[cfg(not(uuidmap_loom))]
 impl ExternalTags {
-    /// Lends the tag words of a table of `capacity` slots at `ptr`
-    /// (`ceil(capacity / 8)` words of eight one-byte tags, slot `8w + j`'s
-    /// in byte `j` of word `w` in memory order) to the index. The padding
-    /// past the last slot is set anew when the table takes them.
-    ///
-    /// # Safety
-    ///
-    /// - `ptr` is 8-byte aligned and valid for reads and writes of
-    ///   `ceil(capacity / 8) * 8` bytes for as long as `keepalive` (or any
-    ///   clone of it) lives;
-    /// - nothing else reads or writes those bytes from now on, except
-    ///   through the index;
-    /// - `capacity` is at least 1.
-    // SAFETY: unsafe to call, not to run: the caller vouches for the memory
-    // (the `# Safety` list above), and every use below relies on it.
-    pub unsafe fn new(
-        ptr: std::ptr::NonNull<u8>,
-        capacity: usize,
-        keepalive: Arc<dyn Send + Sync>,
-    ) -> Self {
-        debug_assert!(capacity >= 1 && (ptr.as_ptr() as usize).is_multiple_of(8));
-        ExternalTags {
-            words: ptr.cast(),
-            len: capacity.div_ceil(TAGS_PER_WORD),
-            capacity,
-            keepalive,
-        }
+    /// The tags of a table of `capacity` slots in `memory`, which must be
+    /// exactly their words (`ceil(capacity / 8)`); `None` if it is not, or
+    /// for a capacity of 0. The padding past the last slot is set anew
+    /// when the table takes them.
+    pub fn new(memory: LentMemory, capacity: usize) -> Option<Self> {
+        (capacity >= 1 && capacity.div_ceil(TAGS_PER_WORD) == memory.len)
+            .then_some(ExternalTags { memory, capacity })
     }
 
     /// Number of slots the tags are for.
@@ -152,9 +131,9 @@ impl From<ExternalTags> for TagArray {
     /// set anew, whatever the words said.
     fn from(e: ExternalTags) -> Self {
         let tags = TagArray {
-            words: e.words,
-            len: e.len,
-            backing: Backing::External(e.keepalive),
+            words: e.memory.words,
+            len: e.memory.len,
+            backing: Backing::External(e.memory.keepalive),
         };
         tags.pad(e.capacity);
         tags

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use uuid::Uuid;
-use uuidmap_index::{ExternalSlots, RestoredSegment, StoredTags};
+use uuidmap_index::{ExternalSlots, ExternalTags, LentMemory, RestoredSegment, StoredTags};
 use uuidmap_index::{Index, IndexBuilder};
 
 use crate::data::mix;
@@ -45,7 +45,8 @@ fn restore_copy_as(
         let keepalive: Arc<dyn Send + Sync> = Arc::new(memory);
         // SAFETY: the boxed words are 8-aligned, `capacity * 32` bytes, kept
         // alive by `keepalive`, and used by nothing else.
-        let slots = unsafe { ExternalSlots::new(ptr, image.capacity, keepalive) };
+        let memory = unsafe { LentMemory::new(ptr, image.capacity * 4, keepalive) };
+        let slots = ExternalSlots::new(memory, image.capacity).unwrap();
         restored.push(RestoredSegment {
             slots,
             len: image.len,
@@ -150,7 +151,19 @@ fn restore_refuses_bad_inputs() {
     let ptr = NonNull::new(memory.as_mut_ptr().cast::<u8>()).unwrap();
     let keepalive: Arc<dyn Send + Sync> = Arc::new(memory);
     // SAFETY: as in `restore_copy`.
-    let slots = unsafe { ExternalSlots::new(ptr, image.capacity, keepalive) };
+    let memory = unsafe { LentMemory::new(ptr, image.capacity * 4, keepalive.clone()) };
+    // Lent memory must be exactly the slots' words.
+    // SAFETY: as above (a shorter part of the same words).
+    let short = unsafe { LentMemory::new(ptr, image.capacity * 4 - 1, keepalive.clone()) };
+    assert!(ExternalSlots::new(short, image.capacity).is_none());
+    // SAFETY: as above.
+    let tag_words =
+        unsafe { LentMemory::new(ptr, image.capacity.div_ceil(8) + 1, keepalive.clone()) };
+    assert!(ExternalTags::new(tag_words, image.capacity).is_none());
+    // SAFETY: as above.
+    let empty = unsafe { LentMemory::new(ptr, 0, keepalive) };
+    assert!(ExternalSlots::new(empty, 0).is_none());
+    let slots = ExternalSlots::new(memory, image.capacity).unwrap();
     // A table claiming to be full, and a segment count of 1 is fine but full is not.
     let err = IndexBuilder::default()
         .seeds(index.seeds())

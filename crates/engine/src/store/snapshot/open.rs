@@ -15,8 +15,8 @@ use super::format::{
 };
 use crate::store::{FileError, Io, MappedFile, SnapshotCorrupt, SnapshotLoadError};
 use uuidmap_index::{
-    ExternalSlots, ExternalTags, HashSeeds, Index, IndexBuilder, IndexWriter, RestoredSegment,
-    Slot, StoredTags, hash_fingerprint,
+    ExternalSlots, ExternalTags, HashSeeds, Index, IndexBuilder, IndexWriter, LentMemory,
+    RestoredSegment, Slot, StoredTags, hash_fingerprint,
 };
 
 /// How to open a snapshot.
@@ -370,52 +370,51 @@ impl OpenedSnapshot {
             }
         }
         let keepalive: Arc<dyn Send + Sync> = Arc::new(map);
+        // Lends `bytes` of the file from byte `at` to the index.
+        let lend = |at: u64, bytes: u64| {
+            // SAFETY: each range lent below is one that `parse_file` checked
+            // to lie inside the file, apart from every other segment's bytes:
+            // a segment's slots, or its tags right after them. Each starts
+            // 8-aligned (a segment's offset is a multiple of 4096, its
+            // slots' bytes a multiple of 32) in a page-aligned mapping or
+            // copy.
+            let ptr = unsafe { base.add(at as usize) };
+            let ptr = NonNull::new(ptr).expect("a mapping is never at address 0");
+            // SAFETY: the range is valid for reads and writes (a private
+            // mapping, or the file read into this process's memory) while
+            // `keepalive` lives, which every table holds; nothing else
+            // touches it once `self` is consumed.
+            unsafe { LentMemory::new(ptr, (bytes / 8) as usize, keepalive.clone()) }
+        };
+        let corrupt = |i: usize, what: &str| SnapshotCorrupt {
+            path: path.clone(),
+            reason: format!("segment {i}'s {what}"),
+        };
         if in_place {
-            for s in &segments {
-                tags.push(s.max_disp.map(|max_disp| {
-                    // SAFETY: `parse_file` checked that the tags, `tag_bytes()
-                    // = ceil(capacity / 8) * 8` bytes after the slots, lie
-                    // inside the file and apart from every other segment's
-                    // bytes; the offset is page aligned and the slots' bytes
-                    // a multiple of 32, so the pointer is 8-aligned.
-                    let ptr = unsafe { base.add(tags_at(s)) };
-                    let ptr = NonNull::new(ptr).expect("a mapping is never at address 0");
-                    // SAFETY: the bytes are this process's own memory (read
-                    // whole), valid for reads and writes while `keepalive`
-                    // lives, which the tags hold; nothing else touches them
-                    // once `self` is consumed; `capacity > len >= 0`.
-                    let lent =
-                        unsafe { ExternalTags::new(ptr, s.capacity as usize, keepalive.clone()) };
-                    StoredTags::lent(lent, max_disp)
-                }));
+            for (i, s) in segments.iter().enumerate() {
+                let Some(max_disp) = s.max_disp else {
+                    tags.push(None);
+                    continue;
+                };
+                let lent =
+                    ExternalTags::new(lend(tags_at(s) as u64, s.tag_bytes()), s.capacity as usize)
+                        .ok_or_else(|| corrupt(i, "tags are not one byte per slot"))?;
+                tags.push(Some(StoredTags::lent(lent, max_disp)));
             }
         }
-        let tables = segments
-            .iter()
-            .zip(tags)
-            .map(|(s, tags)| {
-                // SAFETY: `parse_file` checked that `[offset, offset +
-                // capacity * 32)` lies inside the file, so the pointer is in
-                // the mapping; it is page aligned (the mapping is, and the
-                // offset is a multiple of 4096), hence 8-aligned.
-                let ptr = unsafe { base.add(s.offset as usize) };
-                let ptr = NonNull::new(ptr).expect("a mapping is never at address 0");
-                // SAFETY: the range is valid for reads and writes (a private
-                // mapping, or a heap copy) while `keepalive` lives, which the
-                // table holds; the checked layout keeps segments apart, and
-                // nothing else touches the mapping once `self` is consumed;
-                // `capacity > len >= 0`, so it is at least 1.
-                let slots =
-                    unsafe { ExternalSlots::new(ptr, s.capacity as usize, keepalive.clone()) };
-                RestoredSegment {
-                    slots,
-                    len: s.len as usize,
-                    generation: s.generation,
-                    stamp: s.capture_lsn,
-                    tags,
-                }
-            })
-            .collect();
+        let mut tables = Vec::with_capacity(segments.len());
+        for ((i, s), tags) in segments.iter().enumerate().zip(tags) {
+            // `parse_file` checked `capacity > len >= 0`: at least 1 slot.
+            let slots = ExternalSlots::new(lend(s.offset, s.slot_bytes()), s.capacity as usize)
+                .ok_or_else(|| corrupt(i, "slots are not 32 bytes each"))?;
+            tables.push(RestoredSegment {
+                slots,
+                len: s.len as usize,
+                generation: s.generation,
+                stamp: s.capture_lsn,
+                tags,
+            });
+        }
         let (writer, index) = IndexBuilder::default()
             .seeds(seeds)
             .restore(tables)
