@@ -251,6 +251,24 @@ impl WriteHandle {
     }
 }
 
+#[cfg(test)]
+impl WriteHandle {
+    /// The queue's sending side and a request for `ops`, for tests that
+    /// send it themselves (holding a permit across a stop).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn raw_request(
+        &self,
+        ops: Vec<WriteOp>,
+    ) -> (
+        mpsc::Sender<Message>,
+        Request,
+        oneshot::Receiver<Result<WriteOutcome, WriteError>>,
+    ) {
+        let (request, answer) = self.request(ops).expect("a valid batch on an open handle");
+        (self.tx.clone(), request, answer)
+    }
+}
+
 /// Adds the time since `since` to `counter`.
 pub(super) fn add_elapsed(counter: &AtomicU64, since: Instant) {
     counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);

@@ -26,7 +26,10 @@
 //!
 //! A [`Message::Stop`] (or every handle gone) ends the loop after its turn,
 //! which takes everything queued before the stop: each was accepted and is
-//! answered. Then the log finishes ([`WriterLog::finish`]) and hands back
+//! answered. Then the queue is closed and whatever still reaches it (a
+//! caller that found the handle open was still sending) is answered
+//! [`WriteError::ShuttingDown`], nothing applied: no batch is left without
+//! an answer. Then the log finishes ([`WriterLog::finish`]) and hands back
 //! the index writer.
 
 use std::sync::atomic::Ordering;
@@ -36,6 +39,7 @@ use tokio::sync::mpsc;
 
 use super::core::WriterCore;
 use super::handle::{Message, PipelineExit, Request, SyncReply, add_elapsed};
+use super::request::WriteError;
 
 /// What a writer thread waited for.
 pub(super) enum Wake<I> {
@@ -121,7 +125,28 @@ pub(super) fn run<L: WriterLog>(mut log: L, mut queue: mpsc::Receiver<Message>) 
             stopping,
         });
     }
+    refuse_late(&mut log, &runtime, &mut queue);
     log.finish()
+}
+
+/// Closes the queue and refuses what reached it after the stop's last
+/// turn: a caller that found the handle open may still have been sending
+/// when the stop came. Those batches were never taken, so they are
+/// answered [`WriteError::ShuttingDown`] (nothing applied), not left to
+/// find their answer dropped ([`WriteError::Unanswered`]: "may or may not
+/// have been applied").
+fn refuse_late<L: WriterLog>(log: &mut L, runtime: &Runtime, queue: &mut mpsc::Receiver<Message>) {
+    queue.close();
+    // Until `None`: a sender that holds a permit from before the close may
+    // still put its message in (tokio's `Receiver::close`).
+    while let Some(message) = runtime.block_on(queue.recv()) {
+        if let Message::Write(request) = message {
+            log.core().stats.queued.fetch_sub(1, Ordering::Relaxed);
+            let _ = request.reply.send(Err(WriteError::ShuttingDown));
+        }
+        // A late sync's reply is dropped: its caller learns the writer
+        // stopped, as it would from a closed queue.
+    }
 }
 
 /// Hands one message to the log; returns whether it asks the loop to stop.
@@ -266,6 +291,48 @@ mod tests {
             .collect();
         let turns = turns.lock().unwrap().clone();
         (lsns, turns, exit)
+    }
+
+    #[test]
+    fn a_write_sent_after_the_stops_last_turn_is_refused_never_left_unanswered() {
+        // A caller that found the handle open and holds a place in the
+        // queue (a permit) sends its batch only after the stop's last turn
+        // ended: it must be told ShuttingDown, not find its answer dropped.
+        let (handle, queue) = WriteHandle::new(64, 16);
+        let (writer, _index) = Index::with_capacity(16);
+        let turns = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Recorder {
+            core: WriterCore::new(writer, Arc::new(LsnWatermark::new(0)), handle.stats_arc()),
+            room: 8,
+            turn: Vec::new(),
+            taken: 0,
+            turns: turns.clone(),
+            inputs: Vec::new(),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let (tx, request, answer) = handle.raw_request(put(1));
+        let permit = runtime.block_on(tx.reserve()).unwrap();
+        handle.send_stop();
+        let thread = std::thread::spawn(move || run(log, queue));
+        // The stop's turn ends meanwhile, with nothing to take.
+        while turns.lock().unwrap().is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        permit.send(Message::Write(request));
+        thread.join().unwrap();
+        assert_eq!(*turns.lock().unwrap(), vec![(0, true)]);
+        // Bounded: a batch left in the queue would wait for its answer as
+        // long as a handle lives.
+        let answer = runtime.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(10), answer).await
+        });
+        assert!(
+            matches!(answer, Ok(Ok(Err(WriteError::ShuttingDown)))),
+            "{answer:?}"
+        );
     }
 
     #[test]
