@@ -134,18 +134,22 @@ pub(super) fn run<L: WriterLog>(mut log: L, mut queue: mpsc::Receiver<Message>) 
 /// when the stop came. Those batches were never taken, so they are
 /// answered [`WriteError::ShuttingDown`] (nothing applied), not left to
 /// find their answer dropped ([`WriteError::Unanswered`]: "may or may not
-/// have been applied").
+/// have been applied"); a late sync is served.
 fn refuse_late<L: WriterLog>(log: &mut L, runtime: &Runtime, queue: &mut mpsc::Receiver<Message>) {
     queue.close();
     // Until `None`: a sender that holds a permit from before the close may
     // still put its message in (tokio's `Receiver::close`).
     while let Some(message) = runtime.block_on(queue.recv()) {
-        if let Message::Write(request) = message {
-            log.core().stats.queued.fetch_sub(1, Ordering::Relaxed);
-            let _ = request.reply.send(Err(WriteError::ShuttingDown));
+        match message {
+            Message::Write(request) => {
+                log.core().stats.queued.fetch_sub(1, Ordering::Relaxed);
+                let _ = request.reply.send(Err(WriteError::ShuttingDown));
+            }
+            // The log is still open: a late sync (a snapshot racing the
+            // stop) is served as in a turn.
+            Message::Sync(lsn, reply) => log.sync_through(lsn, reply),
+            Message::Stop => {}
         }
-        // A late sync's reply is dropped: its caller learns the writer
-        // stopped, as it would from a closed queue.
     }
 }
 
