@@ -75,12 +75,11 @@ impl StoredTags {
         let words = bytes
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")));
-        Some(StoredTags {
-            tags: TagArray::from_words(capacity, words)?,
-            max_disp: usize::try_from(max_disp)
-                .unwrap_or(usize::MAX)
-                .min(capacity),
-        })
+        Some(Self::capped(
+            TagArray::from_words(capacity, words)?,
+            capacity,
+            max_disp,
+        ))
     }
 
     /// The tags of a table from its image's tag words where they lie
@@ -88,8 +87,13 @@ impl StoredTags {
     /// bounds hold as for [`StoredTags::from_le_bytes`].
     pub fn lent(tags: ExternalTags, max_disp: u64) -> StoredTags {
         let capacity = tags.capacity();
+        Self::capped(TagArray::from(tags), capacity, max_disp)
+    }
+
+    /// `tags` with the image's `max_disp`, capped at the `capacity`.
+    fn capped(tags: TagArray, capacity: usize, max_disp: u64) -> StoredTags {
         StoredTags {
-            tags: TagArray::from(tags),
+            tags,
             max_disp: usize::try_from(max_disp)
                 .unwrap_or(usize::MAX)
                 .min(capacity),

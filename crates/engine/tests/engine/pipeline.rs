@@ -202,27 +202,38 @@ async fn async_callers_resume_on_their_own_threads_and_wait_for_lsns() {
     );
 }
 
-#[test]
-fn shutdown_finishes_queued_writes_then_refuses_new_ones() {
-    let io = SimIo::new();
-    let d = Arc::new(open(&io, FsyncPolicy::Interval(Duration::from_millis(5))));
-    let writers: Vec<_> = (0..4u64)
+/// `n` threads, each writing one-put batches to `d` (keys `base | t << 32
+/// | i`) until a write is refused as shutting down; each returns the keys
+/// acknowledged. Any other answer fails the test.
+fn write_until_shutdown(
+    d: &DurableIndex,
+    n: u64,
+    base: u64,
+) -> Vec<std::thread::JoinHandle<Vec<u64>>> {
+    (0..n)
         .map(|t| {
             let w = d.writes().clone();
             std::thread::spawn(move || {
                 let mut acked = Vec::new();
-                // Until the shutdown stops it.
                 for i in 0..u64::MAX {
-                    match w.write_blocking(vec![put(t << 32 | i, i)]) {
-                        Ok(_) => acked.push(t << 32 | i),
+                    let k = base | t << 32 | i;
+                    match w.write_blocking(vec![put(k, i)]) {
+                        Ok(_) => acked.push(k),
                         Err(WriteError::ShuttingDown) => break,
-                        Err(e) => panic!("unexpected: {e}"),
+                        Err(e) => panic!("a write was answered: {e}"),
                     }
                 }
                 acked
             })
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn shutdown_finishes_queued_writes_then_refuses_new_ones() {
+    let io = SimIo::new();
+    let d = Arc::new(open(&io, FsyncPolicy::Interval(Duration::from_millis(5))));
+    let writers = write_until_shutdown(&d, 4, 0);
     // Shut down while they write: once 200 of their writes are applied (a
     // fixed sleep was too short on a loaded machine).
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -282,23 +293,7 @@ fn a_write_racing_the_stop_is_answered_applied_or_shutting_down_never_unanswered
         c.pipeline.queue_depth = 2;
         c.wal_preallocate = Preallocate::Off;
         let d = DurableIndex::open(c).unwrap();
-        let writers: Vec<_> = (0..6u64)
-            .map(|t| {
-                let w = d.writes().clone();
-                std::thread::spawn(move || {
-                    let mut acked = Vec::new();
-                    for i in 0..u64::MAX {
-                        let k = round << 40 | t << 32 | i;
-                        match w.write_blocking(vec![put(k, i)]) {
-                            Ok(_) => acked.push(k),
-                            Err(WriteError::ShuttingDown) => break,
-                            Err(e) => panic!("a write racing the stop was answered: {e}"),
-                        }
-                    }
-                    acked
-                })
-            })
-            .collect();
+        let writers = write_until_shutdown(&d, 6, round << 40);
         while d.index().len() < 50 {
             std::thread::yield_now();
         }
