@@ -148,7 +148,7 @@ STEPS = [
     ("gRPC server: HTTP/2, tonic, the handler (client calls; a follower's AppendEntries)",
      [r"^tonic::transport::server::serve_connection::\{\{closure\}\}$",
       r"^<hyper::proto::h2::server::H2Stream<F,B,Ex> as core::future::future::Future>::poll$"]),
-    ("writer thread: decide, apply", [r"^uuidmap_engine::writer::replica_pipeline::ReplicaWriter::run$"]),
+    ("writer thread: decide, apply", [r"^uuidmap_engine::writer::writer_loop::run$"]),
     ("log thread: encode, write, fsync", [r"^uuidmap_cluster::log_store::thread::LogThread::run$"]),
     ("  of which the group's write and fsync", [r"^uuidmap_cluster::log_store::thread::LogThread::commit$"]),
     ("openraft core", [r"^openraft::core::raft_core::RaftCore<C,NF,LS,SM>::runtime_loop::\{\{closure\}\}::\{\{closure\}\}$"]),
