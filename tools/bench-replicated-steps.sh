@@ -15,11 +15,16 @@
 #   tokio workers: gRPC, openraft, the proposal task; uuidmap-replica is
 #   the writer thread: decide and apply; raft-log the log thread: append,
 #   write, fsync);
-# - a perf profile of each (`perf record --call-graph dwarf`, PERF=off to
-#   skip it): the share of samples under each step's frames, times the
-#   process's CPU per write, is that step's CPU per write (a frame's share
-#   includes what it calls; the steps do not nest in each other);
-# - the members' own wall-time counters (/metrics,
+# - the members' own wall-time counters (below).
+# Then, for another WINDOW seconds, a perf profile of each member (`perf
+# record --call-graph dwarf`, PERF=off to skip it): the share of samples
+# under each step's frames, times the process's CPU per write from the
+# first window, is that step's CPU per write (a frame's share includes
+# what it calls; the steps do not nest in each other). The windows are
+# apart because perf's recorders take a good part of the two cores: until
+# 2026-11-28 both were one window, and the CPU per write read with perf
+# running was up to 1.6 times what it is without.
+# The members' own wall-time counters are (/metrics,
 #   uuidmap_write_step_seconds_total): queue, decide, the Raft log's write
 #   and fsync, replicate (a proposal handed to openraft until answered:
 #   append, replication to a majority, commit, apply), apply, whole call.
@@ -98,9 +103,15 @@ look() { # n: each member's threads and step counters, into $work/<side>.{cpu,st
   threads "$fpid" >"$work/follower.cpu$1"
   steps $((fport + 1)) >"$work/follower.steps$1"
 }
-sleep $(((SECS - WINDOW) / 2))
+# The CPU and the counters first, with nothing else running: perf's own
+# work (its recorders write megabytes a second) would take the members'
+# cores and inflate their CPU per write. Then the profile, for the shares.
+sleep $(((SECS - 2 * WINDOW) / 2))
 look 0
 a0=$(applied "$leader")
+sleep "$WINDOW"
+a1=$(applied "$leader")
+look 1
 if [ "$PERF" = on ]; then
   perf record -q -F 499 --call-graph dwarf,16384 -o "$work/leader.perf" -p "$lpid" \
     -- sleep "$WINDOW" 2>/dev/null &
@@ -108,11 +119,7 @@ if [ "$PERF" = on ]; then
   perf record -q -F 499 --call-graph dwarf,16384 -o "$work/follower.perf" -p "$fpid" \
     -- sleep "$WINDOW" 2>/dev/null
   wait "$perf_pid" 2>/dev/null || true
-else
-  sleep "$WINDOW"
 fi
-a1=$(applied "$leader")
-look 1
 wait "$hpid" || true
 writes=$((a1 - a0))
 rate=$(awk '/^finished in/ {gsub(",", "", $4); print $4}' "$work/h2load.out")
