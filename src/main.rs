@@ -154,7 +154,9 @@ fn serve(args: &uuidmap::server::ServeArgs) -> Result<(), String> {
     return_freed_memory_while_idle();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("uuidmap-rpc");
-    answer_in_batches(&mut builder);
+    if !config.runtime_lifo_slot {
+        answer_in_batches(&mut builder);
+    }
     let runtime = builder
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
@@ -206,22 +208,24 @@ fn return_freed_memory_while_idle() {
     }
 }
 
-/// Turns off tokio's LIFO slot, so that one connection's answers leave in
-/// one `writev`.
+/// Turns off tokio's LIFO slot (`--runtime-lifo-slot off`), so that one
+/// connection's answers leave in one `writev`.
 ///
 /// With the slot, a task woken by the task running now runs next. When a
 /// group commit (or a batch of Gets) answers many streams of one HTTP/2
 /// connection, each stream's task wakes the connection's task, which then
 /// runs at once and flushes that one answer: about one `writev` per call.
 /// Without the slot the connection's task waits its turn behind the other
-/// answered streams and sends them all in one write. Measured side by side
-/// (BENCHMARKS.md, "Answers in batches: tokio's LIFO slot off"): writes at
-/// 64 in flight +25 to 35 %, Gets +50 %, a call alone unchanged.
+/// answered streams and sends them all in one write. The price: every task
+/// scheduled goes through the run queue and may wake the other worker, so
+/// calls on many one-call connections and Lookup streams, where there is
+/// nothing to gather, cost more. Measured side by side in BENCHMARKS.md,
+/// "Answers in batches"; so the slot stays on unless asked.
 ///
 /// The switch is one of tokio's unstable APIs: `.cargo/config.toml` builds
 /// with `--cfg tokio_unstable`, and `Cargo.lock` pins the tokio it was
-/// measured with. A build whose `RUSTFLAGS` replace the config's flags runs
-/// with the slot on, and says so.
+/// measured with. A build whose `RUSTFLAGS` replace the config's flags
+/// cannot turn the slot off, and says so.
 fn answer_in_batches(builder: &mut tokio::runtime::Builder) {
     #[cfg(tokio_unstable)]
     builder.disable_lifo_slot();
@@ -229,9 +233,9 @@ fn answer_in_batches(builder: &mut tokio::runtime::Builder) {
     {
         let _ = builder;
         tracing::warn!(
-            "built without `--cfg tokio_unstable` (RUSTFLAGS set in the environment replace \
-             .cargo/config.toml's): tokio's LIFO slot stays on, and calls at many in flight \
-             are answered one write each (about a quarter fewer writes/s)"
+            "--runtime-lifo-slot off has no effect: this build lacks `--cfg tokio_unstable` \
+             (RUSTFLAGS set in the environment replace .cargo/config.toml's), so tokio's LIFO \
+             slot stays on"
         );
     }
 }

@@ -39,6 +39,7 @@
 //! replay_workers = "auto"             # or "serial", or a thread count
 //! wal_preallocate = "on"              # or "off"
 //! wal_overlap_syncs = "off"           # or "on"
+//! runtime_lifo_slot = "on"            # or "off": answers of one connection in one write
 //! # A member of a replica group (README, "Replica groups"):
 //! node_id = 1
 //! raft_listen = "127.0.0.1:7880"
@@ -215,6 +216,10 @@ pub struct ServeConfig {
     /// Under `--fsync always`, whether one group's fsync overlaps writing
     /// the next when writes keep coming (off by default).
     pub wal_overlap_syncs: bool,
+    /// Whether the server's tokio runtime keeps its LIFO slot (the
+    /// default); without it one connection's answers leave together
+    /// (`--runtime-lifo-slot`).
+    pub runtime_lifo_slot: bool,
     /// Take a snapshot each time this many bytes were written to the WAL.
     pub snapshot_wal_bytes: u64,
     /// Take a snapshot this long after the previous one (`None`: only on

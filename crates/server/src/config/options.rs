@@ -249,6 +249,15 @@ serve_options! {
     /// machine shared with its clients it cost throughput (BENCHMARKS.md).
     #[arg(long, env = "UUIDMAP_WAL_OVERLAP_SYNCS")]
     wal_overlap_syncs: OnOff = "off",
+    /// `off` runs the server's async runtime without tokio's LIFO slot, so
+    /// that the answers to many calls on one HTTP/2 connection leave in one
+    /// write: unary calls multiplexed on a few connections gain (writes
+    /// +25 to 40 %, Gets +45 % at 64 in flight on 4 connections), while
+    /// calls on many one-call connections and Lookup streams lose 10 to
+    /// 14 % (BENCHMARKS.md, "Answers in batches"). `on` (the default)
+    /// keeps tokio's default.
+    #[arg(long, env = "UUIDMAP_RUNTIME_LIFO_SLOT")]
+    runtime_lifo_slot: OnOff = "on",
     /// Serve as member N (at least 1) of a replica group, replicated with
     /// Raft, instead of as a single node; needs --raft-listen. The data
     /// directory then holds the member's Raft log (README, "Replica

@@ -76,6 +76,7 @@ impl ServeOptions {
             wal_file_bytes: o.wal_file_bytes.expect(DEFAULTED),
             wal_preallocate: o.wal_preallocate.expect(DEFAULTED),
             wal_overlap_syncs: o.wal_overlap_syncs.expect(DEFAULTED).0,
+            runtime_lifo_slot: o.runtime_lifo_slot.expect(DEFAULTED).0,
             snapshot_wal_bytes: o.snapshot_wal_bytes.expect(DEFAULTED),
             snapshot_interval: o.snapshot_interval.expect(DEFAULTED).0,
             max_replay: o.max_replay_ms.expect(DEFAULTED).0,

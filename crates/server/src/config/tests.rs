@@ -444,6 +444,9 @@ max_replay_ms = 250
     let off = parse(&["serve", "--wal-preallocate", "off"]).unwrap();
     assert_eq!(off.resolve().unwrap().wal_preallocate, Preallocate::Off);
     assert!(!defaults.wal_overlap_syncs);
+    assert!(defaults.runtime_lifo_slot);
+    let off = parse(&["serve", "--runtime-lifo-slot", "off"]).unwrap();
+    assert!(!off.resolve().unwrap().runtime_lifo_slot);
     let on = parse(&["serve", "--wal-overlap-syncs", "on"]).unwrap();
     assert!(on.resolve().unwrap().wal_overlap_syncs);
     let e = parse(&["serve", "--wal-overlap-syncs", "maybe"]).unwrap_err();
