@@ -51,10 +51,9 @@ call() { # method body h2load-args... -> calls/s
   sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' <<<"$out"
 }
 applied() { "$1" stats --server "http://127.0.0.1:$port" | awk '$1 == "applied_lsn" {print $2}'; }
-succeeded() { sed -n 's/.* \([0-9]*\) succeeded.*/\1/p'; }
 
 run() { # label binary
-  local label=$1 bin=$2 dir=$work/data a0 a1 rate
+  local label=$1 bin=$2 dir=$work/data a0 a1 rate n args
   rm -rf "$dir"
   mkdir -p "$dir"
   "$bin" serve --data-dir "$dir" --listen "127.0.0.1:$port" --fsync always \
@@ -66,23 +65,21 @@ run() { # label binary
     -H 'content-type: application/grpc' -H 'te: trailers' --data-binary "@$work/get.bin" \
     "$url/Get")" = 0 ] || { echo "$label: a Get did not answer grpc-status 0" >&2; exit 1; }
   for row in get1 get64 get64x1 batchget16 write1 write64 write64x1; do
-    a0=$(applied "$bin")
     case $row in
-      get1) rate=$(call Get get.bin -n "$REQUESTS_1" -c1 -m1) ;;
-      get64) rate=$(call Get get.bin -n "$REQUESTS_64" -c4 -m16) ;;
-      get64x1) rate=$(call Get get.bin -n "$REQUESTS_64" -c64 -m1) ;;
-      batchget16) rate=$(call BatchGet batchget.bin -n $((REQUESTS_64 / 4)) -c4 -m4) ;;
-      write1) rate=$(call Write write.bin -n $((REQUESTS_1 / 2)) -c1 -m1) ;;
-      write64) rate=$(call Write write.bin -n "$REQUESTS_64" -c4 -m16) ;;
-      write64x1) rate=$(call Write write.bin -n $((REQUESTS_64 / 2)) -c64 -m1) ;;
+      get1) n=$REQUESTS_1 args=(Get get.bin -c1 -m1) ;;
+      get64) n=$REQUESTS_64 args=(Get get.bin -c4 -m16) ;;
+      get64x1) n=$REQUESTS_64 args=(Get get.bin -c64 -m1) ;;
+      batchget16) n=$((REQUESTS_64 / 4)) args=(BatchGet batchget.bin -c4 -m4) ;;
+      write1) n=$((REQUESTS_1 / 2)) args=(Write write.bin -c1 -m1) ;;
+      write64) n=$REQUESTS_64 args=(Write write.bin -c4 -m16) ;;
+      write64x1) n=$((REQUESTS_64 / 2)) args=(Write write.bin -c64 -m1) ;;
     esac
+    a0=$(applied "$bin")
+    rate=$(call "${args[@]}" -n "$n")
     if [[ $row == write* ]]; then
       a1=$(applied "$bin")
-      local want=$((REQUESTS_64 / 2))
-      [ "$row" = write1 ] && want=$((REQUESTS_1 / 2))
-      [ "$row" = write64 ] && want=$REQUESTS_64
-      [ $((a1 - a0)) -ge "$want" ] ||
-        { echo "$label $row: the LSN grew by $((a1 - a0)), not $want" >&2; exit 1; }
+      [ $((a1 - a0)) -ge "$n" ] ||
+        { echo "$label $row: the LSN grew by $((a1 - a0)), not $n" >&2; exit 1; }
     fi
     echo "$row $label $rate" | tee -a "$work/results"
   done
